@@ -1,0 +1,290 @@
+//! Fixed window counter: one integer per window, and the key's expiry is
+//! the reset.
+
+use super::Decision;
+
+/// The counter as found in the keyspace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counter {
+    pub count: i64,
+    /// Absolute expiry in ms; `None` when the key has no TTL (left by some
+    /// other client).
+    pub expires_at: Option<i64>,
+}
+
+/// What the store must write after a decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Write {
+    Nothing,
+    /// Store `count` with absolute expiry `expires_at`.
+    Count {
+        count: i64,
+        expires_at: i64,
+    },
+    /// Keep the value; only give the key its missing expiry.
+    Expiry {
+        expires_at: i64,
+    },
+}
+
+/// Decide one call. `window_ms` > 0, `limit` > 0, `cost` >= 0, and
+/// `now_ms + window_ms` must not overflow (the caller checks).
+pub fn admit(
+    found: Option<Counter>,
+    limit: i64,
+    window_ms: i64,
+    cost: i64,
+    now_ms: i64,
+) -> (Decision, Write) {
+    let fresh_expiry = now_ms.saturating_add(window_ms);
+    let (count, expires_at, adopted) = match found {
+        None => (0, None, false),
+        Some(Counter {
+            count,
+            expires_at: Some(at),
+        }) => (count, Some(at), false),
+        // A counter without a TTL would live forever: give it one now.
+        Some(Counter {
+            count,
+            expires_at: None,
+        }) => (count, Some(fresh_expiry), true),
+    };
+    let left_ms = |at: Option<i64>| at.map_or(0, |at| at.saturating_sub(now_ms).max(0));
+    let remaining_after = |c: i64| limit.saturating_sub(c).max(0);
+
+    if cost > limit {
+        let decision = Decision {
+            admitted: false,
+            limit,
+            remaining: remaining_after(count),
+            retry_after_ms: -1,
+            reset_after_ms: left_ms(expires_at),
+        };
+        return (decision, adoption(adopted, cost, expires_at));
+    }
+
+    match count.checked_add(cost).filter(|&next| next <= limit) {
+        Some(next) => {
+            let expires_at = expires_at.unwrap_or(fresh_expiry);
+            let decision = Decision {
+                admitted: true,
+                limit,
+                remaining: remaining_after(next),
+                retry_after_ms: 0,
+                reset_after_ms: left_ms(Some(expires_at)),
+            };
+            let write = if cost == 0 {
+                Write::Nothing
+            } else {
+                Write::Count {
+                    count: next,
+                    expires_at,
+                }
+            };
+            (decision, write)
+        }
+        None => {
+            let left = left_ms(expires_at);
+            let decision = Decision {
+                admitted: false,
+                limit,
+                remaining: remaining_after(count),
+                retry_after_ms: left,
+                reset_after_ms: left,
+            };
+            (decision, adoption(adopted, cost, expires_at))
+        }
+    }
+}
+
+/// A refusal writes nothing, except the expiry a TTL-less counter lacked
+/// (and a peek writes nothing at all).
+fn adoption(adopted: bool, cost: i64, expires_at: Option<i64>) -> Write {
+    match (adopted, cost, expires_at) {
+        (true, c, Some(at)) if c > 0 => Write::Expiry { expires_at: at },
+        _ => Write::Nothing,
+    }
+}
+
+/// The read side (RL.TTL): the back-off when the counter is at or over the
+/// limit and the window still has time, else 0.
+pub fn backoff(found: Option<Counter>, limit: i64, now_ms: i64) -> i64 {
+    match found {
+        Some(Counter {
+            count,
+            expires_at: Some(at),
+        }) if limit > 0 && count >= limit => at.saturating_sub(now_ms).max(0),
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: i64 = 1_000;
+
+    fn counter(count: i64, expires_at: i64) -> Option<Counter> {
+        Some(Counter {
+            count,
+            expires_at: Some(expires_at),
+        })
+    }
+
+    #[test]
+    fn first_hit_opens_a_window() {
+        let (d, w) = admit(None, 3, W, 1, 10_000);
+        assert!(d.admitted);
+        assert_eq!(
+            (d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms),
+            (3, 2, 0, W)
+        );
+        assert_eq!(
+            w,
+            Write::Count {
+                count: 1,
+                expires_at: 11_000
+            }
+        );
+    }
+
+    #[test]
+    fn counts_up_then_refuses_with_the_time_left() {
+        let (d, w) = admit(counter(2, 11_000), 3, W, 1, 10_400);
+        assert!(d.admitted);
+        assert_eq!(d.remaining, 0);
+        assert_eq!(d.reset_after_ms, 600);
+        assert_eq!(
+            w,
+            Write::Count {
+                count: 3,
+                expires_at: 11_000
+            }
+        );
+
+        let (d, w) = admit(counter(3, 11_000), 3, W, 1, 10_700);
+        assert!(!d.admitted);
+        assert_eq!(
+            (d.remaining, d.retry_after_ms, d.reset_after_ms),
+            (0, 300, 300)
+        );
+        assert_eq!(w, Write::Nothing);
+    }
+
+    #[test]
+    fn a_cost_above_the_limit_is_never_admitted() {
+        let (d, w) = admit(None, 3, W, 4, 0);
+        assert!(!d.admitted);
+        assert_eq!(
+            (d.retry_after_ms, d.reset_after_ms, d.remaining),
+            (-1, 0, 3)
+        );
+        assert_eq!(w, Write::Nothing);
+    }
+
+    #[test]
+    fn peek_changes_nothing() {
+        let (d, w) = admit(counter(2, 11_000), 3, W, 0, 10_000);
+        assert!(d.admitted);
+        assert_eq!((d.remaining, d.reset_after_ms), (1, 1_000));
+        assert_eq!(w, Write::Nothing);
+
+        let (d, w) = admit(None, 3, W, 0, 10_000);
+        assert!(d.admitted);
+        assert_eq!((d.remaining, d.reset_after_ms), (3, W));
+        assert_eq!(w, Write::Nothing);
+    }
+
+    #[test]
+    fn a_counter_without_ttl_is_adopted() {
+        let found = Some(Counter {
+            count: 1,
+            expires_at: None,
+        });
+        let (d, w) = admit(found, 3, W, 1, 5_000);
+        assert!(d.admitted);
+        assert_eq!(
+            w,
+            Write::Count {
+                count: 2,
+                expires_at: 6_000
+            }
+        );
+
+        let found = Some(Counter {
+            count: 9,
+            expires_at: None,
+        });
+        let (d, w) = admit(found, 3, W, 1, 5_000);
+        assert!(!d.admitted);
+        assert_eq!(d.retry_after_ms, W);
+        assert_eq!(w, Write::Expiry { expires_at: 6_000 });
+
+        let (_, w) = admit(found, 3, W, 0, 5_000);
+        assert_eq!(w, Write::Nothing, "a peek never writes");
+    }
+
+    #[test]
+    fn a_lowered_limit_applies_at_once() {
+        let (d, _) = admit(counter(8, 11_000), 5, W, 1, 10_000);
+        assert!(!d.admitted);
+        assert_eq!((d.remaining, d.retry_after_ms), (0, 1_000));
+    }
+
+    #[test]
+    fn huge_counts_and_costs_do_not_overflow() {
+        let (d, w) = admit(counter(i64::MAX, 11_000), i64::MAX, W, i64::MAX, 10_000);
+        assert!(!d.admitted);
+        assert_eq!(w, Write::Nothing);
+        let (d, _) = admit(counter(i64::MIN, 11_000), i64::MAX, W, 1, 10_000);
+        assert!(d.admitted);
+        assert_eq!(d.remaining, i64::MAX);
+    }
+
+    #[test]
+    fn backoff_only_at_or_over_the_limit() {
+        assert_eq!(backoff(counter(2, 11_000), 3, 10_000), 0);
+        assert_eq!(backoff(counter(3, 11_000), 3, 10_000), 1_000);
+        assert_eq!(backoff(counter(4, 11_000), 3, 10_000), 1_000);
+        assert_eq!(backoff(None, 3, 10_000), 0);
+        assert_eq!(backoff(counter(4, 11_000), 0, 10_000), 0);
+        let no_ttl = Some(Counter {
+            count: 9,
+            expires_at: None,
+        });
+        assert_eq!(backoff(no_ttl, 3, 10_000), 0);
+    }
+
+    /// Drive a clock forward over many windows: never more than `limit`
+    /// admitted in one window.
+    #[test]
+    fn never_more_than_the_limit_per_window() {
+        let (limit, window) = (7, 100);
+        let mut state: Option<Counter> = None;
+        let mut admitted_in_window = 0;
+        let mut window_end = 0;
+        for now in (0..10_000).step_by(3) {
+            if let Some(c) = state {
+                if c.expires_at.is_some_and(|at| at <= now) {
+                    state = None; // the server expired the key
+                }
+            }
+            if state.is_none() {
+                admitted_in_window = 0;
+                window_end = now + window;
+            }
+            let (d, w) = admit(state, limit, window, 1, now);
+            if d.admitted {
+                admitted_in_window += 1;
+            }
+            assert!(admitted_in_window <= limit);
+            if let Write::Count { count, expires_at } = w {
+                assert_eq!(expires_at, window_end);
+                state = Some(Counter {
+                    count,
+                    expires_at: Some(expires_at),
+                });
+            }
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Command arguments into typed requests. Pure: works on byte slices so the
+//! fuzzer and the unit tests drive it without a server.
+
+use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
+use crate::num::parse_i64;
+
+/// Options a command may take after its key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opt {
+    Limit,
+    Window,
+    Meta,
+    Cost,
+}
+
+impl Opt {
+    const ALL: [Opt; 4] = [Opt::Limit, Opt::Window, Opt::Meta, Opt::Cost];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Opt::Limit => "LIMIT",
+            Opt::Window => "WINDOW",
+            Opt::Meta => "META",
+            Opt::Cost => "COST",
+        }
+    }
+}
+
+/// The options as given; `meta` is the index of the META key in the
+/// argument slice, so the caller can open it without copying.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Options {
+    pub limit: Option<i64>,
+    pub window: Option<i64>,
+    pub meta: Option<usize>,
+    pub cost: Option<i64>,
+}
+
+/// More arguments than any valid call has; refused before any parsing.
+pub const MAX_ARGS: usize = 32;
+
+/// Parses `args[first..]` as option/value pairs, accepting only `allowed`.
+pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Options, RlError> {
+    let mut opts = Options::default();
+    let mut at = first;
+    while at < args.len() {
+        let word = args[at];
+        let opt = Opt::ALL
+            .into_iter()
+            .find(|o| allowed.contains(o) && word.eq_ignore_ascii_case(o.name().as_bytes()))
+            .ok_or_else(|| RlError::UnknownOption(String::from_utf8_lossy(word).into_owned()))?;
+        let value = *args.get(at + 1).ok_or(RlError::MissingValue(opt.name()))?;
+        let repeated = match opt {
+            Opt::Limit => opts.limit.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Window => opts.window.replace(int_in(value, opt, 1)?).is_some(),
+            Opt::Cost => opts.cost.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Meta => opts.meta.replace(at + 1).is_some(),
+        };
+        if repeated {
+            return Err(RlError::Repeated(opt.name()));
+        }
+        at += 2;
+    }
+    Ok(opts)
+}
+
+fn int_in(value: &[u8], opt: Opt, min: i64) -> Result<i64, RlError> {
+    let must = if min == 0 { NON_NEGATIVE } else { POSITIVE };
+    parse_i64(value)
+        .filter(|&v| v >= min)
+        .ok_or(RlError::BadValue(opt.name(), must))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const ADMIT: &[Opt] = &[Opt::Limit, Opt::Window, Opt::Meta, Opt::Cost];
+
+    fn parse(words: &[&str]) -> Result<Options, RlError> {
+        let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
+        parse_options(&args, 2, ADMIT)
+    }
+
+    #[test]
+    fn reads_every_option_in_any_case_and_order() {
+        let o = parse(&[
+            "rl.admit", "k", "cost", "2", "Meta", "m", "WINDOW", "500", "limit", "3",
+        ]);
+        assert_eq!(
+            o,
+            Ok(Options {
+                limit: Some(3),
+                window: Some(500),
+                meta: Some(5),
+                cost: Some(2)
+            })
+        );
+        assert_eq!(parse(&["rl.admit", "k"]), Ok(Options::default()));
+    }
+
+    #[test]
+    fn refuses_bad_values_naming_the_option() {
+        let cases: &[(&[&str], RlError)] = &[
+            (&["LIMIT", "-1"], RlError::BadValue("LIMIT", NON_NEGATIVE)),
+            (&["LIMIT", "x"], RlError::BadValue("LIMIT", NON_NEGATIVE)),
+            (
+                &["LIMIT", "9223372036854775808"],
+                RlError::BadValue("LIMIT", NON_NEGATIVE),
+            ),
+            (&["WINDOW", "0"], RlError::BadValue("WINDOW", POSITIVE)),
+            (&["WINDOW", "1.5"], RlError::BadValue("WINDOW", POSITIVE)),
+            (&["COST", "-3"], RlError::BadValue("COST", NON_NEGATIVE)),
+            (&["LIMIT"], RlError::MissingValue("LIMIT")),
+            (&["LIMIT", "1", "LIMIT", "2"], RlError::Repeated("LIMIT")),
+            (&["META", "a", "meta", "b"], RlError::Repeated("META")),
+            (&["BURST", "1"], RlError::UnknownOption("BURST".into())),
+        ];
+        for (tail, want) in cases {
+            let mut words = vec!["rl.admit", "k"];
+            words.extend_from_slice(tail);
+            assert_eq!(parse(&words).as_ref(), Err(want), "{tail:?}");
+        }
+    }
+
+    #[test]
+    fn honours_the_allowed_set() {
+        let args: Vec<&[u8]> = vec![b"rl.ttl", b"k", b"COST", b"1"];
+        assert_eq!(
+            parse_options(&args, 2, &[Opt::Limit, Opt::Meta]),
+            Err(RlError::UnknownOption("COST".into()))
+        );
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics(words in proptest::collection::vec(
+            prop_oneof![
+                Just(b"LIMIT".to_vec()), Just(b"window".to_vec()), Just(b"META".to_vec()),
+                Just(b"cost".to_vec()), Just(b"-1".to_vec()), Just(b"0".to_vec()),
+                proptest::collection::vec(any::<u8>(), 0..12),
+            ], 0..12)) {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_slice()).collect();
+            if let Ok(o) = parse_options(&args, 0, &Opt::ALL) {
+                prop_assert!(o.limit.is_none_or(|v| v >= 0));
+                prop_assert!(o.window.is_none_or(|v| v >= 1));
+                prop_assert!(o.cost.is_none_or(|v| v >= 0));
+                prop_assert!(o.meta.is_none_or(|i| i < args.len()));
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Every way a call can fail, each with the exact reply text.
+
+use std::fmt;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RlError {
+    WrongArity(&'static str),
+    /// An option's value is out of range: (option, what it must be).
+    BadValue(&'static str, &'static str),
+    MissingValue(&'static str),
+    Repeated(&'static str),
+    UnknownOption(String),
+    TooManyArguments,
+    /// `now + window` does not fit the clock.
+    WindowOverflow(&'static str),
+    NoWindow,
+    /// A field of the META hash is not usable: (field, what it must be).
+    BadMetaField(&'static str, &'static str),
+    MetaWrongType,
+    WrongType,
+    NotACounter,
+}
+
+pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
+pub const POSITIVE: &str = "an integer from 1 to 9223372036854775807";
+
+impl fmt::Display for RlError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use RlError::*;
+        match self {
+            WrongArity(cmd) => write!(f, "ERR wrong number of arguments for '{cmd}' command"),
+            BadValue(opt, must) => write!(f, "ERR {opt} must be {must}"),
+            MissingValue(opt) => write!(f, "ERR {opt} needs a value"),
+            Repeated(opt) => write!(f, "ERR {opt} is given more than once"),
+            UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
+            TooManyArguments => write!(f, "ERR too many arguments"),
+            WindowOverflow(what) => write!(f, "ERR {what} is too large: the window end overflows"),
+            NoWindow => write!(
+                f,
+                "ERR a limit is set but no window: give WINDOW or set field 'duration' in the META hash"
+            ),
+            BadMetaField(field, must) => {
+                write!(f, "ERR META hash field '{field}' must be {must}")
+            }
+            MetaWrongType => write!(f, "WRONGTYPE META key does not hold a hash"),
+            WrongType => write!(f, "WRONGTYPE Operation against a key holding the wrong kind of value"),
+            NotACounter => write!(f, "ERR limiter key does not hold an integer counter"),
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Integers in and out without temporary strings, with the server's own
+//! strictness: optional '-', digits, no '+', no spaces, no leading zeros.
+
+/// Longest decimal i64: "-9223372036854775808".
+pub const MAX_DIGITS: usize = 20;
+
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    let (negative, digits) = match s.split_first()? {
+        (b'-', rest) => (true, rest),
+        _ => (false, s),
+    };
+    if digits.is_empty() || digits.len() > 19 {
+        return None;
+    }
+    if digits[0] == b'0' && (digits.len() > 1 || negative) {
+        return None;
+    }
+    // Accumulate negatively so that i64::MIN parses without overflow.
+    let mut value: i64 = 0;
+    for &b in digits {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+    }
+    if negative {
+        Some(value)
+    } else {
+        value.checked_neg()
+    }
+}
+
+/// Writes `value` into the end of `buf` and returns the digits.
+pub fn format_i64(value: i64, buf: &mut [u8; MAX_DIGITS]) -> &[u8] {
+    let mut n = value.unsigned_abs();
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    if value < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn accepts_what_the_server_accepts() {
+        assert_eq!(parse_i64(b"0"), Some(0));
+        assert_eq!(parse_i64(b"42"), Some(42));
+        assert_eq!(parse_i64(b"-7"), Some(-7));
+        assert_eq!(parse_i64(b"9223372036854775807"), Some(i64::MAX));
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+    }
+
+    #[test]
+    fn rejects_everything_else() {
+        for bad in [
+            &b""[..],
+            b"-",
+            b"+1",
+            b" 1",
+            b"1 ",
+            b"01",
+            b"-0",
+            b"1.5",
+            b"1e3",
+            b"9223372036854775808",
+            b"-9223372036854775809",
+            b"99999999999999999999",
+            b"abc",
+            b"\x00",
+        ] {
+            assert_eq!(parse_i64(bad), None, "{:?}", bad);
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn round_trips(v in any::<i64>()) {
+            let mut buf = [0u8; MAX_DIGITS];
+            let text = format_i64(v, &mut buf);
+            prop_assert_eq!(text, v.to_string().as_bytes());
+            prop_assert_eq!(parse_i64(text), Some(v));
+        }
+
+        #[test]
+        fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..30)) {
+            let parsed = parse_i64(&bytes);
+            if let Some(v) = parsed {
+                prop_assert_eq!(v.to_string().as_bytes(), &bytes[..]);
+            }
+        }
+    }
+}
