@@ -1,6 +1,7 @@
 //! Command handlers: arguments into a typed request, the policy resolved,
 //! the algorithm called, and the result written back through `store`.
 
+use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
@@ -197,23 +198,32 @@ fn read_meta(
         KeyKind::Hash => {}
         _ => return Err(RlError::MetaWrongType),
     }
-    let max = if want_max {
-        meta.hash_int(ctx, c"max")
-            .ok()
-            .and_then(|v| v.map_or(Some(None), |v| (v >= 0).then_some(Some(v))))
-            .ok_or(RlError::BadMetaField("max", NON_NEGATIVE))?
-    } else {
-        None
+    let max = match want_max {
+        true => meta_field(ctx, &meta, c"max", "max", 0)?,
+        false => None,
     };
-    let duration = if want_duration {
-        meta.hash_int(ctx, c"duration")
-            .ok()
-            .and_then(|v| v.map_or(Some(None), |v| (v >= 1).then_some(Some(v))))
-            .ok_or(RlError::BadMetaField("duration", POSITIVE))?
-    } else {
-        None
+    let duration = match want_duration {
+        true => meta_field(ctx, &meta, c"duration", "duration", 1)?,
+        false => None,
     };
     Ok((max, duration))
+}
+
+fn meta_field(
+    ctx: Ctx,
+    meta: &Key,
+    field: &CStr,
+    name: &'static str,
+    min: i64,
+) -> Result<Option<i64>, RlError> {
+    match meta.hash_int(ctx, field) {
+        Ok(None) => Ok(None),
+        Ok(Some(v)) if v >= min => Ok(Some(v)),
+        _ => Err(RlError::BadMetaField(
+            name,
+            if min == 0 { NON_NEGATIVE } else { POSITIVE },
+        )),
+    }
 }
 
 /// The receipt of a decision: INFO counters, and `rl.hit` on refusal.

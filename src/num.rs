@@ -90,7 +90,8 @@ mod tests {
         fn round_trips(v in any::<i64>()) {
             let mut buf = [0u8; MAX_DIGITS];
             let text = format_i64(v, &mut buf);
-            prop_assert_eq!(text, v.to_string().as_bytes());
+            let expected = v.to_string();
+            prop_assert_eq!(text, expected.as_bytes());
             prop_assert_eq!(parse_i64(text), Some(v));
         }
 
@@ -98,7 +99,8 @@ mod tests {
         fn never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..30)) {
             let parsed = parse_i64(&bytes);
             if let Some(v) = parsed {
-                prop_assert_eq!(v.to_string().as_bytes(), &bytes[..]);
+                let text = v.to_string();
+                prop_assert_eq!(text.as_bytes(), &bytes[..]);
             }
         }
     }
