@@ -13,6 +13,9 @@ use crate::store::{self, arg_bytes, Ctx, Key, KeyKind, Str};
 
 pub type Handler = extern "C" fn(Ctx, *mut Str, c_int) -> c_int;
 
+/// A command body: the raw arguments and their bytes in, a reply sent or an error out.
+type Body = fn(Ctx, &[Str], &[&[u8]]) -> Result<(), RlError>;
+
 /// Wraps a handler body so that a bug can only become an error reply:
 /// a panic never unwinds into the server.
 macro_rules! entry_point {
@@ -27,12 +30,7 @@ entry_point!(rl_admit => admit);
 entry_point!(rl_ttl => ttl);
 entry_point!(rl_limit => limit);
 
-fn run(
-    ctx: Ctx,
-    argv: *mut Str,
-    argc: c_int,
-    body: fn(Ctx, &[Str], &[&[u8]]) -> Result<(), RlError>,
-) -> c_int {
+fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let argc = usize::try_from(argc).unwrap_or(0);
         if argc > MAX_ARGS {
@@ -94,7 +92,7 @@ fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     };
 
     let name = argv[1];
-    let key = Key::write(ctx, name);
+    let mut key = Key::write(ctx, name);
     let found = key.read_counter()?.map(|count| fixed::Counter {
         count,
         expires_at: key.expires_at(),

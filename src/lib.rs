@@ -5,14 +5,17 @@
 //! parsing in `args`, handlers in `commands`, and all keyspace access in
 //! `store`.
 
+// Pure code, public for tests and fuzzing.
 pub mod algo;
 pub mod args;
-pub mod commands;
 pub mod error;
 pub mod num;
-pub mod registry;
-pub mod stats;
-pub mod store;
+
+// The server-facing layer.
+mod commands;
+mod registry;
+mod stats;
+mod store;
 
 use redis_module::{raw, redis_module, Context, RedisString, Status};
 

@@ -126,9 +126,21 @@ impl Key {
     }
 
     /// The string value, without copying. Only call on a string key.
-    fn string_bytes(&self, mode: u32) -> &mut [u8] {
+    fn string_bytes(&self) -> &[u8] {
         let mut len = 0usize;
-        let p = unsafe { api!(RedisModule_StringDMA)(self.ptr, &mut len, mode as c_int) };
+        let mode = raw::REDISMODULE_READ as c_int;
+        let p = unsafe { api!(RedisModule_StringDMA)(self.ptr, &mut len, mode) };
+        if p.is_null() {
+            return &[];
+        }
+        unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
+    }
+
+    /// The string value for writing in place (the key must be open for write).
+    fn string_bytes_mut(&mut self) -> &mut [u8] {
+        let mut len = 0usize;
+        let mode = raw::REDISMODULE_WRITE as c_int;
+        let p = unsafe { api!(RedisModule_StringDMA)(self.ptr, &mut len, mode) };
         if p.is_null() {
             return &mut [];
         }
@@ -139,7 +151,7 @@ impl Key {
     pub fn read_counter(&self) -> Result<Option<i64>, RlError> {
         match self.kind() {
             KeyKind::Empty => Ok(None),
-            KeyKind::String => parse_i64(self.string_bytes(raw::REDISMODULE_READ))
+            KeyKind::String => parse_i64(self.string_bytes())
                 .map(Some)
                 .ok_or(RlError::NotACounter),
             _ => Err(RlError::WrongType),
@@ -147,16 +159,20 @@ impl Key {
     }
 
     /// Stores `value` as the key's string in place, keeping its expiry.
-    pub fn write_counter(&self, value: i64) {
+    pub fn write_counter(&mut self, value: i64) {
         let mut buf = [0u8; MAX_DIGITS];
-        let digits = format_i64(value, &mut buf);
-        let mode = raw::REDISMODULE_WRITE;
-        if self.kind() == KeyKind::Empty || self.string_bytes(mode).len() != digits.len() {
-            unsafe { api!(RedisModule_StringTruncate)(self.ptr, digits.len()) };
+        self.write_bytes(format_i64(value, &mut buf));
+    }
+
+    /// Overwrites the key's string in place (creating it when empty), so the
+    /// key keeps its expiry and no new object is made when the size holds.
+    pub fn write_bytes(&mut self, bytes: &[u8]) {
+        if self.kind() == KeyKind::Empty || self.string_bytes().len() != bytes.len() {
+            unsafe { api!(RedisModule_StringTruncate)(self.ptr, bytes.len()) };
         }
-        let dest = self.string_bytes(mode);
-        if dest.len() == digits.len() {
-            dest.copy_from_slice(digits);
+        let dest = self.string_bytes_mut();
+        if dest.len() == bytes.len() {
+            dest.copy_from_slice(bytes);
         }
     }
 

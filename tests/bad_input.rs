@@ -1,0 +1,195 @@
+//! Malformed calls get a clear error, change nothing, and never take the
+//! server down.
+
+mod common;
+
+use common::{cmd_err, dump, pexpiretime, Server};
+use redis::Commands;
+
+#[test]
+fn every_malformed_call_is_an_error_that_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: () = redis::cmd("SET")
+        .arg(&["c", "2", "PX", "60000"])
+        .query(&mut con)
+        .unwrap();
+    let _: () = con
+        .hset_multiple("m", &[("max", "3"), ("duration", "60000")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple("badmax", &[("max", "many"), ("duration", "1000")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple("negmax", &[("max", "-1"), ("duration", "1000")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple("baddur", &[("max", "3"), ("duration", "1.5")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple("zerodur", &[("max", "3"), ("duration", "0")])
+        .unwrap();
+    let _: () = con
+        .hset_multiple(
+            "hugedur",
+            &[("max", "3"), ("duration", "9223372036854775807")],
+        )
+        .unwrap();
+    let _: () = con.set("text", "hello").unwrap();
+    let _: () = con.rpush("list", "x").unwrap();
+    let keys = [
+        "c", "m", "badmax", "negmax", "baddur", "zerodur", "hugedur", "text", "list", "new",
+    ];
+    let before: Vec<_> = keys
+        .iter()
+        .map(|k| (dump(&mut con, k), pexpiretime(&mut con, k)))
+        .collect();
+
+    // (call, what the error must mention)
+    let cases: &[(&[&str], &str)] = &[
+        (&["RL.ADMIT"], "wrong number of arguments"),
+        (&["RL.TTL"], "wrong number of arguments"),
+        (&["RL.LIMIT"], "wrong number of arguments"),
+        (&["RL.LIMIT", "m", "extra"], "wrong number of arguments"),
+        (&["RL.ADMIT", "c", "LIMIT"], "LIMIT"),
+        (&["RL.ADMIT", "c", "LIMIT", "abc", "WINDOW", "10"], "LIMIT"),
+        (&["RL.ADMIT", "c", "LIMIT", "-1", "WINDOW", "10"], "LIMIT"),
+        (&["RL.ADMIT", "c", "LIMIT", "1.5", "WINDOW", "10"], "LIMIT"),
+        (
+            &[
+                "RL.ADMIT",
+                "c",
+                "LIMIT",
+                "99999999999999999999",
+                "WINDOW",
+                "10",
+            ],
+            "LIMIT",
+        ),
+        (&["RL.ADMIT", "c", "LIMIT", " 5", "WINDOW", "10"], "LIMIT"),
+        (&["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "0"], "WINDOW"),
+        (&["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "-10"], "WINDOW"),
+        (&["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "ten"], "WINDOW"),
+        (
+            &[
+                "RL.ADMIT",
+                "c",
+                "LIMIT",
+                "5",
+                "WINDOW",
+                "9223372036854775807",
+            ],
+            "WINDOW",
+        ),
+        (
+            &["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "10", "COST", "-1"],
+            "COST",
+        ),
+        (
+            &["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "10", "COST", "x"],
+            "COST",
+        ),
+        (
+            &["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "10", "COST"],
+            "COST",
+        ),
+        (
+            &["RL.ADMIT", "c", "LIMIT", "5", "LIMIT", "6", "WINDOW", "10"],
+            "LIMIT",
+        ),
+        (
+            &[
+                "RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "10", "window", "20",
+            ],
+            "WINDOW",
+        ),
+        (&["RL.ADMIT", "c", "META", "m", "META", "m"], "META"),
+        (
+            &["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "10", "BOGUS", "1"],
+            "unknown option",
+        ),
+        (
+            &["RL.ADMIT", "c", "LIMIT", "5", "WINDOW", "10", "extra"],
+            "unknown option",
+        ),
+        (&["RL.ADMIT", "new", "LIMIT", "5"], "window"),
+        (&["RL.ADMIT", "c", "META", "badmax"], "'max'"),
+        (&["RL.ADMIT", "c", "META", "negmax"], "'max'"),
+        (&["RL.ADMIT", "c", "META", "baddur"], "'duration'"),
+        (&["RL.ADMIT", "c", "META", "zerodur"], "'duration'"),
+        (&["RL.ADMIT", "c", "META", "hugedur"], "duration"),
+        (&["RL.ADMIT", "c", "META", "text"], "WRONGTYPE"),
+        (
+            &["RL.ADMIT", "text", "LIMIT", "5", "WINDOW", "10"],
+            "integer",
+        ),
+        (
+            &["RL.ADMIT", "list", "LIMIT", "5", "WINDOW", "10"],
+            "WRONGTYPE",
+        ),
+        (&["RL.TTL", "c", "WINDOW", "10"], "unknown option"),
+        (&["RL.TTL", "c", "LIMIT", "-3"], "LIMIT"),
+        (&["RL.TTL", "c", "META", "badmax"], "'max'"),
+        (&["RL.TTL", "list", "LIMIT", "3"], "WRONGTYPE"),
+        (&["RL.LIMIT", "badmax"], "'max'"),
+        (&["RL.LIMIT", "list"], "WRONGTYPE"),
+    ];
+    for (call, mention) in cases {
+        let err = cmd_err(&mut con, call);
+        assert!(
+            err.starts_with("ERR ") || err.starts_with("WRONGTYPE "),
+            "{call:?} gave {err:?}"
+        );
+        assert!(
+            err.contains(mention),
+            "{call:?} gave {err:?}, expected it to mention {mention:?}"
+        );
+        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+        assert_eq!(pong, "PONG");
+    }
+    let after: Vec<_> = keys
+        .iter()
+        .map(|k| (dump(&mut con, k), pexpiretime(&mut con, k)))
+        .collect();
+    assert_eq!(before, after, "no malformed call touched a key");
+    let errors = common::info_field(&mut con, "ratelimit", "ratelimit_errors").unwrap();
+    assert!(
+        errors.parse::<usize>().unwrap() >= cases.len() - 4,
+        "errors counted: {errors}"
+    );
+}
+
+#[test]
+fn binary_and_oversized_arguments_are_survived() {
+    let server = Server::start();
+    let mut con = server.client();
+    let nasty: Vec<Vec<u8>> = vec![
+        b"\x00\xff\r\n".to_vec(),
+        vec![b'9'; 10_000],
+        "LIMITé".as_bytes().to_vec(),
+        b"-0".to_vec(),
+        b"+5".to_vec(),
+    ];
+    for arg in &nasty {
+        for position in 0..4 {
+            let mut cmd = redis::cmd("RL.ADMIT");
+            cmd.arg(b"k".as_slice());
+            let mut words: Vec<&[u8]> = vec![b"LIMIT", b"5", b"WINDOW", b"100"];
+            words[position] = arg;
+            for w in words {
+                cmd.arg(w);
+            }
+            let reply = cmd.query::<redis::Value>(&mut con);
+            assert!(reply.is_err(), "{arg:?} at {position} was accepted");
+        }
+    }
+    let many: Vec<String> = (0..200).map(|i| i.to_string()).collect();
+    let err = redis::cmd("RL.ADMIT")
+        .arg("k")
+        .arg(&many)
+        .query::<redis::Value>(&mut con);
+    assert!(err.is_err());
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+    assert!(!con.exists::<_, bool>("k").unwrap());
+}

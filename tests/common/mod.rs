@@ -1,0 +1,486 @@
+//! Integration-test harness: starts throwaway valkey-server processes with the
+//! module loaded, plus small helpers for talking to them.
+//!
+//! Each test binary includes this file with `mod common;` and uses a subset of
+//! it, hence the `#[allow(dead_code)]` on every item.
+//!
+//! Environment:
+//! - `RL_MODULE`: module to load (default `target/release/libvalkey_ratelimit.so`).
+//! - `VALKEY_SERVER`: server binary (default: whatever `scripts/valkey-server.sh` prints).
+//! - `RL_KEEP_TEST_DIRS`: keep each server's directory (data files, server.log).
+
+use std::fs::{self, File, OpenOptions};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use redis::{Connection, ConnectionLike, Value};
+
+/// How long a server may take to answer PING, a replica to link up, etc.
+const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Graceful shutdown may wait for replicas (shutdown-timeout defaults to 10 s).
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Attempts at finding a free port; another process may grab the one we picked.
+const START_ATTEMPTS: usize = 5;
+
+/// The module under test: `$RL_MODULE` or the release build in this repo.
+#[allow(dead_code)]
+pub fn module_path() -> PathBuf {
+    let path = match std::env::var_os("RL_MODULE") {
+        Some(p) => PathBuf::from(p),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/libvalkey_ratelimit.so"),
+    };
+    if !path.is_file() {
+        panic!(
+            "module not found at {}: run `cargo build --release` first (or set RL_MODULE)",
+            path.display()
+        );
+    }
+    // valkey resolves relative paths from its own cwd, so hand it an absolute one.
+    path.canonicalize().expect("canonicalize module path")
+}
+
+/// The valkey-server binary: `$VALKEY_SERVER`, else what `scripts/valkey-server.sh` prints.
+/// Resolved once per test binary (the script may pip-install on first use).
+#[allow(dead_code)]
+pub fn server_binary() -> PathBuf {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            if let Some(p) = std::env::var_os("VALKEY_SERVER") {
+                if !p.is_empty() {
+                    return PathBuf::from(p);
+                }
+            }
+            let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/valkey-server.sh");
+            let out = Command::new(&script)
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
+            let stdout = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !out.status.success() || stdout.is_empty() {
+                panic!(
+                    "{} failed ({}): {}",
+                    script.display(),
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+            PathBuf::from(stdout)
+        })
+        .clone()
+}
+
+/// A fresh, empty directory for one server: `<tmp>/rl-tests/<pid>-<counter>`.
+fn new_server_dir() -> PathBuf {
+    static COUNTER: AtomicUsize = AtomicUsize::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir()
+        .join("rl-tests")
+        .join(format!("{}-{n}", std::process::id()));
+    // Left over from an earlier run whose pid was reused.
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir
+}
+
+/// A port that was free a moment ago. The server may still lose a race for it,
+/// which `Server::start_with` handles by retrying with another port.
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local_addr").port()
+}
+
+/// Poll `check` every 20 ms until it returns true; panic with `what` after `timeout`.
+#[allow(dead_code)]
+pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !check() {
+        if start.elapsed() > timeout {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait up to `timeout` for the process to exit.
+fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        if start.elapsed() > timeout {
+            return None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The last `n` lines of a log text.
+fn tail(text: &str, n: usize) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Why a start attempt failed.
+enum StartError {
+    /// Someone else had the port; worth another try with a new port.
+    PortTaken,
+    /// Anything else; the message includes the log tail.
+    Fatal(String),
+}
+
+/// A valkey-server child process with the module loaded, on 127.0.0.1.
+///
+/// Dropping it kills the process (SIGKILL) and removes `dir`, also when the
+/// test panics. Set `RL_KEEP_TEST_DIRS=1` to keep the directory.
+pub struct Server {
+    pub port: u16,
+    /// Working directory: data files and `server.log`.
+    pub dir: PathBuf,
+    child: Child,
+    /// Extra arguments given to `start_with`, reused by `restart`.
+    extra: Vec<String>,
+}
+
+#[allow(dead_code)]
+impl Server {
+    /// A server with the default test configuration.
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// A server with extra config arguments appended after the defaults,
+    /// e.g. `&["--appendonly", "yes"]` (valkey keeps the last value given).
+    pub fn start_with(extra: &[&str]) -> Server {
+        // These panic with a clear message if missing; do it before creating a dir.
+        server_binary();
+        module_path();
+        let dir = new_server_dir();
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        for _ in 0..START_ATTEMPTS {
+            let port = free_port();
+            match launch(port, &dir, &extra) {
+                Ok(child) => {
+                    return Server {
+                        port,
+                        dir,
+                        child,
+                        extra,
+                    }
+                }
+                Err(StartError::PortTaken) => continue,
+                Err(StartError::Fatal(msg)) => {
+                    remove_dir(&dir);
+                    panic!("{msg}");
+                }
+            }
+        }
+        remove_dir(&dir);
+        panic!("valkey-server: no free port after {START_ATTEMPTS} attempts");
+    }
+
+    /// Graceful stop, then start again with the same port, dir and arguments.
+    /// Data survives only through what the server persisted (AOF, or an RDB
+    /// written by SAVE: the default `save ""` writes none at shutdown).
+    pub fn restart(&mut self) {
+        self.stop();
+        match launch(self.port, &self.dir, &self.extra) {
+            Ok(child) => self.child = child,
+            Err(StartError::PortTaken) => {
+                panic!("restart: port {} was taken by another process", self.port)
+            }
+            Err(StartError::Fatal(msg)) => panic!("restart: {msg}"),
+        }
+    }
+
+    /// Graceful stop: SIGTERM (same as SHUTDOWN without arguments), then wait.
+    pub fn stop(&mut self) {
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
+        // SAFETY: plain kill(2) on our own child's pid; it has not been reaped
+        // (try_wait above returned None), so the pid cannot have been reused.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM);
+        }
+        if wait_exit(&mut self.child, STOP_TIMEOUT).is_none() {
+            self.kill();
+            panic!(
+                "valkey-server did not stop within {STOP_TIMEOUT:?}; log tail:\n{}",
+                tail(&self.log(), 30)
+            );
+        }
+    }
+
+    /// Hard stop (SIGKILL): nothing is flushed, as in a crash.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A new connection. Reads time out after 30 s so a hung server fails the
+    /// test instead of hanging it.
+    pub fn client(&self) -> Connection {
+        connect(self.port, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connect to 127.0.0.1:{}: {e}", self.port))
+    }
+
+    /// Everything the server wrote to stdout/stderr, across restarts.
+    pub fn log(&self) -> String {
+        fs::read(self.dir.join("server.log"))
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// Make this server a replica of `primary` and wait until the link is up
+    /// (initial sync done).
+    pub fn replica_of(&self, primary: &Server) {
+        let mut con = self.client();
+        let port = primary.port.to_string();
+        let reply: String = redis::cmd("REPLICAOF")
+            .arg("127.0.0.1")
+            .arg(&port)
+            .query(&mut con)
+            .expect("REPLICAOF");
+        assert!(reply.starts_with("OK"), "REPLICAOF replied {reply:?}");
+        wait_until(WAIT_TIMEOUT, "master_link_status:up", || {
+            info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
+        });
+    }
+}
+
+/// Wait until `replica` has applied everything `primary` has propagated so far.
+#[allow(dead_code)]
+pub fn wait_replica_offset(primary: &Server, replica: &Server) {
+    let mut p = primary.client();
+    let mut r = replica.client();
+    let start = Instant::now();
+    loop {
+        let want = info_field(&mut p, "replication", "master_repl_offset");
+        let got = info_field(&mut r, "replication", "slave_repl_offset")
+            .or_else(|| info_field(&mut r, "replication", "master_repl_offset"));
+        if want.is_some() && want == got {
+            return;
+        }
+        if start.elapsed() > WAIT_TIMEOUT {
+            panic!(
+                "replica offset did not catch up in {WAIT_TIMEOUT:?}: \
+                 primary {want:?}, replica {got:?}"
+            );
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if thread::panicking() {
+            // The test output is shown on failure: make the server's view visible.
+            eprintln!(
+                "--- valkey-server on port {} (dir {}), log tail:\n{}",
+                self.port,
+                self.dir.display(),
+                tail(&self.log(), 30)
+            );
+        }
+        remove_dir(&self.dir);
+    }
+}
+
+fn remove_dir(dir: &Path) {
+    if std::env::var_os("RL_KEEP_TEST_DIRS").is_some() {
+        eprintln!("keeping test dir {}", dir.display());
+    } else {
+        let _ = fs::remove_dir_all(dir);
+    }
+}
+
+fn connect(port: u16, timeout: Duration) -> redis::RedisResult<Connection> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}/"))?;
+    let con = client.get_connection_with_timeout(timeout)?;
+    con.set_read_timeout(Some(Duration::from_secs(30)))?;
+    con.set_write_timeout(Some(Duration::from_secs(30)))?;
+    Ok(con)
+}
+
+/// Spawn valkey-server on `port` and wait until it answers PING.
+/// On failure the process is killed before returning.
+fn launch(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> {
+    let log_path = dir.join("server.log");
+    // Appended to, so the log of a restarted server keeps its earlier life.
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .expect("open server.log");
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0) as usize;
+    let log_err: File = log.try_clone().expect("clone log handle");
+
+    let binary = server_binary();
+    let mut cmd = Command::new(&binary);
+    cmd.current_dir(dir)
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        // DEBUG RELOAD and friends are handy in tests; loopback clients only.
+        .args(["--enable-debug-command", "local"])
+        // A primary waits 5 s by default before a full sync; no need in tests.
+        .args(["--repl-diskless-sync-delay", "0"])
+        .arg("--loadmodule")
+        .arg(module_path())
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    let mut child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            return Err(StartError::Fatal(format!(
+                "spawn {}: {e}",
+                binary.display()
+            )))
+        }
+    };
+
+    let fail = |child: &mut Child, what: String| -> StartError {
+        let _ = child.kill();
+        let _ = child.wait();
+        let text = fs::read(&log_path).unwrap_or_default();
+        let this_run = String::from_utf8_lossy(&text[log_start.min(text.len())..]).into_owned();
+        if this_run.contains("Address already in use") {
+            return StartError::PortTaken;
+        }
+        StartError::Fatal(format!(
+            "valkey-server ({}) on port {port} {what}; log tail ({}):\n{}",
+            binary.display(),
+            log_path.display(),
+            tail(&this_run, 30)
+        ))
+    };
+
+    let start = Instant::now();
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Err(fail(
+                &mut child,
+                format!("exited during startup ({status})"),
+            ));
+        }
+        // PONG alone is not enough: if we lost the port race, another test's
+        // server may be answering on it. Check that the pid is ours.
+        if ping_pid(port) == Some(child.id()) {
+            return Ok(child);
+        }
+        if start.elapsed() > WAIT_TIMEOUT {
+            return Err(fail(
+                &mut child,
+                format!("did not answer PING within {WAIT_TIMEOUT:?}"),
+            ));
+        }
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The server's pid if it answers PING with PONG (not e.g. -LOADING).
+fn ping_pid(port: u16) -> Option<u32> {
+    let mut con = connect(port, Duration::from_millis(500)).ok()?;
+    let pong: String = redis::cmd("PING").query(&mut con).ok()?;
+    if pong != "PONG" {
+        return None;
+    }
+    info_field(&mut con, "server", "process_id")?.parse().ok()
+}
+
+/// Build a command from its words, e.g. `&["SET", "k", "v"]`.
+#[allow(dead_code)]
+pub fn make_cmd(args: &[&str]) -> redis::Cmd {
+    let (name, rest) = args.split_first().expect("empty command");
+    let mut cmd = redis::cmd(name);
+    for a in rest {
+        cmd.arg(*a);
+    }
+    cmd
+}
+
+/// Run a command and return the raw reply; an error reply comes back as
+/// `Value::ServerError` instead of `Err`.
+#[allow(dead_code)]
+pub fn cmd_raw(con: &mut Connection, args: &[&str]) -> Value {
+    con.req_command(&make_cmd(args))
+        .unwrap_or_else(|e| panic!("{args:?}: connection error: {e}"))
+}
+
+/// Run a command that must reply with an array of integers.
+#[allow(dead_code)]
+pub fn cmd_ints(con: &mut Connection, args: &[&str]) -> Vec<i64> {
+    match cmd_raw(con, args) {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|v| match v {
+                Value::Int(n) => n,
+                other => panic!("{args:?}: expected integers, got element {other:?}"),
+            })
+            .collect(),
+        other => panic!("{args:?}: expected an array of integers, got {other:?}"),
+    }
+}
+
+/// Run a command that must fail; returns the error text exactly as the server
+/// sent it, e.g. `"ERR wrong number of arguments ..."` or `"WRONGTYPE ..."`.
+#[allow(dead_code)]
+pub fn cmd_err(con: &mut Connection, args: &[&str]) -> String {
+    // The raw reply keeps the error intact; redis-rs splits it at the first
+    // space into code and detail, which rejoin to the original line.
+    match cmd_raw(con, args) {
+        Value::ServerError(e) => match e.details() {
+            Some(detail) => format!("{} {detail}", e.code()),
+            None => e.code().to_string(),
+        },
+        other => panic!("{args:?}: expected an error reply, got {other:?}"),
+    }
+}
+
+/// PTTL of a key: ms left, -1 without expiry, -2 when missing.
+#[allow(dead_code)]
+pub fn pttl(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
+}
+
+/// PEXPIRETIME of a key: absolute unix ms, -1 without expiry, -2 when missing.
+#[allow(dead_code)]
+pub fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .expect("PEXPIRETIME")
+}
+
+/// DUMP of a key (serialized value, for byte-for-byte comparisons), None when missing.
+#[allow(dead_code)]
+pub fn dump(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
+    redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
+}
+
+/// One `field:value` line of `INFO <section>`.
+#[allow(dead_code)]
+pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
+    let text: String = redis::cmd("INFO").arg(section).query(con).ok()?;
+    text.lines().find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        (k == field).then(|| v.trim_end().to_string())
+    })
+}

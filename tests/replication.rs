@@ -1,0 +1,169 @@
+//! Replicas and the AOF receive effects with absolute expiry, never the
+//! time-dependent command: after any run of calls they agree exactly.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::Duration;
+
+use common::{cmd_ints, pexpiretime, wait_replica_offset, Server};
+use redis::Commands;
+
+/// The primary's replication PINGs would move the offset on their own.
+const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
+
+fn offset(con: &mut redis::Connection) -> i64 {
+    common::info_field(con, "replication", "master_repl_offset")
+        .expect("master_repl_offset")
+        .parse()
+        .expect("an integer offset")
+}
+
+fn snapshot(con: &mut redis::Connection, keys: &[String]) -> Vec<(String, Option<String>, i64)> {
+    keys.iter()
+        .map(|k| {
+            let value: Option<String> = con.get(k).unwrap();
+            (k.clone(), value, pexpiretime(con, k))
+        })
+        .collect()
+}
+
+#[test]
+fn a_replica_holds_the_same_values_and_expiries() {
+    let primary = Server::start_with(QUIET);
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+
+    let _: () = con
+        .hset_multiple("meta", &[("max", "4"), ("duration", "30000")])
+        .unwrap();
+    let _: () = con.set("legacy", 1).unwrap(); // an INCR-made counter without TTL
+    let mut keys: Vec<String> = (0..20).map(|i| format!("lim:{i}")).collect();
+    keys.push("legacy".into());
+    for round in 0..8 {
+        for (i, key) in keys.iter().enumerate() {
+            let window = (1_000 * (i + 1)).to_string();
+            let cost = ((round + i) % 3).to_string();
+            if i % 2 == 0 {
+                cmd_ints(&mut con, &["RL.ADMIT", key, "META", "meta", "COST", &cost]);
+            } else {
+                cmd_ints(
+                    &mut con,
+                    &[
+                        "RL.ADMIT", key, "LIMIT", "5", "WINDOW", &window, "COST", &cost,
+                    ],
+                );
+            }
+        }
+        sleep(Duration::from_millis(3)); // let the clock move between rounds
+    }
+    wait_replica_offset(&primary, &replica);
+    let on_primary = snapshot(&mut con, &keys);
+    let on_replica = snapshot(&mut replica.client(), &keys);
+    assert_eq!(on_primary, on_replica);
+    assert!(
+        on_primary.iter().all(|(_, v, at)| v.is_some() && *at > 0),
+        "{on_primary:?}"
+    );
+}
+
+#[test]
+fn refusals_peeks_and_reads_replicate_nothing() {
+    let primary = Server::start_with(QUIET);
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+    let admit = ["RL.ADMIT", "k", "LIMIT", "2", "WINDOW", "60000"];
+    cmd_ints(&mut con, &admit);
+    cmd_ints(&mut con, &admit);
+    let _: () = con
+        .hset_multiple("m", &[("max", "2"), ("duration", "60000")])
+        .unwrap();
+    wait_replica_offset(&primary, &replica);
+
+    let before = offset(&mut con);
+    for _ in 0..20 {
+        assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
+        cmd_ints(&mut con, &["RL.ADMIT", "k", "META", "m"]);
+        cmd_ints(
+            &mut con,
+            &[
+                "RL.ADMIT", "k", "LIMIT", "2", "WINDOW", "60000", "COST", "0",
+            ],
+        );
+        cmd_ints(
+            &mut con,
+            &[
+                "RL.ADMIT", "fresh", "LIMIT", "2", "WINDOW", "60000", "COST", "0",
+            ],
+        );
+        cmd_ints(
+            &mut con,
+            &[
+                "RL.ADMIT", "k", "LIMIT", "2", "WINDOW", "60000", "COST", "9",
+            ],
+        );
+        cmd_ints(&mut con, &["RL.ADMIT", "unlimited"]);
+        let _: i64 = redis::cmd("RL.TTL")
+            .arg(&["k", "LIMIT", "2"])
+            .query(&mut con)
+            .unwrap();
+        let _: i64 = redis::cmd("RL.LIMIT").arg("m").query(&mut con).unwrap();
+        let _ = redis::cmd("RL.ADMIT")
+            .arg(&["k", "LIMIT", "x"])
+            .query::<redis::Value>(&mut con);
+    }
+    assert_eq!(offset(&mut con), before, "nothing was propagated");
+    let admitted = cmd_ints(
+        &mut con,
+        &["RL.ADMIT", "other", "LIMIT", "2", "WINDOW", "60000"],
+    );
+    assert_eq!(admitted[0], 1);
+    assert!(offset(&mut con) > before, "an admission does propagate");
+}
+
+#[test]
+fn an_aof_restart_keeps_every_value_and_absolute_expiry() {
+    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.client();
+    let _: () = con
+        .hset_multiple("meta", &[("max", "3"), ("duration", "20000")])
+        .unwrap();
+    let keys: Vec<String> = (0..10).map(|i| format!("lim:{i}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        for _ in 0..=i % 4 {
+            cmd_ints(&mut con, &["RL.ADMIT", key, "META", "meta"]);
+        }
+        sleep(Duration::from_millis(2));
+    }
+    // lim:3 and lim:7 took 4 calls against a limit of 3: over budget.
+    assert_eq!(
+        cmd_ints(&mut con, &["RL.ADMIT", "lim:3", "META", "meta"])[0],
+        0
+    );
+    let before = snapshot(&mut con, &keys);
+    drop(con);
+
+    server.stop();
+    sleep(Duration::from_millis(1_000));
+    server.restart();
+    let mut con = server.client();
+    let after = snapshot(&mut con, &keys);
+    assert_eq!(
+        before, after,
+        "a restart neither resets nor extends a window"
+    );
+
+    let refused = cmd_ints(&mut con, &["RL.ADMIT", "lim:3", "META", "meta"]);
+    assert_eq!(refused[0], 0, "still over budget after the restart");
+    let at = pexpiretime(&mut con, "lim:3");
+    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let now = secs * 1000 + micros / 1000;
+    assert!(
+        (refused[3] - (at - now)).abs() <= 5,
+        "retry {} vs {}",
+        refused[3],
+        at - now
+    );
+}
