@@ -17,7 +17,10 @@ mod registry;
 mod stats;
 mod store;
 
-use redis_module::{raw, redis_module, Context, RedisString, Status};
+use std::ffi::{CStr, CString};
+use std::os::raw::c_int;
+
+use redis_module::raw;
 
 use commands::{rl_admit, rl_limit, rl_ttl};
 use registry::{Command, COUNTER_RO, COUNTER_RW, META_RO};
@@ -57,53 +60,71 @@ const RL_LIMIT: Command = Command {
     complexity: c"O(1)",
 };
 
-fn init(ctx: &Context, _args: &[RedisString]) -> Status {
-    if let Err(missing) = store::check_api() {
-        ctx.log_warning(&format!(
-            "ratelimit: this server lacks {missing}; Valkey 8.0 or later is required"
-        ));
-        return Status::Err;
+/// Called by the server on `MODULE LOAD` / `loadmodule`.
+///
+/// # Safety
+/// Only the server calls this, with a valid context.
+#[no_mangle]
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut raw::RedisModuleCtx,
+    _argv: *mut *mut raw::RedisModuleString,
+    _argc: c_int,
+) -> c_int {
+    let ok = raw::REDISMODULE_OK as c_int;
+    let err = raw::REDISMODULE_ERR as c_int;
+    if unsafe { raw::Export_RedisModule_Init(ctx, c"ratelimit".as_ptr(), MODULE_VERSION, 1) } != ok
+    {
+        return err;
     }
-    let raw_ctx = ctx.ctx;
+    if let Err(missing) = store::check_api() {
+        log(
+            ctx,
+            c"warning",
+            &format!("this server lacks {missing}; Valkey 8.0 or later is required"),
+        );
+        return err;
+    }
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
         // Refusals and peeks must not touch WATCHed keys: we signal writes ourselves.
         unsafe {
             set_options(
-                raw_ctx,
-                raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as i32,
+                ctx,
+                raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
             )
         };
     }
-    let acl_category = registry::add_acl_category(raw_ctx);
+    let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
-        ctx.log_notice(
-            "ratelimit: custom ACL categories unsupported; commands keep the built-in ones",
+        log(
+            ctx,
+            c"notice",
+            "custom ACL categories unsupported; commands keep the built-in ones",
         );
     }
-    if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
-        unsafe { register_info(raw_ctx, Some(info)) };
-    }
     for cmd in COMMANDS {
-        if let Err(e) = registry::register(raw_ctx, cmd, acl_category) {
-            ctx.log_warning(&format!("ratelimit: {e}"));
-            return Status::Err;
+        if let Err(e) = registry::register(ctx, cmd, acl_category) {
+            log(ctx, c"warning", &e);
+            return err;
         }
     }
-    Status::Ok
+    if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
+        unsafe { register_info(ctx, Some(info)) };
+    }
+    ok
 }
 
-extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: i32) {
+/// Major * 10000 + minor * 100 + patch, as `MODULE LIST` shows it.
+const MODULE_VERSION: c_int = 100;
+
+extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     stats::add_info(ctx);
 }
 
-// The module allocates nothing that outlives a call (all limiter state is
-// plain server strings), so the system allocator serves, and it keeps the
-// pure code usable from unit tests and fuzzers outside a server.
-redis_module! {
-    name: "ratelimit",
-    version: 1,
-    allocator: (std::alloc::System, std::alloc::System),
-    data_types: [],
-    init: init,
-    commands: [],
+fn log(ctx: *mut raw::RedisModuleCtx, level: &CStr, message: &str) {
+    let Some(log) = (unsafe { raw::RedisModule_Log }) else {
+        return;
+    };
+    if let Ok(text) = CString::new(format!("ratelimit: {message}")) {
+        unsafe { log(ctx, level.as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+    }
 }

@@ -1,0 +1,835 @@
+#!/usr/bin/env python3
+"""Benchmark of the ratelimit module against INCR and Lua equivalents.
+
+Starts its own valkey-server (scripts/valkey-server.sh or $VALKEY_SERVER) with
+the module loaded on a free loopback port, drives it with redis-benchmark
+(50 clients, pipelining 1 and 16, one hot key and 1,000,000 random keys),
+and prints a Markdown report that it also saves as
+bench/results-YYYY-MM-DD-valkey-<version>[-quick].md. See bench/README.md.
+
+Environment:
+  BENCH_QUICK=1      ~30 s smoke run (2 rounds, small -n)
+  BENCH_ROUNDS=N     rounds per row (default 3; quick 2)
+  BENCH_N_P1=N       requests per run at -P 1 (default 50000; quick 5000)
+  BENCH_N_P16=N      requests per run at -P 16 (default 200000; quick 30000)
+  BENCH_ROWS=REGEX   only the rows whose id matches (INCR always runs)
+  BENCH_OUT=PATH     where to save the report
+  BENCH_STRICT=1     exit 3 when a bar is missed
+  VALKEY_SERVER, RL_MODULE   server binary and module .so to use
+  REDIS_BENCHMARK    redis-benchmark binary (default: on PATH)
+
+Exit status: 0 when the run completed (bars may be missed: that is a result),
+1 when the Lua oracle disagrees with the module or a row failed unexpectedly.
+"""
+
+import csv
+import datetime
+import io
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import valkey_harness as vh  # noqa: E402
+import oracle_check  # noqa: E402
+
+QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
+ROUNDS = int(os.environ.get("BENCH_ROUNDS") or (2 if QUICK else 3))
+N_BY_P = {
+    1: int(os.environ.get("BENCH_N_P1") or (5000 if QUICK else 50000)),
+    16: int(os.environ.get("BENCH_N_P16") or (30000 if QUICK else 200000)),
+}
+PIPELINES = (1, 16)
+KEYMODES = ("hot", "rand")
+CLIENTS = 50
+KEYSPACE = 1000000
+EXPIRY_WINDOW_MS = 2000
+EXPIRY_WAIT_S = 10
+REDIS_BENCHMARK = os.environ.get("REDIS_BENCHMARK", "redis-benchmark")
+
+# ---------------------------------------------------------------------------
+# The rows. Add a workload by adding a line.
+#
+# id     4 characters, unique; also the key tag, so every key name has the same
+#        length: hot key b:<id>:000000000000, random keys b:<id>:__rand_int__
+#        (redis-benchmark replaces __rand_int__ by 12 digits).
+# cmd    the command; KEY stands for the key. A first word lua:NAME runs
+#        EVALSHA of bench/lua/NAME.lua (SCRIPT LOADed first) with KEY as its
+#        one key: the row is skipped while the file does not exist.
+# kind   floor (INCR) | native | lua | refuse
+# algo   groups rows for the bars; a native row names its Lua twin in `lua`.
+# expect what a probe call must answer before the row is run:
+#        int, admit (reply[0] == 1), refuse (reply[0] == 0),
+#        allowed0 (RL.THROTTLE / CL.THROTTLE: reply[0] == 0 means allowed).
+# prefill a command run on the key before each run (hot key only).
+# A row whose probe gets "unknown option" / "unknown command" is skipped,
+# with the server's answer in the report.
+#
+# Lua scripts for the other algorithms take, like fixed.lua:
+#   EVALSHA sha 1 key limit window_ms cost [burst]
+# and answer RL.ADMIT's five integers.
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    id: str
+    label: str
+    cmd: str
+    kind: str
+    algo: str = ""
+    lua: str = ""
+    expect: str = "admit"
+    keys: str = "hot rand"
+    prefill: str = ""
+
+
+BIG = "1000000000"
+ROWS = [
+    Row("incr", "INCR", "INCR KEY", "floor", expect="int"),
+    Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
+    Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
+        "native", "fixed", lua="lfix"),
+    Row("rcnt", "RL.ADMIT fixed, refuse: count at limit (pre-filled key)",
+        "RL.ADMIT KEY LIMIT 1 WINDOW 3600000", "refuse", "fixed", expect="refuse",
+        keys="hot", prefill="RL.ADMIT KEY LIMIT 1 WINDOW 3600000"),
+    Row("rcst", "RL.ADMIT fixed, refuse: COST 2 > LIMIT 1 (no state)",
+        "RL.ADMIT KEY LIMIT 1 WINDOW 60000 COST 2", "refuse", "fixed", expect="refuse"),
+    Row("lsld", "sliding.lua (EVALSHA)", "lua:sliding KEY %s 60000 1" % BIG, "lua", "sliding"),
+    Row("asld", "RL.ADMIT ALGO sliding", "RL.ADMIT KEY LIMIT %s WINDOW 60000 ALGO sliding" % BIG,
+        "native", "sliding", lua="lsld"),
+    Row("ltok", "token.lua (EVALSHA)", "lua:token KEY %s 60000 1 %s" % (BIG, BIG), "lua", "token"),
+    Row("atok", "RL.ADMIT ALGO token",
+        "RL.ADMIT KEY LIMIT %s WINDOW 60000 ALGO token BURST %s" % (BIG, BIG),
+        "native", "token", lua="ltok"),
+    Row("lgcr", "gcra.lua (EVALSHA)", "lua:gcra KEY %s 60000 1 %s" % (BIG, BIG), "lua", "gcra"),
+    Row("agcr", "RL.ADMIT ALGO gcra",
+        "RL.ADMIT KEY LIMIT %s WINDOW 60000 ALGO gcra BURST %s" % (BIG, BIG),
+        "native", "gcra", lua="lgcr"),
+    Row("llky", "leaky.lua (EVALSHA)", "lua:leaky KEY %s 60000 1 %s" % (BIG, BIG), "lua", "leaky"),
+    Row("alky", "RL.ADMIT ALGO leaky",
+        "RL.ADMIT KEY LIMIT %s WINDOW 60000 ALGO leaky BURST %s" % (BIG, BIG),
+        "native", "leaky", lua="llky"),
+    Row("thrt", "RL.THROTTLE (GCRA, vs gcra.lua)", "RL.THROTTLE KEY %s %s 60 1" % (BIG, BIG),
+        "native", "throttle", lua="lgcr", expect="allowed0"),
+]
+
+# MEMORY USAGE of one limiter key after one admit (key names all the same
+# length: m:<id>:000000000000). The first row is the baseline.
+@dataclass
+class MemRow:
+    id: str
+    label: str
+    cmds: tuple
+    algo: str = ""
+
+
+MEM_ROWS = [
+    MemRow("incr", "INCR + PEXPIRE 60000 (int counter with TTL)",
+           ("INCR KEY", "PEXPIRE KEY 60000")),
+    MemRow("fixd", "RL.ADMIT fixed", ("RL.ADMIT KEY LIMIT 100 WINDOW 60000",), "fixed"),
+    MemRow("lfix", "fixed.lua (for reference)", ("lua:fixed KEY 100 60000 1",)),
+    MemRow("asld", "RL.ADMIT ALGO sliding",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO sliding",), "sliding"),
+    MemRow("atok", "RL.ADMIT ALGO token",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO token BURST 100",), "token"),
+    MemRow("agcr", "RL.ADMIT ALGO gcra",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO gcra BURST 100",), "gcra"),
+    MemRow("alky", "RL.ADMIT ALGO leaky",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO leaky BURST 100",), "leaky"),
+    MemRow("thrt", "RL.THROTTLE", ("RL.THROTTLE KEY 100 100 60 1",), "throttle"),
+]
+
+NOT_IMPLEMENTED = re.compile(r"unknown (option|command|subcommand)", re.I)
+
+
+def log(msg):
+    print(msg, file=sys.stderr, flush=True)
+
+
+def hot_key(prefix, rid):
+    return "%s:%s:%012d" % (prefix, rid, 0)
+
+
+class Bench:
+    def __init__(self, srv):
+        self.srv = srv
+        self.c = srv.client()
+        self.shas = {}
+        self.errors = []        # unexpected failures: make the exit status 1
+        self.skipped = {}       # row id -> reason
+        self.results = {}       # (row id, keymode, P) -> list of per-round dicts
+
+    # -- commands -----------------------------------------------------------
+
+    def words(self, cmd, key):
+        """The command as argument list, or raises LookupError(reason) when
+        its Lua script does not exist."""
+        w = cmd.split()
+        if w[0].startswith("lua:"):
+            name = w[0][4:]
+            if name not in self.shas:
+                self.shas[name] = vh.load_script(self.c, name)
+            if self.shas[name] is None:
+                raise LookupError("bench/lua/%s.lua does not exist yet" % name)
+            w = ["EVALSHA", self.shas[name], "1"] + w[1:]
+        return [key if x == "KEY" else x for x in w]
+
+    @staticmethod
+    def stat_name(words):
+        return words[0].lower()
+
+    def probe(self, row):
+        """Runs the row's command once on a scratch key. Returns None when the
+        row can run, else the reason to skip it."""
+        key = hot_key("p", row.id)
+        try:
+            w = self.words(row.cmd, key)
+        except LookupError as e:
+            return str(e)
+        except vh.RespError as e:
+            self.errors.append("%s: SCRIPT LOAD failed: %s" % (row.id, e))
+            return "SCRIPT LOAD failed: %s" % e
+        self.c.call("DEL", key)
+        if row.prefill:
+            r = self.c.call(*self.words(row.prefill, key), raise_errors=False)
+            if isinstance(r, vh.RespError):
+                return self._probe_error(row, r)
+        r = self.c.call(*w, raise_errors=False)
+        self.c.call("DEL", key)
+        if isinstance(r, vh.RespError):
+            return self._probe_error(row, r)
+        ok = {
+            "int": lambda r: isinstance(r, int),
+            "admit": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 1,
+            "refuse": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 0,
+            "allowed0": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 0,
+        }[row.expect](r)
+        if not ok:
+            msg = "probe answered %r, expected %s" % (r, row.expect)
+            self.errors.append("%s: %s" % (row.id, msg))
+            return "ERROR: " + msg
+        return None
+
+    def _probe_error(self, row, err):
+        if NOT_IMPLEMENTED.search(str(err)):
+            return 'not implemented yet: server says "%s"' % str(err).strip()
+        self.errors.append("%s: probe failed: %s" % (row.id, err))
+        return "ERROR: probe failed: %s" % err
+
+    # -- one redis-benchmark run --------------------------------------------
+
+    def run(self, row, keymode, pipeline, n, aof=False):
+        """One redis-benchmark run on a flushed db (the hot key pre-filled
+        when the row says so). With aof=True the AOF size is read just
+        before and after the run (rec["aof_bytes"])."""
+        self.c.call("FLUSHALL", "SYNC")
+        if row.prefill and keymode == "hot":
+            self.c.call(*self.words(row.prefill, hot_key("b", row.id)))
+        key = hot_key("b", row.id) if keymode == "hot" else "b:%s:__rand_int__" % row.id
+        words = self.words(row.cmd, key)
+        args = [REDIS_BENCHMARK, "-h", "127.0.0.1", "-p", str(self.srv.port),
+                "-c", str(CLIENTS), "-n", str(n), "-P", str(pipeline), "--csv"]
+        if keymode == "rand":
+            args += ["-r", str(KEYSPACE)]
+        size0 = self.aof_size() if aof else 0
+        rl0 = self.c.info("ratelimit") if aof else {}
+        off0 = self.repl_offset() if aof else 0
+        self.c.call("CONFIG", "RESETSTAT")
+        t0 = time.time()
+        out = subprocess.run(args + words, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, timeout=600)
+        elapsed = time.time() - t0
+        if out.returncode != 0:
+            raise RuntimeError("redis-benchmark failed (%d): %s" % (out.returncode, out.stderr))
+        rec = parse_csv(out.stdout)
+        st = self.cmdstat(self.stat_name(words))
+        rec.update(st)
+        rec["elapsed"] = elapsed
+        if aof:
+            rec["aof_bytes"] = self.aof_size() - size0
+            rec["offset"] = self.repl_offset() - off0
+            rl1 = self.c.info("ratelimit")
+            for f in ("admitted", "refused"):
+                k = "ratelimit_calls_" + f
+                rec[f] = int(rl1.get(k, 0)) - int(rl0.get(k, 0))
+        if st["calls"] < n:
+            raise RuntimeError("%s: server saw %d calls, expected %d" % (row.id, st["calls"], n))
+        if st["failed_calls"] or st["rejected_calls"]:
+            self.errors.append("%s %s P%d: %d failed / %d rejected calls" % (
+                row.id, keymode, pipeline, st["failed_calls"], st["rejected_calls"]))
+        return rec
+
+    def cmdstat(self, name):
+        info = self.c.info("commandstats")
+        for k, v in info.items():
+            if k.lower() == "cmdstat_" + name:
+                fields = dict(kv.split("=", 1) for kv in v.split(","))
+                return {
+                    "calls": int(fields["calls"]),
+                    "usec_per_call": float(fields["usec_per_call"]),
+                    "failed_calls": int(fields.get("failed_calls", 0)),
+                    "rejected_calls": int(fields.get("rejected_calls", 0)),
+                }
+        return {"calls": 0, "usec_per_call": float("nan"), "failed_calls": 0,
+                "rejected_calls": 0}
+
+    # -- the phases ---------------------------------------------------------
+
+    def throughput(self, rows):
+        plan = []  # (keymode, P, row) in run order, for one round
+        for keymode in KEYMODES:
+            for p in PIPELINES:
+                for row in rows:
+                    if keymode in row.keys.split():
+                        plan.append((keymode, p, row))
+        total = len(plan) * ROUNDS
+        done = 0
+        for rnd in range(ROUNDS):
+            # Interleaved: every row once per (keys, P) block, then the next
+            # round; odd rounds run each block's rows in reverse order so a
+            # row is not always the one right after INCR.
+            blocks = {}
+            for item in plan:
+                blocks.setdefault(item[:2], []).append(item)
+            for (keymode, p), items in blocks.items():
+                if rnd % 2 == 1:
+                    items = items[::-1]
+                for _, _, row in items:
+                    done += 1
+                    rec = self.run(row, keymode, p, N_BY_P[p])
+                    rec["round"] = rnd
+                    self.results.setdefault((row.id, keymode, p), []).append(rec)
+                    log("  [%3d/%d] round %d %-4s P%-2d %-4s %10.0f req/s  %6.2f us/call" % (
+                        done, total, rnd + 1, keymode, p, row.id, rec["rps"],
+                        rec["usec_per_call"]))
+
+    def summary(self, rid, keymode, p):
+        recs = self.results.get((rid, keymode, p))
+        if not recs:
+            return None
+        base = {r["round"]: r for r in self.results.get(("incr", keymode, p), [])}
+        med = statistics.median
+        out = {
+            "rps": med(r["rps"] for r in recs),
+            "p50": med(r["p50"] for r in recs),
+            "p99": med(r["p99"] for r in recs),
+            "us": med(r["usec_per_call"] for r in recs),
+            "rounds": len(recs),
+        }
+        rps = [r["rps"] for r in recs]
+        out["spread"] = (max(rps) - min(rps)) / out["rps"] * 100 if out["rps"] else 0
+        # Ratios against INCR of the same round and (keys, P) block.
+        rr = [r["rps"] / base[r["round"]]["rps"] for r in recs if r["round"] in base]
+        ru = [r["usec_per_call"] / base[r["round"]]["usec_per_call"]
+              for r in recs if r["round"] in base and base[r["round"]]["usec_per_call"] > 0]
+        out["x_rps"] = med(rr) if rr else float("nan")
+        out["x_us"] = med(ru) if ru else float("nan")
+        return out
+
+    def memory(self):
+        rows = []
+        for m in MEM_ROWS:
+            key = hot_key("m", m.id)
+            self.c.call("DEL", key)
+            reason = None
+            for cmd in m.cmds:
+                try:
+                    w = self.words(cmd, key)
+                except LookupError as e:
+                    reason = str(e)
+                    break
+                r = self.c.call(*w, raise_errors=False)
+                if isinstance(r, vh.RespError):
+                    if NOT_IMPLEMENTED.search(str(r)):
+                        reason = 'not implemented yet: server says "%s"' % str(r).strip()
+                    else:
+                        reason = "ERROR: %s" % r
+                        self.errors.append("memory %s: %s" % (m.id, r))
+                    break
+            if reason:
+                rows.append({"row": m, "skip": reason})
+                continue
+            usage = self.c.call("MEMORY", "USAGE", key, "SAMPLES", "0")
+            rows.append({
+                "row": m,
+                "bytes": usage,
+                "type": self.c.call("TYPE", key),
+                "enc": self.c.call("OBJECT", "ENCODING", key),
+                "pttl": self.c.call("PTTL", key),
+                "keylen": len(key),
+            })
+            self.c.call("DEL", key)
+        return rows
+
+    def expiry(self):
+        """Random-key RL.ADMIT run with a short window, then DBSIZE before
+        and after the windows have passed (active expiry only)."""
+        self.c.call("DEBUG", "SET-ACTIVE-EXPIRE", "1")
+        row = Row("fexp", "RL.ADMIT fixed, WINDOW %d" % EXPIRY_WINDOW_MS,
+                  "RL.ADMIT KEY LIMIT %s WINDOW %d" % (BIG, EXPIRY_WINDOW_MS), "native")
+        rec = self.run(row, "rand", 16, N_BY_P[16])
+        t_end = time.time()
+        before = self.c.call("DBSIZE")
+        ks = self.c.info("keyspace").get("db0", "")
+        expires = int(re.search(r"expires=(\d+)", ks).group(1)) if "expires=" in ks else 0
+        after = before
+        waited = 0.0
+        deadline = t_end + EXPIRY_WINDOW_MS / 1000 + EXPIRY_WAIT_S
+        while time.time() < deadline:
+            time.sleep(0.25)
+            after = self.c.call("DBSIZE")
+            waited = time.time() - t_end
+            if after == 0:
+                break
+        self.c.call("FLUSHALL", "SYNC")
+        return {"rps": rec["rps"], "n": N_BY_P[16], "before": before, "expires": expires,
+                "after": after, "waited": waited}
+
+    def repl_offset(self):
+        return int(self.c.info("replication").get("master_repl_offset", 0))
+
+    def aof_size(self):
+        time.sleep(0.2)  # let the event loop flush the AOF buffer
+        return int(self.c.info("persistence")["aof_current_size"])
+
+    def replication(self, rows_by_id):
+        """Refuse runs with the AOF switched on: the AOF gets the same stream
+        of effects as replicas (the module's RedisModule_Replicate calls), so
+        its size not moving means nothing was propagated. An admit run
+        afterwards is the control: the same method must see its writes."""
+        c = self.c
+        c.call("FLUSHALL", "SYNC")
+        c.call("CONFIG", "SET", "appendfsync", "no")
+        c.call("CONFIG", "SET", "appendonly", "yes")
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            p = c.info("persistence")
+            if (p.get("aof_enabled") == "1" and p.get("aof_rewrite_in_progress") == "0"
+                    and p.get("aof_rewrite_scheduled") == "0"):
+                break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError("AOF did not switch on within 60 s")
+        out = {"backlog": c.info("replication").get("repl_backlog_active", "?")}
+        steps = []
+        # (row, keys, P, n): the two refusals, then the admit control.
+        plan = (("rcnt", "hot", 16, N_BY_P[16]), ("rcst", "rand", 16, N_BY_P[16]),
+                ("fixd", "hot", 1, 1000))
+        for rid, keymode, p, n in plan:
+            row = rows_by_id.get(rid)
+            if row is None or rid in self.skipped:
+                continue
+            rec = self.run(row, keymode, p, n, aof=True)
+            steps.append({
+                "row": row, "keys": keymode, "P": p, "n": n, "bytes": rec["aof_bytes"],
+                "admitted": rec["admitted"], "refused": rec["refused"], "calls": rec["calls"],
+                "offset": rec["offset"],
+            })
+        c.call("CONFIG", "SET", "appendonly", "no")
+        out["steps"] = steps
+        return out
+
+
+def parse_csv(text):
+    """redis-benchmark 7.x --csv: a header line then one line per test:
+    "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms",
+    "p95_latency_ms","p99_latency_ms","max_latency_ms"."""
+    rows = [r for r in csv.reader(io.StringIO(text)) if r]
+    header = next((r for r in rows if r and r[0] == "test"), None)
+    data = [r for r in rows if r and r[0] != "test"]
+    if header is None or not data:
+        raise RuntimeError("unexpected redis-benchmark output:\n" + text)
+    d = dict(zip(header, data[-1]))
+    try:
+        return {"rps": float(d["rps"]), "p50": float(d["p50_latency_ms"]),
+                "p99": float(d["p99_latency_ms"]), "avg": float(d["avg_latency_ms"])}
+    except KeyError as e:
+        raise RuntimeError("redis-benchmark --csv has no column %s; header %r" % (e, header))
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+def machine_info(srv, version):
+    def sh(*cmd):
+        try:
+            return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True, cwd=vh.REPO).stdout.strip()
+        except OSError:
+            return ""
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    head = sh("git", "rev-parse", "--short", "HEAD")
+    dirty = sh("git", "status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock")
+    mod_time = datetime.datetime.fromtimestamp(os.path.getmtime(srv.module)).strftime(
+        "%Y-%m-%d %H:%M:%S")
+    return {
+        "nproc": sh("nproc") or str(os.cpu_count()),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "server": "valkey-server %s (%s)" % (version, srv.binary),
+        "module": "%s (built %s)" % (os.path.relpath(srv.module, vh.REPO), mod_time),
+        "git": (head or "?") + (" + uncommitted changes in src/" if dirty else ""),
+        "rb": sh(REDIS_BENCHMARK, "--version"),
+        "python": platform.python_version(),
+    }
+
+
+def fmt_rps(x):
+    return "{:,.0f}".format(x)
+
+
+def fmt_x(x):
+    return "-" if x != x else "%.2f×" % x
+
+
+def verdict(ok):
+    return "**PASS**" if ok else "**MISS**"
+
+
+def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
+    L = []
+    today = started.strftime("%Y-%m-%d")
+    L.append("# valkey-ratelimit benchmark, %s, Valkey %s%s" % (
+        today, version, " (BENCH_QUICK smoke run)" if QUICK else ""))
+    L.append("")
+    L.append("- Machine: %s cores (`nproc`), CPU %s, Linux %s, Python %s" % (
+        info["nproc"], info["cpu"], info["kernel"], info["python"]))
+    L.append("- Server: %s, started by the benchmark on a free loopback port with "
+             "`--save \"\" --appendonly no`, default config otherwise" % info["server"])
+    L.append("- Module: %s; git %s" % (info["module"], info["git"]))
+    L.append("- Client: %s: `-c %d -P {1,16} --csv`, `-n %d` at P=1 and `-n %d` at P=16; "
+             "random keys with `-r %d` (`__rand_int__` in the key name)" % (
+                 info["rb"], CLIENTS, N_BY_P[1], N_BY_P[16], KEYSPACE))
+    L.append("- %d rounds, interleaved (each round runs every row once per keys/P block; odd "
+             "rounds in reverse order); figures are medians over rounds; the db is flushed "
+             "before every run. Server µs/call is `usec_per_call` from `INFO commandstats` "
+             "(`CONFIG RESETSTAT` before each run; `cmdstat_evalsha` for Lua rows). ×INCR "
+             "ratios are taken against INCR of the same round and block, then the median. "
+             "Started %s, took %.0f s." % (ROUNDS, started.strftime("%H:%M:%S"), wall))
+    L.append("- Client and server share the %s cores, so req/s is bounded by redis-benchmark "
+             "as well; server µs/call is the cleaner per-command cost." % info["nproc"])
+    L.append("")
+
+    L.append("## Throughput and latency")
+    L.append("")
+    L.append("| row | keys | P | req/s | p50 ms | p99 ms | server µs/call | ×INCR req/s "
+             "| ×INCR µs/call | req/s spread |")
+    L.append("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for row in rows:
+        if row.id in b.skipped:
+            continue
+        for keymode in KEYMODES:
+            for p in PIPELINES:
+                s = b.summary(row.id, keymode, p)
+                if s is None:
+                    continue
+                L.append("| %s | %s | %d | %s | %.3f | %.3f | %.2f | %s | %s | %.0f%% |" % (
+                    row.label, keymode, p, fmt_rps(s["rps"]), s["p50"], s["p99"], s["us"],
+                    fmt_x(s["x_rps"]) if row.id != "incr" else "1",
+                    fmt_x(s["x_us"]) if row.id != "incr" else "1", s["spread"]))
+    L.append("")
+    L.append("keys: `hot` = one key (`b:<id>:000000000000`); `rand` = `b:<id>:__rand_int__` "
+             "over %s keys. Refuse rows: *count at limit* pre-fills the hot key to LIMIT 1 "
+             "with a 1 h window, so every call is refused on the count (the realistic refusal); "
+             "*COST 2 > LIMIT 1* is refused before any state is read or written (the "
+             "cost-exceeds-limit path), the only refusal that works on random keys without "
+             "pre-filling a million keys. spread = (max−min)/median of req/s over rounds."
+             % "{:,}".format(KEYSPACE))
+    if b.skipped:
+        L.append("")
+        L.append("Skipped rows:")
+        for row in rows:
+            if row.id in b.skipped:
+                L.append("- %s (`%s`): %s" % (row.label, row.cmd, b.skipped[row.id]))
+    L.append("")
+
+    L.append("## Scale: 1,000,000 random keys vs one hot key")
+    L.append("")
+    L.append("| row | P | hot req/s | random req/s | random/hot | hot µs/call | random µs/call |")
+    L.append("|---|--:|--:|--:|--:|--:|--:|")
+    for row in rows:
+        if row.id in b.skipped:
+            continue
+        for p in PIPELINES:
+            h, r = b.summary(row.id, "hot", p), b.summary(row.id, "rand", p)
+            if h and r:
+                L.append("| %s | %d | %s | %s | %s | %.2f | %.2f |" % (
+                    row.label, p, fmt_rps(h["rps"]), fmt_rps(r["rps"]),
+                    fmt_x(r["rps"] / h["rps"]), h["us"], r["us"]))
+    L.append("")
+    if exp:
+        L.append("Idle keys expire: `RL.ADMIT b:fexp:__rand_int__ LIMIT %s WINDOW %d`, -P 16, "
+                 "-n %d over %s keys (%s req/s), active expiry on (`DEBUG SET-ACTIVE-EXPIRE 1`), "
+                 "no client touching the keys afterwards: DBSIZE **%d** right after the run "
+                 "(%d with a TTL), **%d** after %.1f s." % (
+                     BIG, EXPIRY_WINDOW_MS, exp["n"], "{:,}".format(KEYSPACE),
+                     fmt_rps(exp["rps"]), exp["before"], exp["expires"], exp["after"],
+                     exp["waited"]))
+        L.append("")
+
+    L.append("## Memory per limiter key")
+    L.append("")
+    base = next((m for m in mem if m["row"].id == "incr" and "bytes" in m), None)
+    L.append("| limiter | MEMORY USAGE (bytes) | ×INCR+TTL | type / encoding | key |")
+    L.append("|---|--:|--:|---|---|")
+    for m in mem:
+        if "skip" in m:
+            L.append("| %s | - | - | - | skipped: %s |" % (m["row"].label, m["skip"]))
+            continue
+        x = m["bytes"] / base["bytes"] if base else float("nan")
+        L.append("| %s | %d | %s | %s / %s | %d-byte name, PTTL %d |" % (
+            m["row"].label, m["bytes"], fmt_x(x), m["type"], m["enc"], m["keylen"],
+            m["pttl"]))
+    L.append("")
+    L.append("One key per limiter after one admit (`MEMORY USAGE key SAMPLES 0`), all key names "
+             "the same length. An algorithm that keeps more than one key is under-counted here.")
+    L.append("")
+
+    L.append("## Refuse path: nothing replicated")
+    L.append("")
+    if repl:
+        L.append("Method: with no replica ever connected there is no replication backlog "
+                 "(`repl_backlog_active:%s`), so `master_repl_offset` does not count bytes. "
+                 "Instead the benchmark switches the AOF on at run time (`CONFIG SET "
+                 "appendonly yes`, `appendfsync no`, in the server's temp dir) and compares "
+                 "`aof_current_size` (`INFO persistence`) just before and after each run. "
+                 "Valkey feeds the AOF and the replicas from the same propagation step (where "
+                 "the module's `RedisModule_Replicate` calls end up), so bytes added to the AOF "
+                 "are what a replica would have received. An admit run afterwards is the "
+                 "control that the method sees writes. With the AOF on, Valkey %s also "
+                 "advances `master_repl_offset` (by 1 per propagated write, no backlog "
+                 "needed); its change is shown too. The db is flushed and the hot key "
+                 "pre-filled before the first reading." % (repl["backlog"], version))
+        L.append("")
+        L.append("| run | keys | P | calls | admitted | refused | AOF bytes added "
+                 "| master_repl_offset change |")
+        L.append("|---|---|--:|--:|--:|--:|--:|--:|")
+        for s in repl["steps"]:
+            L.append("| %s%s | %s | %d | %d | %d | %d | %d | %d |" % (
+                s["row"].label, " (control)" if s["row"].id == "fixd" else "", s["keys"],
+                s["P"], s["calls"], s["admitted"], s["refused"], s["bytes"], s["offset"]))
+        L.append("")
+
+    L.append("## Lua oracle")
+    L.append("")
+    if oracle_bad:
+        L.append("**MISMATCH**: bench/lua/fixed.lua and RL.ADMIT disagree (%d):" % len(oracle_bad))
+        L.append("")
+        L.extend("    " + x for x in oracle_bad)
+    else:
+        L.append("bench/oracle_check.py: `EVALSHA fixed.lua` and `RL.ADMIT` agree on all 50 "
+                 "calls of the deterministic sequence (limit 7, window 60000 ms, costs 0–9, "
+                 "new windows, TTL-less counters).")
+    L.append("")
+
+    bars = evaluate(b, rows, mem, exp, repl)
+    L.append("## Bars")
+    L.append("")
+    L.append("| bar | figures | verdict |")
+    L.append("|---|---|---|")
+    for name, figures, ok in bars:
+        v = "SKIP" if ok is None else verdict(ok)
+        L.append("| %s | %s | %s |" % (name, figures, v))
+    L.append("")
+    misses = [x for x in bars if x[2] is False]
+    L.append("%d bars: %d PASS, %d MISS, %d SKIP." % (
+        len(bars), sum(1 for x in bars if x[2]), len(misses),
+        sum(1 for x in bars if x[2] is None)))
+    L.append("")
+    return "\n".join(L), misses
+
+
+def evaluate(b, rows, mem, exp, repl):
+    """Each bar: (name, figures, True/False/None for skipped)."""
+    bars = []
+    S = b.summary
+    by_id = {r.id: r for r in rows}
+
+    def configs(rid, ps=PIPELINES):
+        for keymode in KEYMODES:
+            for p in ps:
+                s = S(rid, keymode, p)
+                if s:
+                    yield keymode, p, s
+
+    def all_ok(items, limit, le=True):
+        """items: (label, value); returns (figures, ok)."""
+        if not items:
+            return "no data", None
+        ok = all((v <= limit) if le else (v >= limit) for _, v in items)
+        return "; ".join("%s %s" % (lab, fmt_x(v)) for lab, v in items), ok
+
+    # 1. fixed admit path vs INCR, server µs.
+    if "fixd" in b.skipped:
+        bars.append(("RL.ADMIT fixed admit: server µs/call ≤ 2.0× INCR", b.skipped["fixd"], None))
+    else:
+        items = [("%s P%d: %.2f/%.2f µs =" % (k, p, s["us"], S("incr", k, p)["us"]), s["x_us"])
+                 for k, p, s in configs("fixd")]
+        fig, ok = all_ok(items, 2.0)
+        bars.append(("RL.ADMIT fixed admit: server µs/call ≤ 2.0× INCR's", fig, ok))
+        items = [("%s P%d: %s/%s req/s =" % (k, p, fmt_rps(s["rps"]),
+                                              fmt_rps(S("incr", k, p)["rps"])), s["x_rps"])
+                 for k, p, s in configs("fixd", (16,))]
+        fig, ok = all_ok(items, 0.9, le=False)
+        bars.append(("RL.ADMIT fixed admit: P=16 throughput ≥ 0.9× INCR's", fig, ok))
+
+    # 2. every algorithm and RL.THROTTLE: ≤ 4× INCR µs, P16 ≥ 3× its Lua script.
+    for row in rows:
+        if row.kind != "native":
+            continue
+        name = row.label.split(",")[0] if row.algo == "fixed" else row.label
+        if row.id in b.skipped:
+            bars.append(("%s: µs/call ≤ 4× INCR; P=16 req/s ≥ 3× Lua" % name,
+                         b.skipped[row.id], None))
+            continue
+        items = [("%s P%d" % (k, p), s["x_us"]) for k, p, s in configs(row.id)]
+        fig, ok = all_ok(items, 4.0)
+        bars.append(("%s: server µs/call ≤ 4× INCR's" % name, fig, ok))
+        lua = by_id.get(row.lua)
+        lname = lua.label if lua else row.lua
+        if not lua or row.lua in b.skipped:
+            bars.append(("%s: P=16 throughput ≥ 3× %s" % (name, lname),
+                         (b.skipped.get(row.lua) or "no Lua row"), None))
+            continue
+        items = []
+        for k in KEYMODES:
+            s, l = S(row.id, k, 16), S(row.lua, k, 16)
+            if s and l:
+                items.append(("%s P16: %s/%s req/s =" % (k, fmt_rps(s["rps"]), fmt_rps(l["rps"])),
+                              s["rps"] / l["rps"]))
+        fig, ok = all_ok(items, 3.0, le=False)
+        bars.append(("%s: P=16 throughput ≥ 3× %s's" % (name, lname), fig, ok))
+
+    # 3. refuse path: no slower than admit, nothing replicated.
+    if "rcnt" not in b.skipped and "fixd" not in b.skipped:
+        items, ok = [], True
+        for p in PIPELINES:
+            r, a = S("rcnt", "hot", p), S("fixd", "hot", p)
+            if r and a:
+                ok = ok and r["us"] <= a["us"]
+                items.append("hot P%d: %.2f vs %.2f µs/call, %s vs %s req/s" % (
+                    p, r["us"], a["us"], fmt_rps(r["rps"]), fmt_rps(a["rps"])))
+        bars.append(("Refuse (count at limit) no slower than admit: server µs/call ≤ admit's",
+                     "; ".join(items) or "no data", ok if items else None))
+    if repl and repl["steps"]:
+        refuse = [s for s in repl["steps"] if s["row"].kind == "refuse"]
+        control = [s for s in repl["steps"] if s["row"].id == "fixd"]
+        ok = all(s["bytes"] == 0 and s["offset"] == 0 and s["admitted"] == 0 for s in refuse)
+        if control:
+            ok = ok and control[0]["bytes"] > 0
+        fig = "; ".join("%s %s P%d: %d calls (%d refused), +%d AOF bytes, offset +%d" % (
+            s["row"].id, s["keys"], s["P"], s["calls"], s["refused"], s["bytes"], s["offset"])
+            for s in refuse)
+        if control:
+            fig += "; control admit run: %d calls, +%d AOF bytes, offset +%d" % (
+                control[0]["calls"], control[0]["bytes"], control[0]["offset"])
+        bars.append(("Refuse path replicates nothing (AOF stream unchanged)", fig, ok))
+
+    # 4. memory.
+    base = next((m for m in mem if m["row"].id == "incr" and "bytes" in m), None)
+    for m in mem:
+        if not m["row"].algo or base is None:
+            continue
+        limit = 1.0 if m["row"].algo == "fixed" else 2.0
+        name = "Memory: %s key ≤ %s INCR+TTL key" % (
+            m["row"].label, "" if limit == 1.0 else "2×")
+        name = name.replace("≤  ", "≤ ")
+        if "skip" in m:
+            bars.append((name, m["skip"], None))
+            continue
+        x = m["bytes"] / base["bytes"]
+        bars.append((name, "%d vs %d bytes = %s" % (m["bytes"], base["bytes"], fmt_x(x)),
+                     x <= limit))
+
+    # 5. scale.
+    if "fixd" not in b.skipped:
+        items = []
+        for p in PIPELINES:
+            h, r = S("fixd", "hot", p), S("fixd", "rand", p)
+            if h and r:
+                items.append(("P%d: %s/%s req/s =" % (p, fmt_rps(r["rps"]), fmt_rps(h["rps"])),
+                              r["rps"] / h["rps"]))
+        fig, ok = all_ok(items, 0.8, le=False)
+        bars.append(("Scale: RL.ADMIT fixed on 1M random keys ≥ 0.8× hot key throughput",
+                     fig, ok))
+    if exp:
+        bars.append(("Scale: DBSIZE falls once the windows pass",
+                     "%d → %d after %.1f s (WINDOW %d ms)" % (
+                         exp["before"], exp["after"], exp["waited"], EXPIRY_WINDOW_MS),
+                     exp["after"] < exp["before"]))
+    return bars
+
+
+def main():
+    started = datetime.datetime.now()
+    t0 = time.time()
+    try:
+        subprocess.run([REDIS_BENCHMARK, "--version"], stdout=subprocess.DEVNULL, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        sys.exit("redis-benchmark not found: apt-get install redis-tools "
+                 "(or set REDIS_BENCHMARK)")
+    only = os.environ.get("BENCH_ROWS")
+    rows = [r for r in ROWS if r.id == "incr" or not only or re.search(only, r.id)]
+    assert len({r.id for r in rows}) == len(rows) and all(len(r.id) == 4 for r in rows)
+
+    with vh.Server() as srv:
+        version = srv.version()
+        log("valkey-server %s on 127.0.0.1:%d (%s)" % (version, srv.port, srv.dir))
+        b = Bench(srv)
+        oracle_bad = oracle_check.run_oracle(b.c)
+        log("Lua oracle: %s" % ("OK" if not oracle_bad else "%d mismatches" % len(oracle_bad)))
+        for row in rows:
+            reason = b.probe(row)
+            if reason:
+                b.skipped[row.id] = reason
+                log("  skip %s: %s" % (row.id, reason))
+        if "incr" in b.skipped:
+            raise RuntimeError("INCR does not work: %s" % b.skipped["incr"])
+        active = [r for r in rows if r.id not in b.skipped]
+        log("throughput: %d rows x %d rounds" % (len(active), ROUNDS))
+        b.throughput(active)
+        log("memory")
+        mem = b.memory()
+        log("expiry")
+        exp = b.expiry() if "fixd" not in b.skipped else None
+        log("refuse path / AOF")
+        repl = b.replication({r.id: r for r in rows})
+        info = machine_info(srv, version)
+
+    text, misses = report(b, rows, mem, exp, repl, oracle_bad, info, version, started,
+                          time.time() - t0)
+    if b.errors:
+        text += "\n## Errors\n\n" + "\n".join("- " + e for e in b.errors) + "\n"
+    print(text)
+    out = os.environ.get("BENCH_OUT") or os.path.join(
+        vh.BENCH_DIR, "results-%s-valkey-%s%s.md" % (
+            started.strftime("%Y-%m-%d"), version, "-quick" if QUICK else ""))
+    with open(out, "w") as f:
+        f.write(text)
+    log("saved %s" % os.path.relpath(out, os.getcwd()))
+    if oracle_bad or b.errors:
+        sys.exit(1)
+    if misses and os.environ.get("BENCH_STRICT", "") not in ("", "0"):
+        sys.exit(3)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)
