@@ -9,7 +9,8 @@ bench/results-YYYY-MM-DD-valkey-<version>[-quick].md. See bench/README.md.
 
 Environment:
   BENCH_QUICK=1      ~30 s smoke run (2 rounds, small -n)
-  BENCH_ROUNDS=N     rounds per row (default 3; quick 2)
+  BENCH_ROUNDS=N     rounds per row (default: 3 to 9, as many as fit in
+                     BENCH_BUDGET_S=200 s of throughput runs; quick: 2)
   BENCH_N_P1=N       requests per run at -P 1 (default 50000; quick 5000)
   BENCH_N_P16=N      requests per run at -P 16 (default 200000; quick 30000)
   BENCH_ROWS=REGEX   only the rows whose id matches (INCR always runs)
@@ -34,12 +35,19 @@ import sys
 import time
 from dataclasses import dataclass
 
+sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import valkey_harness as vh  # noqa: E402
 import oracle_check  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
-ROUNDS = int(os.environ.get("BENCH_ROUNDS") or (2 if QUICK else 3))
+# Rounds: at least MIN_ROUNDS; more while the throughput phase stays within
+# BUDGET_S (judged from the rounds so far), at most MAX_ROUNDS. BENCH_ROUNDS
+# fixes the number instead.
+FIXED_ROUNDS = int(os.environ.get("BENCH_ROUNDS") or 0)
+MIN_ROUNDS = FIXED_ROUNDS or (2 if QUICK else 3)
+MAX_ROUNDS = FIXED_ROUNDS or (2 if QUICK else 9)
+BUDGET_S = float(os.environ.get("BENCH_BUDGET_S") or (20 if QUICK else 200))
 N_BY_P = {
     1: int(os.environ.get("BENCH_N_P1") or (5000 if QUICK else 50000)),
     16: int(os.environ.get("BENCH_N_P16") or (30000 if QUICK else 200000)),
@@ -61,7 +69,7 @@ REDIS_BENCHMARK = os.environ.get("REDIS_BENCHMARK", "redis-benchmark")
 # cmd    the command; KEY stands for the key. A first word lua:NAME runs
 #        EVALSHA of bench/lua/NAME.lua (SCRIPT LOADed first) with KEY as its
 #        one key: the row is skipped while the file does not exist.
-# kind   floor (INCR) | native | lua | refuse
+# kind   floor (INCR) | native | lua | refuse | info (no bar)
 # algo   groups rows for the bars; a native row names its Lua twin in `lua`.
 # expect what a probe call must answer before the row is run:
 #        int, admit (reply[0] == 1), refuse (reply[0] == 0),
@@ -92,6 +100,10 @@ class Row:
 BIG = "1000000000"
 ROWS = [
     Row("incr", "INCR", "INCR KEY", "floor", expect="int"),
+    # Not a bar: the cost of any module command (RL.LIMIT on a missing META
+    # key reads nothing, writes nothing, replies 0), to explain the others.
+    Row("mfl0", "RL.LIMIT, missing key (module-call floor)", "RL.LIMIT KEY", "info",
+        expect="int"),
     Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
     Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
         "native", "fixed", lua="lfix"),
@@ -164,6 +176,8 @@ class Bench:
         self.errors = []        # unexpected failures: make the exit status 1
         self.skipped = {}       # row id -> reason
         self.results = {}       # (row id, keymode, P) -> list of per-round dicts
+        self.rounds = 0
+        self.throughput_s = 0.0
 
     # -- commands -----------------------------------------------------------
 
@@ -288,15 +302,16 @@ class Bench:
                 for row in rows:
                     if keymode in row.keys.split():
                         plan.append((keymode, p, row))
-        total = len(plan) * ROUNDS
-        done = 0
-        for rnd in range(ROUNDS):
+        t0 = time.time()
+        rnd = 0
+        while True:
             # Interleaved: every row once per (keys, P) block, then the next
             # round; odd rounds run each block's rows in reverse order so a
             # row is not always the one right after INCR.
             blocks = {}
             for item in plan:
                 blocks.setdefault(item[:2], []).append(item)
+            done = 0
             for (keymode, p), items in blocks.items():
                 if rnd % 2 == 1:
                     items = items[::-1]
@@ -305,9 +320,17 @@ class Bench:
                     rec = self.run(row, keymode, p, N_BY_P[p])
                     rec["round"] = rnd
                     self.results.setdefault((row.id, keymode, p), []).append(rec)
-                    log("  [%3d/%d] round %d %-4s P%-2d %-4s %10.0f req/s  %6.2f us/call" % (
-                        done, total, rnd + 1, keymode, p, row.id, rec["rps"],
+                    log("  round %d [%2d/%d] %-4s P%-2d %-4s %10.0f req/s  %6.2f us/call" % (
+                        rnd + 1, done, len(plan), keymode, p, row.id, rec["rps"],
                         rec["usec_per_call"]))
+            rnd += 1
+            spent = time.time() - t0
+            if rnd >= MAX_ROUNDS:
+                break
+            if rnd >= MIN_ROUNDS and spent + spent / rnd > BUDGET_S:
+                break
+        self.rounds = rnd
+        self.throughput_s = time.time() - t0
 
     def summary(self, rid, keymode, p):
         recs = self.results.get((rid, keymode, p))
@@ -515,14 +538,20 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
     L.append("- Client: %s: `-c %d -P {1,16} --csv`, `-n %d` at P=1 and `-n %d` at P=16; "
              "random keys with `-r %d` (`__rand_int__` in the key name)" % (
                  info["rb"], CLIENTS, N_BY_P[1], N_BY_P[16], KEYSPACE))
-    L.append("- %d rounds, interleaved (each round runs every row once per keys/P block; odd "
-             "rounds in reverse order); figures are medians over rounds; the db is flushed "
+    L.append("- %d rounds (%s) taking %.0f s, interleaved (each round runs every row once per "
+             "keys/P block; odd rounds in reverse order); figures are medians over rounds; "
+             "the db is flushed "
              "before every run. Server µs/call is `usec_per_call` from `INFO commandstats` "
              "(`CONFIG RESETSTAT` before each run; `cmdstat_evalsha` for Lua rows). ×INCR "
              "ratios are taken against INCR of the same round and block, then the median. "
-             "Started %s, took %.0f s." % (ROUNDS, started.strftime("%H:%M:%S"), wall))
+             "Started %s, took %.0f s in all." % (
+                 b.rounds, "fixed by BENCH_ROUNDS" if FIXED_ROUNDS else
+                 "%d to %d, as many as fit in %.0f s" % (MIN_ROUNDS, MAX_ROUNDS, BUDGET_S),
+                 b.throughput_s, started.strftime("%H:%M:%S"), wall))
     L.append("- Client and server share the %s cores, so req/s is bounded by redis-benchmark "
-             "as well; server µs/call is the cleaner per-command cost." % info["nproc"])
+             "as well; server µs/call is the cleaner per-command cost. 1-min load average "
+             "%.2f before the run, %.2f at its end (anything else running adds noise)." % (
+                 info["nproc"], info["load"][0], info["load"][1]))
     L.append("")
 
     L.append("## Throughput and latency")
@@ -778,6 +807,7 @@ def evaluate(b, rows, mem, exp, repl):
 def main():
     started = datetime.datetime.now()
     t0 = time.time()
+    load0 = os.getloadavg()[0]
     try:
         subprocess.run([REDIS_BENCHMARK, "--version"], stdout=subprocess.DEVNULL, check=True)
     except (OSError, subprocess.CalledProcessError):
@@ -801,7 +831,8 @@ def main():
         if "incr" in b.skipped:
             raise RuntimeError("INCR does not work: %s" % b.skipped["incr"])
         active = [r for r in rows if r.id not in b.skipped]
-        log("throughput: %d rows x %d rounds" % (len(active), ROUNDS))
+        log("throughput: %d rows, %d to %d rounds within %.0f s" % (
+            len(active), MIN_ROUNDS, MAX_ROUNDS, BUDGET_S))
         b.throughput(active)
         log("memory")
         mem = b.memory()
@@ -810,6 +841,7 @@ def main():
         log("refuse path / AOF")
         repl = b.replication({r.id: r for r in rows})
         info = machine_info(srv, version)
+        info["load"] = (load0, os.getloadavg()[0])
 
     text, misses = report(b, rows, mem, exp, repl, oracle_bad, info, version, started,
                           time.time() - t0)

@@ -1,74 +1,121 @@
 //! Command arguments into typed requests. Pure: works on byte slices so the
 //! fuzzer and the unit tests drive it without a server.
 
+use crate::algo::Algo;
 use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
 use crate::num::parse_i64;
 
 /// Options a command may take after its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Opt {
+    Algo,
     Limit,
     Window,
+    Burst,
     Meta,
     Cost,
 }
 
 impl Opt {
-    const ALL: [Opt; 4] = [Opt::Limit, Opt::Window, Opt::Meta, Opt::Cost];
+    const ALL: [Opt; 6] = [
+        Opt::Algo,
+        Opt::Limit,
+        Opt::Window,
+        Opt::Burst,
+        Opt::Meta,
+        Opt::Cost,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
+            Opt::Algo => "ALGO",
             Opt::Limit => "LIMIT",
             Opt::Window => "WINDOW",
+            Opt::Burst => "BURST",
             Opt::Meta => "META",
             Opt::Cost => "COST",
         }
     }
+
+    pub fn parse(word: &[u8], allowed: &[Opt]) -> Option<Opt> {
+        Opt::ALL
+            .into_iter()
+            .find(|o| allowed.contains(o) && word.eq_ignore_ascii_case(o.name().as_bytes()))
+    }
 }
+
+/// The policy options of every limiter command.
+pub const POLICY: &[Opt] = &[Opt::Algo, Opt::Limit, Opt::Window, Opt::Burst, Opt::Meta];
 
 /// The options as given; `meta` is the index of the META key in the
 /// argument slice, so the caller can open it without copying.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Options {
+    pub algo: Option<Algo>,
     pub limit: Option<i64>,
+    pub burst: Option<i64>,
     pub window: Option<i64>,
     pub meta: Option<usize>,
     pub cost: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
-pub const MAX_ARGS: usize = 32;
+pub const MAX_ARGS: usize = 256;
 
 /// Parses `args[first..]` as option/value pairs, accepting only `allowed`.
 pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Options, RlError> {
     let mut opts = Options::default();
     let mut at = first;
     while at < args.len() {
-        let word = args[at];
-        let opt = Opt::ALL
-            .into_iter()
-            .find(|o| allowed.contains(o) && word.eq_ignore_ascii_case(o.name().as_bytes()))
-            .ok_or_else(|| RlError::UnknownOption(String::from_utf8_lossy(word).into_owned()))?;
-        let value = *args.get(at + 1).ok_or(RlError::MissingValue(opt.name()))?;
-        let repeated = match opt {
-            Opt::Limit => opts.limit.replace(int_in(value, opt, 0)?).is_some(),
-            Opt::Window => opts.window.replace(int_in(value, opt, 1)?).is_some(),
-            Opt::Cost => opts.cost.replace(int_in(value, opt, 0)?).is_some(),
-            Opt::Meta => opts.meta.replace(at + 1).is_some(),
-        };
-        if repeated {
-            return Err(RlError::Repeated(opt.name()));
-        }
+        let opt = Opt::parse(args[at], allowed).ok_or_else(|| unknown(args[at]))?;
+        opts.set(opt, args, at + 1)?;
         at += 2;
     }
     Ok(opts)
 }
 
-fn int_in(value: &[u8], opt: Opt, min: i64) -> Result<i64, RlError> {
+impl Options {
+    /// Sets `opt` from the value at `args[at]`.
+    pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), RlError> {
+        let value = *args.get(at).ok_or(RlError::MissingValue(opt.name()))?;
+        let repeated = match opt {
+            Opt::Algo => {
+                let algo = Algo::parse(value).ok_or(RlError::BadValue("ALGO", Algo::NAMES))?;
+                self.algo.replace(algo).is_some()
+            }
+            Opt::Limit => self.limit.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Window => self.window.replace(int_in(value, opt, 1)?).is_some(),
+            Opt::Burst => self.burst.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Cost => self.cost.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Meta => self.meta.replace(at).is_some(),
+        };
+        match repeated {
+            true => Err(RlError::Repeated(opt.name())),
+            false => Ok(()),
+        }
+    }
+}
+
+/// An unknown option, quoted safely: printable ASCII only, and short.
+pub fn unknown(word: &[u8]) -> RlError {
+    let shown: String = word
+        .iter()
+        .take(32)
+        .map(|&b| if b.is_ascii_graphic() { b as char } else { '?' })
+        .collect();
+    RlError::UnknownOption(shown)
+}
+
+/// A positional integer argument, named in the error.
+pub fn int_arg(value: &[u8], name: &'static str, min: i64) -> Result<i64, RlError> {
     let must = if min == 0 { NON_NEGATIVE } else { POSITIVE };
     parse_i64(value)
         .filter(|&v| v >= min)
-        .ok_or(RlError::BadValue(opt.name(), must))
+        .ok_or(RlError::BadValue(name, must))
+}
+
+fn int_in(value: &[u8], opt: Opt, min: i64) -> Result<i64, RlError> {
+    int_arg(value, opt.name(), min)
 }
 
 #[cfg(test)]
@@ -76,7 +123,14 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const ADMIT: &[Opt] = &[Opt::Limit, Opt::Window, Opt::Meta, Opt::Cost];
+    const ADMIT: &[Opt] = &[
+        Opt::Algo,
+        Opt::Limit,
+        Opt::Window,
+        Opt::Burst,
+        Opt::Meta,
+        Opt::Cost,
+    ];
 
     fn parse(words: &[&str]) -> Result<Options, RlError> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
@@ -91,7 +145,9 @@ mod tests {
         assert_eq!(
             o,
             Ok(Options {
+                algo: None,
                 limit: Some(3),
+                burst: None,
                 window: Some(500),
                 meta: Some(5),
                 cost: Some(2)
@@ -115,7 +171,13 @@ mod tests {
             (&["LIMIT"], RlError::MissingValue("LIMIT")),
             (&["LIMIT", "1", "LIMIT", "2"], RlError::Repeated("LIMIT")),
             (&["META", "a", "meta", "b"], RlError::Repeated("META")),
-            (&["BURST", "1"], RlError::UnknownOption("BURST".into())),
+            (&["BOGUS", "1"], RlError::UnknownOption("BOGUS".into())),
+            (&["ALGO", "magic"], RlError::BadValue("ALGO", Algo::NAMES)),
+            (
+                &["ALGO", "token", "algo", "gcra"],
+                RlError::Repeated("ALGO"),
+            ),
+            (&["BURST", "-1"], RlError::BadValue("BURST", NON_NEGATIVE)),
         ];
         for (tail, want) in cases {
             let mut words = vec!["rl.admit", "k"];

@@ -1,13 +1,13 @@
 //! Command handlers: arguments into a typed request, the policy resolved,
 //! the algorithm called, and the result written back through `store`.
 
-use std::ffi::CStr;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use crate::algo::{fixed, Decision};
-use crate::args::{parse_options, Opt, Options, MAX_ARGS};
+use crate::algo::{self, fixed, state, throttle, Algo, Decision, Policy, State, Write};
+use crate::args::{int_arg, parse_options, unknown, Opt, Options, MAX_ARGS, POLICY};
 use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
+use crate::num::parse_i64;
 use crate::stats;
 use crate::store::{self, arg_bytes, Ctx, Key, KeyKind, Str};
 
@@ -27,8 +27,12 @@ macro_rules! entry_point {
 }
 
 entry_point!(rl_admit => admit);
+entry_point!(rl_admitall => admit_all);
 entry_point!(rl_ttl => ttl);
 entry_point!(rl_limit => limit);
+entry_point!(rl_refund => refund);
+entry_point!(rl_reset => reset);
+entry_point!(rl_throttle => throttle);
 
 fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -61,90 +65,214 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
             );
         }
     }
-    raw_ok()
-}
-
-fn raw_ok() -> c_int {
     redis_module::raw::REDISMODULE_OK as c_int
 }
 
-const ADMIT_OPTIONS: &[Opt] = &[Opt::Limit, Opt::Window, Opt::Meta, Opt::Cost];
-const TTL_OPTIONS: &[Opt] = &[Opt::Limit, Opt::Meta];
+const ADMIT_OPTIONS: &[Opt] = &[
+    Opt::Algo,
+    Opt::Limit,
+    Opt::Window,
+    Opt::Burst,
+    Opt::Meta,
+    Opt::Cost,
+];
 
-/// A resolved fixed-window policy; `None` from `resolve` means unlimited.
-struct Policy {
-    limit: i64,
-    window_ms: i64,
-}
-
-/// RL.ADMIT key [LIMIT max] [WINDOW ms] [META metakey] [COST n]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     if args.len() < 2 {
         return Err(RlError::WrongArity("rl.admit"));
     }
     let opts = parse_options(args, 2, ADMIT_OPTIONS)?;
-    let cost = opts.cost.unwrap_or(1);
     let now = store::now_ms();
-    let Some(policy) = resolve(ctx, argv, &opts, now)? else {
-        stats::admitted();
-        reply(ctx, &Decision::UNLIMITED);
-        return Ok(());
+    let Some(policy) = resolve(ctx, argv, &opts)?
+        .map(|r| r.policy(now))
+        .transpose()?
+    else {
+        return unlimited(ctx);
     };
-
     let name = argv[1];
     let mut key = Key::write(ctx, name);
-    let found = key.read_counter()?.map(|count| fixed::Counter {
-        count,
-        expires_at: key.expires_at(),
-    });
-    let (decision, write) = fixed::admit(found, policy.limit, policy.window_ms, cost, now);
-
-    match write {
-        fixed::Write::Nothing => {}
-        fixed::Write::Count { count, expires_at } => {
-            key.write_counter(count);
-            if found.and_then(|c| c.expires_at) != Some(expires_at) {
-                key.set_expires_at(expires_at);
-            }
-            store::replicate_counter(ctx, name, count, expires_at);
-            store::signal_modified(ctx, name);
-        }
-        fixed::Write::Expiry { expires_at } => {
-            key.set_expires_at(expires_at);
-            store::replicate_expiry(ctx, name, expires_at);
-            store::signal_modified(ctx, name);
-        }
-    }
+    let found = key.read_state(policy.algo)?;
+    let out = algo::admit(found, &policy, opts.cost.unwrap_or(1), now);
+    apply(ctx, &mut key, name, out.write, found.and_then(|f| f.1));
     drop(key);
-    record(ctx, name, &decision);
-    reply(ctx, &decision);
+    record(ctx, name, Some(policy.algo), &out.decision);
+    reply(ctx, &out.decision);
     Ok(())
 }
 
-/// RL.TTL key [LIMIT max] [META metakey]
+/// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [ALGO name] [LIMIT max]
+/// [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
+///
+/// One POLICY per key, in order. All are admitted, or none is consumed.
+fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if store::is_keys_request(ctx) {
+        report_admit_all_keys(ctx, args);
+        return Ok(());
+    }
+    let request = AdmitAll::parse(args)?;
+    let now = store::now_ms();
+    let mut limiters = Vec::with_capacity(request.policies.len());
+    for (i, opts) in request.policies.iter().enumerate() {
+        let policy = resolve(ctx, argv, opts)?
+            .map(|r| r.policy(now))
+            .transpose()?;
+        limiters.push((argv[2 + i], policy));
+    }
+    let mut decided = Vec::with_capacity(limiters.len());
+    for &(name, policy) in &limiters {
+        let Some(policy) = policy else {
+            decided.push((name, None, Decision::UNLIMITED, Write::Nothing, None));
+            continue;
+        };
+        let key = Key::write(ctx, name);
+        let found = key.read_state(policy.algo)?;
+        let out = algo::admit(found, &policy, request.cost, now);
+        decided.push((
+            name,
+            Some(key),
+            out.decision,
+            out.write,
+            found.and_then(|f| f.1),
+        ));
+    }
+    let all_admitted = decided.iter().all(|d| d.2.admitted);
+    let mut refused_by = 0;
+    let mut longest = 0i64;
+    for (i, (name, key, decision, write, expiry)) in decided.iter_mut().enumerate() {
+        if all_admitted {
+            if let Some(key) = key {
+                apply(ctx, key, *name, *write, *expiry);
+            }
+        } else if !decision.admitted {
+            store::notify(ctx, c"rl.hit", *name);
+            let wait = decision.retry_after_ms;
+            if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
+                refused_by = i + 1;
+                longest = wait;
+            }
+        }
+    }
+    let decisions: Vec<Decision> = decided.into_iter().map(|d| d.2).collect();
+    match all_admitted {
+        true => stats::admitted(None),
+        false => stats::refused(None, longest),
+    }
+    store::reply_admit_all(ctx, all_admitted, refused_by as i64, longest, &decisions);
+    Ok(())
+}
+
+struct AdmitAll {
+    cost: i64,
+    policies: Vec<Options>,
+}
+
+impl AdmitAll {
+    fn parse(args: &[&[u8]]) -> Result<AdmitAll, RlError> {
+        let numkeys = args
+            .get(1)
+            .ok_or(RlError::WrongArity("rl.admitall"))
+            .and_then(|n| int_arg(n, "numkeys", 1))?;
+        let first_option = usize::try_from(numkeys)
+            .ok()
+            .and_then(|n| n.checked_add(2))
+            .filter(|&end| end <= args.len())
+            .ok_or(RlError::BadValue(
+                "numkeys",
+                "at most the number of keys given",
+            ))?;
+        let keys = &args[2..first_option];
+        if keys.iter().enumerate().any(|(i, k)| keys[..i].contains(k)) {
+            return Err(RlError::DuplicateKeys);
+        }
+        let mut cost = None;
+        let mut policies: Vec<Options> = Vec::new();
+        let mut at = first_option;
+        while at < args.len() {
+            let word = args[at];
+            if word.eq_ignore_ascii_case(b"POLICY") {
+                policies.push(Options::default());
+                at += 1;
+                continue;
+            }
+            if word.eq_ignore_ascii_case(b"COST") {
+                let value = args.get(at + 1).ok_or(RlError::MissingValue("COST"))?;
+                if cost.replace(int_arg(value, "COST", 0)?).is_some() {
+                    return Err(RlError::Repeated("COST"));
+                }
+                at += 2;
+                continue;
+            }
+            let opt = Opt::parse(word, POLICY).ok_or_else(|| unknown(word))?;
+            let group = policies.last_mut().ok_or(RlError::PolicyFirst)?;
+            group.set(opt, args, at + 1)?;
+            at += 2;
+        }
+        if policies.len() != keys.len() {
+            return Err(RlError::PolicyCount(keys.len(), policies.len()));
+        }
+        Ok(AdmitAll {
+            cost: cost.unwrap_or(1),
+            policies,
+        })
+    }
+}
+
+/// getkeys-api: the counters (read-write) and every META hash (read-only).
+fn report_admit_all_keys(ctx: Ctx, args: &[&[u8]]) {
+    let numkeys = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0).max(0) as usize;
+    let end = numkeys.saturating_add(2).min(args.len());
+    for pos in 2..end {
+        store::key_at(ctx, pos, false);
+    }
+    let mut at = end;
+    while at < args.len() {
+        if args[at].eq_ignore_ascii_case(b"META") && at + 1 < args.len() {
+            store::key_at(ctx, at + 1, true);
+            at += 2;
+        } else {
+            at += 1;
+        }
+    }
+}
+
+/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 fn ttl(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     if args.len() < 2 {
         return Err(RlError::WrongArity("rl.ttl"));
     }
-    let opts = parse_options(args, 2, TTL_OPTIONS)?;
-    let limit = match opts.limit {
-        Some(limit) => limit,
-        None => match opts.meta {
-            Some(at) => read_meta(ctx, argv[at], true, false)?.0.unwrap_or(0),
-            None => 0,
-        },
-    };
-    if limit == 0 {
+    let opts = parse_options(args, 2, POLICY)?;
+    let now = store::now_ms();
+    let Some(resolved) = resolve(ctx, argv, &opts)? else {
         store::reply_int(ctx, 0);
         return Ok(());
-    }
-    let now = store::now_ms();
+    };
+    // The fixed window's back-off is the counter's PTTL: no window needed.
+    let policy = match resolved.algo {
+        Algo::Fixed => None,
+        _ => Some(resolved.policy(now)?),
+    };
     let key = Key::read(ctx, argv[1]);
-    let found = key.read_counter()?.map(|count| fixed::Counter {
-        count,
-        expires_at: key.expires_at(),
-    });
-    store::reply_int(ctx, fixed::backoff(found, limit, now));
+    let found = key.read_state(resolved.algo)?;
+    let backoff = match policy {
+        None => {
+            let counter = found.and_then(|(s, at)| match s {
+                State::Fixed { count } => Some(fixed::Counter {
+                    count,
+                    expires_at: at,
+                }),
+                _ => None,
+            });
+            fixed::backoff(counter, resolved.limit, now)
+        }
+        // The wait a request of cost 1 would be told now (a leaky queue's
+        // delay included).
+        Some(policy) => algo::admit(found, &policy, 1, now)
+            .decision
+            .retry_after_ms
+            .max(0),
+    };
+    store::reply_int(ctx, backoff);
     Ok(())
 }
 
@@ -153,70 +281,223 @@ fn limit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     if args.len() != 2 {
         return Err(RlError::WrongArity("rl.limit"));
     }
-    let (max, _) = read_meta(ctx, argv[1], true, false)?;
-    store::reply_int(ctx, max.unwrap_or(0));
+    let meta = Meta::read(ctx, argv[1])?;
+    store::reply_int(ctx, meta.max()?.unwrap_or(0));
     Ok(())
 }
 
-/// Inline options win over the META hash; a limit of 0 (or none) means
-/// no limit at all.
-fn resolve(ctx: Ctx, argv: &[Str], opts: &Options, now: i64) -> Result<Option<Policy>, RlError> {
-    let need_max = opts.limit.is_none();
-    let need_duration = opts.window.is_none();
-    let (meta_max, meta_duration) = match opts.meta {
-        Some(at) if need_max || need_duration => read_meta(ctx, argv[at], need_max, need_duration)?,
-        _ => (None, None),
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+fn refund(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if args.len() < 2 {
+        return Err(RlError::WrongArity("rl.refund"));
+    }
+    let opts = parse_options(args, 2, ADMIT_OPTIONS)?;
+    let now = store::now_ms();
+    let Some(policy) = resolve(ctx, argv, &opts)?
+        .map(|r| r.policy(now))
+        .transpose()?
+    else {
+        reply(ctx, &Decision::UNLIMITED);
+        return Ok(());
     };
-    let limit = opts.limit.or(meta_max).unwrap_or(0);
+    let name = argv[1];
+    let mut key = Key::write(ctx, name);
+    let found = key.read_state(policy.algo)?;
+    let out = algo::refund(found, &policy, opts.cost.unwrap_or(1), now);
+    apply(ctx, &mut key, name, out.write, found.and_then(|f| f.1));
+    drop(key);
+    if out.write != Write::Nothing {
+        store::notify(ctx, c"rl.refund", name);
+    }
+    reply(ctx, &out.decision);
+    Ok(())
+}
+
+/// RL.RESET key
+fn reset(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if args.len() != 2 {
+        return Err(RlError::WrongArity("rl.reset"));
+    }
+    let name = argv[1];
+    let mut key = Key::write(ctx, name);
+    let existed = match key.kind() {
+        KeyKind::Empty => false,
+        KeyKind::String => true,
+        _ => return Err(RlError::WrongType),
+    };
+    if existed {
+        apply(ctx, &mut key, name, Write::Delete, None);
+        drop(key);
+        store::notify(ctx, c"rl.reset", name);
+    }
+    store::reply_int(ctx, i64::from(existed));
+    Ok(())
+}
+
+/// RL.THROTTLE key max_burst count_per_period period_seconds [quantity]
+fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if !(5..=6).contains(&args.len()) {
+        return Err(RlError::WrongArity("rl.throttle"));
+    }
+    let params = throttle::Params {
+        max_burst: int_arg(args[2], "max_burst", 0)?,
+        count: int_arg(args[3], "count_per_period", 1)?,
+        period_s: int_arg(args[4], "period", 1)?,
+    };
+    let quantity = match args.get(5) {
+        Some(q) => int_arg(q, "quantity", 0)?,
+        None => 1,
+    };
+    let now = store::now_ms();
+    let meter = params.meter(now)?;
+    let name = argv[1];
+    let mut key = Key::write(ctx, name);
+    // Our `gcra:<tat_ns>` state, or redis-cell's plain ns integer.
+    let found = match key.read_string()? {
+        None => None,
+        Some(bytes) => match State::decode(Algo::Gcra, bytes) {
+            Ok(state) => Some(state),
+            Err(_) => Some(State::Gcra {
+                tat_ns: i128::from(parse_i64(bytes).ok_or(RlError::BadState("gcra"))?),
+            }),
+        },
+    };
+    let expiry = key.expires_at();
+    let (answer, write) = throttle::throttle(found, &meter, quantity, now);
+    apply(ctx, &mut key, name, write, expiry);
+    drop(key);
+    let outcome = throttle::outcome(answer, write);
+    record(ctx, name, None, &outcome.decision);
+    store::reply_ints(
+        ctx,
+        &[
+            i64::from(answer.limited),
+            answer.limit,
+            answer.remaining,
+            answer.retry_after_s,
+            answer.reset_after_s,
+        ],
+    );
+    Ok(())
+}
+
+/// A policy's parts as given inline or found in META; `None` from
+/// `resolve` means unlimited.
+struct Resolved {
+    algo: Algo,
+    limit: i64,
+    window: Option<(i64, &'static str)>,
+    burst: Option<i64>,
+}
+
+impl Resolved {
+    fn policy(&self, now: i64) -> Result<Policy, RlError> {
+        let (window, source) = self.window.ok_or(RlError::NoWindow)?;
+        if now.checked_add(window).is_none() {
+            return Err(RlError::WindowOverflow(source));
+        }
+        Policy::new(self.algo, self.limit, window, self.burst, now)
+    }
+}
+
+/// Inline options win over the META hash; a limit of 0 (or none) means no
+/// limit at all. Fields the policy does not use are never read or judged.
+fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved>, RlError> {
+    let meta = match opts.meta {
+        Some(at) => Meta::read(ctx, argv[at])?,
+        None => Meta::default(),
+    };
+    let algo = match opts.algo {
+        Some(algo) => algo,
+        None => meta.algorithm()?.unwrap_or(Algo::Fixed),
+    };
+    if opts.burst.is_some() && !algo.uses_burst() {
+        return Err(RlError::NotForAlgo("BURST", algo.name()));
+    }
+    let limit = match opts.limit {
+        Some(limit) => limit,
+        None => meta.max()?.unwrap_or(0),
+    };
     if limit == 0 {
         return Ok(None);
     }
-    let (window_ms, source) = match (opts.window, meta_duration) {
-        (Some(w), _) => (w, "WINDOW"),
-        (None, Some(d)) => (d, "META field 'duration'"),
-        (None, None) => return Err(RlError::NoWindow),
+    let window = match opts.window {
+        Some(w) => Some((w, "WINDOW")),
+        None => meta.duration()?.map(|d| (d, "META field 'duration'")),
     };
-    if now.checked_add(window_ms).is_none() {
-        return Err(RlError::WindowOverflow(source));
-    }
-    Ok(Some(Policy { limit, window_ms }))
+    let burst = match (opts.burst, algo.uses_burst()) {
+        (Some(b), _) => Some(b),
+        (None, true) => meta.burst()?,
+        (None, false) => None,
+    };
+    Ok(Some(Resolved {
+        algo,
+        limit,
+        window,
+        burst,
+    }))
 }
 
-/// Reads `max` and/or `duration` from a META hash. A missing hash or field
-/// is `None`; a field that is not a valid integer is an error naming it.
-fn read_meta(
-    ctx: Ctx,
-    name: Str,
-    want_max: bool,
-    want_duration: bool,
-) -> Result<(Option<i64>, Option<i64>), RlError> {
-    let meta = Key::read(ctx, name);
-    match meta.kind() {
-        KeyKind::Empty => return Ok((None, None)),
-        KeyKind::Hash => {}
-        _ => return Err(RlError::MetaWrongType),
-    }
-    let max = match want_max {
-        true => meta_field(ctx, &meta, c"max", "max", 0)?,
-        false => None,
-    };
-    let duration = match want_duration {
-        true => meta_field(ctx, &meta, c"duration", "duration", 1)?,
-        false => None,
-    };
-    Ok((max, duration))
+/// The META hash fields, as found; each is judged only when used.
+#[derive(Default)]
+struct Meta {
+    max: Option<Option<i64>>,
+    duration: Option<Option<i64>>,
+    algorithm: Option<Option<Algo>>,
+    burst: Option<Option<i64>>,
 }
 
-fn meta_field(
-    ctx: Ctx,
-    meta: &Key,
-    field: &CStr,
+impl Meta {
+    fn read(ctx: Ctx, name: Str) -> Result<Meta, RlError> {
+        let key = Key::read(ctx, name);
+        let mut meta = Meta::default();
+        match key.kind() {
+            KeyKind::Empty => return Ok(meta),
+            KeyKind::Hash => {}
+            _ => return Err(RlError::MetaWrongType),
+        }
+        key.hash_fields(
+            ctx,
+            [c"max", c"duration", c"algorithm", c"burst"],
+            |i, bytes| match i {
+                0 => meta.max = Some(parse_i64(bytes)),
+                1 => meta.duration = Some(parse_i64(bytes)),
+                2 => meta.algorithm = Some(Algo::parse(bytes)),
+                _ => meta.burst = Some(parse_i64(bytes)),
+            },
+        );
+        Ok(meta)
+    }
+
+    fn max(&self) -> Result<Option<i64>, RlError> {
+        int_field(self.max, "max", 0)
+    }
+
+    fn duration(&self) -> Result<Option<i64>, RlError> {
+        int_field(self.duration, "duration", 1)
+    }
+
+    fn burst(&self) -> Result<Option<i64>, RlError> {
+        int_field(self.burst, "burst", 0)
+    }
+
+    fn algorithm(&self) -> Result<Option<Algo>, RlError> {
+        match self.algorithm {
+            None => Ok(None),
+            Some(Some(algo)) => Ok(Some(algo)),
+            Some(None) => Err(RlError::BadMetaField("algorithm", Algo::NAMES)),
+        }
+    }
+}
+
+fn int_field(
+    field: Option<Option<i64>>,
     name: &'static str,
     min: i64,
 ) -> Result<Option<i64>, RlError> {
-    match meta.hash_int(ctx, field) {
-        Ok(None) => Ok(None),
-        Ok(Some(v)) if v >= min => Ok(Some(v)),
+    match field {
+        None => Ok(None),
+        Some(Some(v)) if v >= min => Ok(Some(v)),
         _ => Err(RlError::BadMetaField(
             name,
             if min == 0 { NON_NEGATIVE } else { POSITIVE },
@@ -224,25 +505,47 @@ fn meta_field(
     }
 }
 
+/// Writes a decision's effect and replicates it with absolute time.
+fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, expiry_before: Option<i64>) {
+    match write {
+        Write::Nothing => return,
+        Write::State { state, expires_at } => {
+            let mut buf = [0u8; state::MAX_LEN];
+            let bytes = state.encode(&mut buf);
+            key.write_bytes(bytes);
+            if expiry_before != Some(expires_at) {
+                key.set_expires_at(expires_at);
+            }
+            store::replicate_set(ctx, name, bytes, expires_at);
+        }
+        Write::Expiry { expires_at } => {
+            key.set_expires_at(expires_at);
+            store::replicate_expiry(ctx, name, expires_at);
+        }
+        Write::Delete => {
+            key.delete();
+            store::replicate_delete(ctx, name);
+        }
+    }
+    store::signal_modified(ctx, name);
+}
+
+fn unlimited(ctx: Ctx) -> Result<(), RlError> {
+    stats::admitted(None);
+    reply(ctx, &Decision::UNLIMITED);
+    Ok(())
+}
+
 /// The receipt of a decision: INFO counters, and `rl.hit` on refusal.
-fn record(ctx: Ctx, name: Str, decision: &Decision) {
+fn record(ctx: Ctx, name: Str, algo: Option<Algo>, decision: &Decision) {
     if decision.admitted {
-        stats::admitted();
+        stats::admitted(algo);
     } else {
-        stats::refused(decision.retry_after_ms);
+        stats::refused(algo, decision.retry_after_ms);
         store::notify(ctx, c"rl.hit", name);
     }
 }
 
 fn reply(ctx: Ctx, d: &Decision) {
-    store::reply_ints(
-        ctx,
-        &[
-            i64::from(d.admitted),
-            d.limit,
-            d.remaining,
-            d.retry_after_ms,
-            d.reset_after_ms,
-        ],
-    );
+    store::reply_decision(ctx, d);
 }

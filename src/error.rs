@@ -17,6 +17,17 @@ pub enum RlError {
     /// A field of the META hash is not usable: (field, what it must be).
     BadMetaField(&'static str, &'static str),
     MetaWrongType,
+    /// The stored value is not this algorithm's state.
+    BadState(&'static str),
+    /// Times this policy implies do not fit the clock.
+    PolicyTooLarge,
+    /// An option the chosen algorithm does not use: (option, algorithm).
+    NotForAlgo(&'static str, &'static str),
+    DuplicateKeys,
+    /// An option before the first POLICY of RL.ADMITALL.
+    PolicyFirst,
+    /// RL.ADMITALL: (keys, policies).
+    PolicyCount(usize, usize),
     WrongType,
     NotACounter,
 }
@@ -44,6 +55,14 @@ impl fmt::Display for RlError {
             }
             MetaWrongType => write!(f, "WRONGTYPE META key does not hold a hash"),
             WrongType => write!(f, "WRONGTYPE Operation against a key holding the wrong kind of value"),
+            BadState(algo) => write!(f, "ERR limiter key does not hold {algo} state"),
+            PolicyTooLarge => write!(f, "ERR the policy is too large: its times overflow the clock"),
+            NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
+            DuplicateKeys => write!(f, "ERR every key must be distinct"),
+            PolicyFirst => write!(f, "ERR policy options must follow a POLICY keyword"),
+            PolicyCount(keys, policies) => {
+                write!(f, "ERR one POLICY per key is needed: {keys} keys, {policies} policies")
+            }
             NotACounter => write!(f, "ERR limiter key does not hold an integer counter"),
         }
     }

@@ -22,30 +22,52 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use commands::{rl_admit, rl_limit, rl_ttl};
-use registry::{Command, COUNTER_RO, COUNTER_RW, META_RO};
+use commands::{rl_admit, rl_admitall, rl_limit, rl_refund, rl_reset, rl_throttle, rl_ttl};
+use registry::{Command, COUNTERS_RW, COUNTER_RO, COUNTER_RW, METAS_RO, META_RO};
 
-const COMMANDS: &[Command] = &[RL_ADMIT, RL_TTL, RL_LIMIT];
+const COMMANDS: &[Command] = &[
+    RL_ADMIT,
+    RL_ADMITALL,
+    RL_TTL,
+    RL_LIMIT,
+    RL_REFUND,
+    RL_RESET,
+    RL_THROTTLE,
+];
 
-/// RL.ADMIT key [LIMIT max] [WINDOW ms] [META metakey] [COST n]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
     handler: rl_admit,
     flags: c"write deny-oom fast",
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
-    summary: c"Counts a request against a fixed-window limit and answers whether it is admitted",
+    key_range: (1, 1, 1),
+    summary: c"Counts a request against a limiter and answers whether it is admitted",
     complexity: c"O(1)",
 };
 
-/// RL.TTL key [LIMIT max] [META metakey]
+/// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
+const RL_ADMITALL: Command = Command {
+    name: c"RL.ADMITALL",
+    handler: rl_admitall,
+    flags: c"write deny-oom getkeys-api",
+    arity: -4,
+    keys: &[COUNTERS_RW, METAS_RO],
+    key_range: (0, 0, 0),
+    summary: c"Admits a request through several limiters at once, or consumes none of them",
+    complexity: c"O(N) where N is the number of limiters",
+};
+
+/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 const RL_TTL: Command = Command {
     name: c"RL.TTL",
     handler: rl_ttl,
     flags: c"readonly fast",
     arity: -2,
     keys: &[COUNTER_RO, META_RO],
-    summary: c"Returns the back-off in ms when the limiter is at or over its limit, else 0",
+    key_range: (1, 1, 1),
+    summary: c"Returns the back-off in ms a request would be told now, 0 when it would pass",
     complexity: c"O(1)",
 };
 
@@ -56,7 +78,44 @@ const RL_LIMIT: Command = Command {
     flags: c"readonly fast",
     arity: 2,
     keys: &[COUNTER_RO],
+    key_range: (1, 1, 1),
     summary: c"Returns the limit configured in field 'max' of a META hash, or 0",
+    complexity: c"O(1)",
+};
+
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+const RL_REFUND: Command = Command {
+    name: c"RL.REFUND",
+    handler: rl_refund,
+    flags: c"write deny-oom fast",
+    arity: -2,
+    keys: &[COUNTER_RW, META_RO],
+    key_range: (1, 1, 1),
+    summary: c"Gives back consumption to a limiter, never below empty",
+    complexity: c"O(1)",
+};
+
+/// RL.RESET key
+const RL_RESET: Command = Command {
+    name: c"RL.RESET",
+    handler: rl_reset,
+    flags: c"write fast",
+    arity: 2,
+    keys: &[COUNTER_RW],
+    key_range: (1, 1, 1),
+    summary: c"Clears a limiter's state",
+    complexity: c"O(1)",
+};
+
+/// RL.THROTTLE key max_burst count_per_period period_seconds [quantity]
+const RL_THROTTLE: Command = Command {
+    name: c"RL.THROTTLE",
+    handler: rl_throttle,
+    flags: c"write deny-oom fast",
+    arity: -5,
+    keys: &[COUNTER_RW],
+    key_range: (1, 1, 1),
+    summary: c"A drop-in for redis-cell's CL.THROTTLE (GCRA), exact and replica-safe",
     complexity: c"O(1)",
 };
 

@@ -17,6 +17,8 @@ pub enum KeyAt {
     Index(i32),
     /// The argument after this keyword, searched from position 2.
     AfterKeyword(&'static CStr),
+    /// `numkeys` at position 1, then that many keys.
+    NumKeys,
 }
 
 #[derive(Clone, Copy)]
@@ -30,19 +32,35 @@ pub enum Access {
 pub struct KeySpec {
     pub at: KeyAt,
     pub access: Access,
+    /// The spec may miss keys: the server then asks the command (getkeys-api).
+    pub incomplete: bool,
 }
 
 pub const COUNTER_RW: KeySpec = KeySpec {
     at: KeyAt::Index(1),
     access: Access::ReadWrite,
+    incomplete: false,
 };
 pub const COUNTER_RO: KeySpec = KeySpec {
     at: KeyAt::Index(1),
     access: Access::ReadOnly,
+    incomplete: false,
 };
 pub const META_RO: KeySpec = KeySpec {
     at: KeyAt::AfterKeyword(c"META"),
     access: Access::ReadOnly,
+    incomplete: false,
+};
+pub const COUNTERS_RW: KeySpec = KeySpec {
+    at: KeyAt::NumKeys,
+    access: Access::ReadWrite,
+    incomplete: false,
+};
+/// RL.ADMITALL may name several META hashes; the command reports them all.
+pub const METAS_RO: KeySpec = KeySpec {
+    at: KeyAt::AfterKeyword(c"META"),
+    access: Access::ReadOnly,
+    incomplete: true,
 };
 
 pub struct Command {
@@ -52,6 +70,8 @@ pub struct Command {
     /// Negative: at least that many arguments, command name included.
     pub arity: i32,
     pub keys: &'static [KeySpec],
+    /// Legacy (first, last, step) key range; key-specs refine it.
+    pub key_range: (i32, i32, i32),
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
 }
@@ -81,16 +101,15 @@ pub fn register(
     ) else {
         return Err("the server lacks the command registration API".into());
     };
-    // The legacy first/last/step covers the counter; key-specs add META.
     let rc = unsafe {
         create(
             ctx,
             cmd.name.as_ptr(),
             Some(cmd.handler),
             cmd.flags.as_ptr(),
-            1,
-            1,
-            1,
+            cmd.key_range.0,
+            cmd.key_range.1,
+            cmd.key_range.2,
         )
     };
     if rc != raw::REDISMODULE_OK as c_int {
@@ -136,19 +155,34 @@ pub fn register(
 
 fn key_spec(spec: &KeySpec) -> raw::RedisModuleCommandKeySpec {
     let mut out: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
-    out.flags = u64::from(match spec.access {
-        Access::ReadWrite => {
-            raw::REDISMODULE_CMD_KEY_RW
-                | raw::REDISMODULE_CMD_KEY_ACCESS
-                | raw::REDISMODULE_CMD_KEY_UPDATE
-        }
-        Access::ReadOnly => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-    });
+    let incomplete = match spec.incomplete {
+        true => raw::REDISMODULE_CMD_KEY_INCOMPLETE,
+        false => 0,
+    };
+    out.flags = u64::from(incomplete)
+        | u64::from(match spec.access {
+            Access::ReadWrite => {
+                raw::REDISMODULE_CMD_KEY_RW
+                    | raw::REDISMODULE_CMD_KEY_ACCESS
+                    | raw::REDISMODULE_CMD_KEY_UPDATE
+            }
+            Access::ReadOnly => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        });
     match spec.at {
         KeyAt::Index(pos) => {
             out.begin_search_type =
                 raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
             out.bs.index.pos = pos;
+        }
+        KeyAt::NumKeys => {
+            out.begin_search_type =
+                raw::RedisModuleKeySpecBeginSearchType_REDISMODULE_KSPEC_BS_INDEX;
+            out.bs.index.pos = 1;
+            out.find_keys_type = raw::RedisModuleKeySpecFindKeysType_REDISMODULE_KSPEC_FK_KEYNUM;
+            out.fk.keynum.keynumidx = 0;
+            out.fk.keynum.firstkey = 1;
+            out.fk.keynum.keystep = 1;
+            return out;
         }
         KeyAt::AfterKeyword(word) => {
             out.begin_search_type =

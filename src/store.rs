@@ -8,8 +8,8 @@ use std::ptr;
 
 use redis_module::raw;
 
+use crate::algo::{Algo, Decision, State};
 use crate::error::RlError;
-use crate::num::{format_i64, parse_i64, MAX_DIGITS};
 
 pub type Ctx = *mut raw::RedisModuleCtx;
 pub type Str = *mut raw::RedisModuleString;
@@ -42,6 +42,9 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_KeyType,
         RedisModule_StringDMA,
         RedisModule_StringTruncate,
+        RedisModule_DeleteKey,
+        RedisModule_IsKeysPositionRequest,
+        RedisModule_KeyAtPosWithFlags,
         RedisModule_GetAbsExpire,
         RedisModule_SetAbsExpire,
         RedisModule_HashGet,
@@ -147,21 +150,29 @@ impl Key {
         unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
     }
 
-    /// Reads an integer counter: `Ok(None)` when the key is empty.
-    pub fn read_counter(&self) -> Result<Option<i64>, RlError> {
+    /// Reads `algo`'s state and the key's expiry: `Ok(None)` when empty.
+    pub fn read_state(&self, algo: Algo) -> Result<Option<(State, Option<i64>)>, RlError> {
         match self.kind() {
             KeyKind::Empty => Ok(None),
-            KeyKind::String => parse_i64(self.string_bytes())
-                .map(Some)
-                .ok_or(RlError::NotACounter),
+            KeyKind::String => Ok(Some((
+                State::decode(algo, self.string_bytes())?,
+                self.expires_at(),
+            ))),
             _ => Err(RlError::WrongType),
         }
     }
 
-    /// Stores `value` as the key's string in place, keeping its expiry.
-    pub fn write_counter(&mut self, value: i64) {
-        let mut buf = [0u8; MAX_DIGITS];
-        self.write_bytes(format_i64(value, &mut buf));
+    /// The raw string value, for formats a command reads itself.
+    pub fn read_string(&self) -> Result<Option<&[u8]>, RlError> {
+        match self.kind() {
+            KeyKind::Empty => Ok(None),
+            KeyKind::String => Ok(Some(self.string_bytes())),
+            _ => Err(RlError::WrongType),
+        }
+    }
+
+    pub fn delete(&mut self) {
+        unsafe { api!(RedisModule_DeleteKey)(self.ptr) };
     }
 
     /// Overwrites the key's string in place (creating it when empty), so the
@@ -176,24 +187,32 @@ impl Key {
         }
     }
 
-    /// Reads an integer field of a hash key; `Ok(None)` when it is absent.
-    pub fn hash_int(&self, ctx: Ctx, field: &CStr) -> Result<Option<i64>, ()> {
-        let mut value: Str = ptr::null_mut();
+    /// Reads up to four fields of a hash key in one lookup and hands each
+    /// present value to `each(index, bytes)`.
+    pub fn hash_fields(&self, ctx: Ctx, fields: [&CStr; 4], mut each: impl FnMut(usize, &[u8])) {
+        let mut values: [Str; 4] = [ptr::null_mut(); 4];
+        let [v0, v1, v2, v3] = &mut values;
         unsafe {
             api!(RedisModule_HashGet)(
                 self.ptr,
                 raw::REDISMODULE_HASH_CFIELDS as c_int,
-                field.as_ptr(),
-                &mut value as *mut Str,
+                fields[0].as_ptr(),
+                v0 as *mut Str,
+                fields[1].as_ptr(),
+                v1 as *mut Str,
+                fields[2].as_ptr(),
+                v2 as *mut Str,
+                fields[3].as_ptr(),
+                v3 as *mut Str,
                 ptr::null::<c_char>(),
             )
         };
-        if value.is_null() {
-            return Ok(None);
+        for (i, value) in values.into_iter().enumerate() {
+            if !value.is_null() {
+                each(i, arg_bytes(value));
+                unsafe { api!(RedisModule_FreeString)(ctx, value) };
+            }
         }
-        let parsed = parse_i64(arg_bytes(value));
-        unsafe { api!(RedisModule_FreeString)(ctx, value) };
-        parsed.map(Some).ok_or(())
     }
 }
 
@@ -207,14 +226,15 @@ impl Drop for Key {
 
 /// Replicas and the AOF get the effect with its absolute expiry, never the
 /// time-dependent command.
-pub fn replicate_counter(ctx: Ctx, key: Str, value: i64, expires_at: i64) {
+pub fn replicate_set(ctx: Ctx, key: Str, value: &[u8], expires_at: i64) {
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
             c"SET".as_ptr(),
-            c"slcl".as_ptr(),
+            c"sbcl".as_ptr(),
             key,
-            value as c_longlong,
+            value.as_ptr().cast::<c_char>(),
+            value.len(),
             c"PXAT".as_ptr(),
             expires_at as c_longlong,
         )
@@ -231,6 +251,28 @@ pub fn replicate_expiry(ctx: Ctx, key: Str, expires_at: i64) {
             expires_at as c_longlong,
         )
     };
+}
+
+pub fn replicate_delete(ctx: Ctx, key: Str) {
+    unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key) };
+}
+
+/// True when the server only asks which arguments are keys (getkeys-api).
+pub fn is_keys_request(ctx: Ctx) -> bool {
+    unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) != 0 }
+}
+
+/// Answers a getkeys request: the argument at `pos` is a key.
+pub fn key_at(ctx: Ctx, pos: usize, read_only: bool) {
+    let flags = match read_only {
+        true => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+        false => {
+            raw::REDISMODULE_CMD_KEY_RW
+                | raw::REDISMODULE_CMD_KEY_ACCESS
+                | raw::REDISMODULE_CMD_KEY_UPDATE
+        }
+    };
+    unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx, pos as c_int, flags as c_int) };
 }
 
 /// Tells WATCH and client-side caching that the key changed. Implicit
@@ -258,6 +300,41 @@ pub fn reply_ints(ctx: Ctx, values: &[i64]) {
         for &v in values {
             api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
         }
+    }
+}
+
+pub fn reply_decision(ctx: Ctx, d: &Decision) {
+    reply_ints(ctx, &decision_ints(d));
+}
+
+fn decision_ints(d: &Decision) -> [i64; 5] {
+    [
+        i64::from(d.admitted),
+        d.limit,
+        d.remaining,
+        d.retry_after_ms,
+        d.reset_after_ms,
+    ]
+}
+
+/// RL.ADMITALL: admitted, which limiter refused (1-based, 0: none), the
+/// longest back-off, then every limiter's own five integers.
+pub fn reply_admit_all(
+    ctx: Ctx,
+    admitted: bool,
+    refused_by: i64,
+    retry_after_ms: i64,
+    each: &[Decision],
+) {
+    unsafe {
+        api!(RedisModule_ReplyWithArray)(ctx, 4);
+        api!(RedisModule_ReplyWithLongLong)(ctx, i64::from(admitted) as c_longlong);
+        api!(RedisModule_ReplyWithLongLong)(ctx, refused_by as c_longlong);
+        api!(RedisModule_ReplyWithLongLong)(ctx, retry_after_ms as c_longlong);
+        api!(RedisModule_ReplyWithArray)(ctx, each.len() as _);
+    }
+    for d in each {
+        reply_decision(ctx, d);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Fixed window counter: one integer per window, and the key's expiry is
 //! the reset.
 
-use super::Decision;
+use super::{Decision, Outcome, Policy, State};
 
 /// The counter as found in the keyspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +103,78 @@ fn adoption(adopted: bool, cost: i64, expires_at: Option<i64>) -> Write {
     match (adopted, cost, expires_at) {
         (true, c, Some(at)) if c > 0 => Write::Expiry { expires_at: at },
         _ => Write::Nothing,
+    }
+}
+
+/// `admit` over the common state type.
+pub fn decide(
+    found: Option<(State, Option<i64>)>,
+    policy: &Policy,
+    cost: i64,
+    now_ms: i64,
+) -> Outcome {
+    let counter = counter_of(found);
+    let (decision, write) = admit(counter, policy.limit, policy.window_ms, cost, now_ms);
+    Outcome {
+        decision,
+        write: common_write(write),
+    }
+}
+
+/// Takes `amount` off the counter (never below 0), keeping its window.
+pub fn refund(
+    found: Option<(State, Option<i64>)>,
+    policy: &Policy,
+    amount: i64,
+    now_ms: i64,
+) -> Outcome {
+    let peek = |counter| admit(counter, policy.limit, policy.window_ms, 0, now_ms).0;
+    let Some(counter) = counter_of(found) else {
+        return Outcome {
+            decision: peek(None),
+            write: super::Write::Nothing,
+        };
+    };
+    let count = match counter.count {
+        c if c <= 0 => c,
+        c => c.saturating_sub(amount).max(0),
+    };
+    let expires_at = counter
+        .expires_at
+        .unwrap_or_else(|| now_ms.saturating_add(policy.window_ms));
+    let after = Counter {
+        count,
+        expires_at: Some(expires_at),
+    };
+    let write = if count == counter.count && counter.expires_at.is_some() {
+        super::Write::Nothing
+    } else {
+        super::Write::State {
+            state: State::Fixed { count },
+            expires_at,
+        }
+    };
+    Outcome {
+        decision: peek(Some(after)),
+        write,
+    }
+}
+
+fn counter_of(found: Option<(State, Option<i64>)>) -> Option<Counter> {
+    match found {
+        Some((State::Fixed { count }, expires_at)) => Some(Counter { count, expires_at }),
+        _ => None,
+    }
+}
+
+fn common_write(write: Write) -> super::Write {
+    match write {
+        Write::Nothing => super::Write::Nothing,
+        Write::Count { count, expires_at } => super::Write::State {
+            state: State::Fixed { count },
+            expires_at,
+        },
+        Write::Expiry { expires_at } => super::Write::Expiry { expires_at },
     }
 }
 

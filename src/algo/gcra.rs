@@ -1,0 +1,209 @@
+//! GCRA, the generic cell rate algorithm: the leaky bucket as a meter. Its
+//! whole state is one theoretical arrival time (TAT); the debt `TAT - now`
+//! is how far ahead of the sustained rate the limiter has been used, and a
+//! request is admitted while the debt it leaves fits the bucket.
+
+use super::{ceil_ms, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+
+/// The debt (ns) a stored TAT leaves at `now_ns`, never below 0 and never
+/// beyond `capacity`: a policy change applies to existing state at once.
+pub fn debt(tat_ns: Option<i128>, now_ns: i128, capacity: i128) -> i128 {
+    tat_ns.map_or(0, |tat| (tat - now_ns).clamp(0, capacity))
+}
+
+/// The shared meter: `slots` requests of debt fit (the burst; one more for
+/// `leaky`, whose head request is being served).
+pub struct Meter {
+    pub interval: i128,
+    pub capacity: i128,
+}
+
+pub enum Verdict {
+    /// New debt after the request.
+    Admit { debt: i128 },
+    /// ns until the request would fit; `None` when it never can.
+    Refuse { wait: Option<i128> },
+}
+
+impl Meter {
+    pub fn of(policy: &Policy) -> Meter {
+        Meter {
+            interval: policy.interval_ns(),
+            capacity: policy.capacity_ns().unwrap_or(i128::MAX),
+        }
+    }
+
+    pub fn judge(&self, debt: i128, cost: i64) -> Verdict {
+        let Some(increment) = i128::from(cost)
+            .checked_mul(self.interval)
+            .filter(|&i| i <= self.capacity)
+        else {
+            return Verdict::Refuse { wait: None };
+        };
+        if debt + increment <= self.capacity {
+            Verdict::Admit {
+                debt: debt + increment,
+            }
+        } else {
+            Verdict::Refuse {
+                wait: Some(debt + increment - self.capacity),
+            }
+        }
+    }
+
+    /// Whole requests of cost 1 that fit on top of `debt`.
+    pub fn room(&self, debt: i128) -> i64 {
+        i64::try_from((self.capacity - debt).max(0) / self.interval).unwrap_or(i64::MAX)
+    }
+
+    /// Debt after giving back `amount` requests.
+    pub fn forgive(&self, debt: i128, amount: i64) -> i128 {
+        let credit = i128::from(amount).saturating_mul(self.interval);
+        (debt - credit).max(0)
+    }
+}
+
+fn tat_of(state: Option<State>) -> Option<i128> {
+    match state {
+        Some(State::Gcra { tat_ns }) => Some(tat_ns),
+        _ => None,
+    }
+}
+
+pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    let meter = Meter::of(policy);
+    let now_ns = i128::from(now_ms) * NS_PER_MS;
+    let debt = debt(tat_of(state), now_ns, meter.capacity);
+    match meter.judge(debt, cost) {
+        Verdict::Admit { debt: after } => Outcome {
+            decision: Decision {
+                admitted: true,
+                limit: policy.burst,
+                remaining: meter.room(after),
+                retry_after_ms: 0,
+                reset_after_ms: ceil_ms(after),
+            },
+            write: match cost {
+                0 => Write::Nothing,
+                _ => Write::State {
+                    state: State::Gcra {
+                        tat_ns: now_ns + after,
+                    },
+                    expires_at: now_ms + ceil_ms(after),
+                },
+            },
+        },
+        Verdict::Refuse { wait } => Outcome {
+            decision: Decision {
+                admitted: false,
+                limit: policy.burst,
+                remaining: meter.room(debt),
+                retry_after_ms: wait.map_or(-1, ceil_ms),
+                reset_after_ms: ceil_ms(debt),
+            },
+            write: Write::Nothing,
+        },
+    }
+}
+
+pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
+    let meter = Meter::of(policy);
+    let now_ns = i128::from(now_ms) * NS_PER_MS;
+    let tat = tat_of(state);
+    let after = meter.forgive(debt(tat, now_ns, meter.capacity), amount);
+    let write = match (tat, after) {
+        (None, _) => Write::Nothing,
+        (Some(_), 0) => Write::Delete,
+        (Some(_), _) => Write::State {
+            state: State::Gcra {
+                tat_ns: now_ns + after,
+            },
+            expires_at: now_ms + ceil_ms(after),
+        },
+    };
+    let peek_state = (after > 0).then_some(State::Gcra {
+        tat_ns: now_ns + after,
+    });
+    Outcome {
+        decision: admit(peek_state, policy, 0, now_ms).decision,
+        write,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::Algo;
+
+    fn policy(limit: i64, window_ms: i64, burst: i64) -> Policy {
+        Policy::new(Algo::Gcra, limit, window_ms, Some(burst), 0).unwrap()
+    }
+
+    /// Runs calls at the given times, threading the state; returns decisions.
+    fn run(p: &Policy, calls: &[(i64, i64)]) -> Vec<Decision> {
+        let mut state = None;
+        calls
+            .iter()
+            .map(|&(now, cost)| {
+                let out = admit(state, p, cost, now);
+                if let Write::State { state: s, .. } = out.write {
+                    state = Some(s);
+                }
+                out.decision
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_burst_then_the_sustained_rate() {
+        // 10 per second, burst 3: three at once, then one every 100 ms.
+        let p = policy(10, 1_000, 3);
+        let d = run(
+            &p,
+            &[(0, 1), (0, 1), (0, 1), (0, 1), (50, 1), (100, 1), (100, 1)],
+        );
+        let admitted: Vec<bool> = d.iter().map(|d| d.admitted).collect();
+        assert_eq!(admitted, [true, true, true, false, false, true, false]);
+        assert_eq!(d[2].remaining, 0);
+        assert_eq!(d[3].retry_after_ms, 100);
+        assert_eq!(d[4].retry_after_ms, 50);
+        assert_eq!(d[5].reset_after_ms, 300);
+    }
+
+    #[test]
+    fn cost_beyond_the_burst_never_fits() {
+        let d = run(&policy(10, 1_000, 3), &[(0, 4)]);
+        assert_eq!(
+            (d[0].admitted, d[0].retry_after_ms, d[0].remaining),
+            (false, -1, 3)
+        );
+    }
+
+    #[test]
+    fn state_far_in_the_future_never_blocks_beyond_one_bucket() {
+        let p = policy(10, 1_000, 3);
+        let future = State::Gcra {
+            tat_ns: i128::from(i64::MAX),
+        };
+        let out = admit(Some(future), &p, 1, 1_000);
+        assert!(!out.decision.admitted);
+        assert_eq!(
+            out.decision.retry_after_ms, 100,
+            "debt is clamped to the bucket"
+        );
+    }
+
+    #[test]
+    fn refund_gives_back_and_deletes_when_empty() {
+        let p = policy(10, 1_000, 3);
+        let out = admit(None, &p, 2, 0);
+        let Write::State { state, .. } = out.write else {
+            panic!()
+        };
+        let back = refund(Some(state), &p, 1, 0);
+        assert_eq!(back.decision.remaining, 2);
+        assert!(matches!(back.write, Write::State { .. }));
+        assert_eq!(refund(Some(state), &p, 5, 0).write, Write::Delete);
+        assert_eq!(refund(None, &p, 5, 0).write, Write::Nothing);
+    }
+}

@@ -1,0 +1,166 @@
+//! Leaky bucket as a queue (shaping): requests leave at a constant rate of
+//! `limit` per window however they arrive. An arrival joins the queue and
+//! is told how long to wait before it proceeds (`retry_after_ms` on an
+//! admitted reply, like nginx's `limit_req ... delay`); it is refused when
+//! more than `burst` requests would be waiting. The state is the time the
+//! queue drains, stored in ns.
+
+use super::gcra::{debt, Meter, Verdict};
+use super::{ceil_ms, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+
+fn drained_at(state: Option<State>) -> Option<i128> {
+    match state {
+        Some(State::Leaky { tat_ns }) => Some(tat_ns),
+        _ => None,
+    }
+}
+
+pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    let meter = Meter::of(policy);
+    let now_ns = i128::from(now_ms) * NS_PER_MS;
+    let backlog = debt(drained_at(state), now_ns, meter.capacity);
+    // Waiting slots free after `debt`: the head request is served, not waiting.
+    let free = |debt: i128| meter.room(debt).min(policy.burst);
+    match meter.judge(backlog, cost) {
+        Verdict::Admit { debt: after } => Outcome {
+            decision: Decision {
+                admitted: true,
+                limit: policy.burst,
+                remaining: free(after),
+                // The request starts once the queue ahead of it has left.
+                retry_after_ms: ceil_ms(backlog),
+                reset_after_ms: ceil_ms(after),
+            },
+            write: match cost {
+                0 => Write::Nothing,
+                _ => Write::State {
+                    state: State::Leaky {
+                        tat_ns: now_ns + after,
+                    },
+                    expires_at: now_ms + ceil_ms(after),
+                },
+            },
+        },
+        Verdict::Refuse { wait } => Outcome {
+            decision: Decision {
+                admitted: false,
+                limit: policy.burst,
+                remaining: free(backlog),
+                retry_after_ms: wait.map_or(-1, ceil_ms),
+                reset_after_ms: ceil_ms(backlog),
+            },
+            write: Write::Nothing,
+        },
+    }
+}
+
+pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
+    let meter = Meter::of(policy);
+    let now_ns = i128::from(now_ms) * NS_PER_MS;
+    let tat = drained_at(state);
+    let after = meter.forgive(debt(tat, now_ns, meter.capacity), amount);
+    let write = match (tat, after) {
+        (None, _) => Write::Nothing,
+        (Some(_), 0) => Write::Delete,
+        (Some(_), _) => Write::State {
+            state: State::Leaky {
+                tat_ns: now_ns + after,
+            },
+            expires_at: now_ms + ceil_ms(after),
+        },
+    };
+    let peek_state = (after > 0).then_some(State::Leaky {
+        tat_ns: now_ns + after,
+    });
+    Outcome {
+        decision: admit(peek_state, policy, 0, now_ms).decision,
+        write,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algo::Algo;
+    use proptest::prelude::*;
+
+    fn policy(limit: i64, window_ms: i64, queue: i64) -> Policy {
+        Policy::new(Algo::Leaky, limit, window_ms, Some(queue), 0).unwrap()
+    }
+
+    #[test]
+    fn a_clump_is_spread_out_and_the_excess_refused() {
+        // 10 per second (100 ms apart), 2 may wait.
+        let p = policy(10, 1_000, 2);
+        let mut state = None;
+        let mut replies = vec![];
+        for _ in 0..4 {
+            let out = admit(state, &p, 1, 0);
+            if let Write::State { state: s, .. } = out.write {
+                state = Some(s);
+            }
+            replies.push((
+                out.decision.admitted,
+                out.decision.retry_after_ms,
+                out.decision.remaining,
+            ));
+        }
+        assert_eq!(
+            replies,
+            [
+                (true, 0, 2),
+                (true, 100, 1),
+                (true, 200, 0),
+                (false, 100, 0)
+            ]
+        );
+    }
+
+    #[test]
+    fn no_queue_means_no_waiting() {
+        let p = policy(10, 1_000, 0);
+        let first = admit(None, &p, 1, 0);
+        assert_eq!(
+            (first.decision.admitted, first.decision.retry_after_ms),
+            (true, 0)
+        );
+        let Write::State { state, .. } = first.write else {
+            panic!()
+        };
+        let second = admit(Some(state), &p, 1, 30);
+        assert_eq!(
+            (second.decision.admitted, second.decision.retry_after_ms),
+            (false, 70)
+        );
+    }
+
+    proptest! {
+        /// Whatever the clumping, consecutive start times are at least one
+        /// interval apart: the output never beats the rate.
+        #[test]
+        fn never_releases_faster_than_the_rate(
+            limit in 1i64..50,
+            window_ms in 1i64..3_000,
+            queue in 0i64..10,
+            steps in proptest::collection::vec(0i64..40, 1..150),
+        ) {
+            let p = policy(limit, window_ms, queue);
+            let interval = p.interval_ns();
+            let (mut now, mut state, mut last_start): (i64, Option<State>, Option<i128>) = (5_000, None, None);
+            for step in steps {
+                now += step;
+                let out = admit(state, &p, 1, now);
+                if let Write::State { state: s, .. } = out.write {
+                    let State::Leaky { tat_ns } = s else { unreachable!() };
+                    let start = tat_ns - interval; // this request's start
+                    if let Some(prev) = last_start {
+                        prop_assert!(start - prev >= interval, "{} then {}", prev, start);
+                    }
+                    prop_assert!(start >= i128::from(now) * NS_PER_MS);
+                    last_start = Some(start);
+                    state = Some(s);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! A limiter's policy: which algorithm, how many per window, how much burst.
+
+use crate::error::RlError;
+
+use super::NS_PER_MS;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algo {
+    Fixed,
+    Sliding,
+    Token,
+    Gcra,
+    Leaky,
+}
+
+impl Algo {
+    pub const ALL: [Algo; 5] = [
+        Algo::Fixed,
+        Algo::Sliding,
+        Algo::Token,
+        Algo::Gcra,
+        Algo::Leaky,
+    ];
+    pub const NAMES: &'static str = "one of fixed, sliding, token, gcra, leaky";
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Algo::Fixed => "fixed",
+            Algo::Sliding => "sliding",
+            Algo::Token => "token",
+            Algo::Gcra => "gcra",
+            Algo::Leaky => "leaky",
+        }
+    }
+
+    pub fn parse(s: &[u8]) -> Option<Algo> {
+        Algo::ALL
+            .into_iter()
+            .find(|a| s.eq_ignore_ascii_case(a.name().as_bytes()))
+    }
+
+    /// Whether BURST means anything to this algorithm.
+    pub fn uses_burst(self) -> bool {
+        matches!(self, Algo::Token | Algo::Gcra | Algo::Leaky)
+    }
+}
+
+/// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Policy {
+    pub algo: Algo,
+    /// Requests per window (the rate, for the buckets).
+    pub limit: i64,
+    pub window_ms: i64,
+    /// Bucket capacity (`token`, `gcra`) or queue size (`leaky`).
+    pub burst: i64,
+}
+
+impl Policy {
+    /// Checks that every time this policy can produce fits the clock at
+    /// `now_ms`. `burst` defaults to `limit`.
+    pub fn new(
+        algo: Algo,
+        limit: i64,
+        window_ms: i64,
+        burst: Option<i64>,
+        now_ms: i64,
+    ) -> Result<Policy, RlError> {
+        let burst = burst.unwrap_or(limit);
+        let policy = Policy {
+            algo,
+            limit,
+            window_ms,
+            burst,
+        };
+        let min_burst = if algo == Algo::Leaky { 0 } else { 1 };
+        if burst < min_burst {
+            return Err(RlError::BadValue("BURST", crate::error::POSITIVE));
+        }
+        // The longest span of state: two windows (sliding) or a full bucket.
+        let span_ns = match algo {
+            Algo::Fixed => i128::from(window_ms) * NS_PER_MS,
+            Algo::Sliding => 2 * i128::from(window_ms) * NS_PER_MS,
+            _ => policy.capacity_ns().ok_or(RlError::PolicyTooLarge)?,
+        };
+        let end_ms = i128::from(now_ms) + span_ns / NS_PER_MS + 1;
+        if end_ms > i128::from(i64::MAX) {
+            return Err(RlError::PolicyTooLarge);
+        }
+        Ok(policy)
+    }
+
+    /// The emission interval: ns between two requests at the sustained rate,
+    /// rounded up so the rate is never exceeded.
+    pub fn interval_ns(&self) -> i128 {
+        let window_ns = i128::from(self.window_ms) * NS_PER_MS;
+        let limit = i128::from(self.limit.max(1));
+        (window_ns + limit - 1) / limit
+    }
+
+    /// How much debt (ns) the bucket holds when full: `burst` intervals, plus
+    /// the request being served for `leaky`.
+    pub fn capacity_ns(&self) -> Option<i128> {
+        let slots = match self.algo {
+            Algo::Leaky => i128::from(self.burst) + 1,
+            _ => i128::from(self.burst),
+        };
+        slots.checked_mul(self.interval_ns())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interval_rounds_up() {
+        let p = Policy::new(Algo::Token, 3, 1_000, None, 0).unwrap();
+        assert_eq!(p.interval_ns(), 333_333_334);
+        assert_eq!(p.capacity_ns(), Some(3 * 333_333_334));
+        let fast = Policy::new(Algo::Gcra, i64::MAX, 1, Some(1), 0).unwrap();
+        assert_eq!(fast.interval_ns(), 1, "faster than 1/ns is capped at 1/ns");
+    }
+
+    #[test]
+    fn refuses_policies_beyond_the_clock() {
+        let now = 1_764_000_000_000;
+        assert_eq!(
+            Policy::new(Algo::Token, 1, i64::MAX / 2, Some(i64::MAX), now),
+            Err(RlError::PolicyTooLarge)
+        );
+        assert_eq!(
+            Policy::new(Algo::Sliding, 1, i64::MAX - now, None, now),
+            Err(RlError::PolicyTooLarge)
+        );
+        assert!(Policy::new(Algo::Fixed, 1, 1_000_000_000, None, now).is_ok());
+        assert!(Policy::new(Algo::Leaky, 1, 1_000, Some(0), now).is_ok());
+        assert!(Policy::new(Algo::Token, 1, 1_000, Some(0), now).is_err());
+    }
+}

@@ -1,0 +1,224 @@
+//! Limiter state as stored in one plain string key, readable with GET:
+//!
+//! | algorithm | value |
+//! |---|---|
+//! | fixed   | `<count>` (a plain integer, shared with INCR clients) |
+//! | sliding | `sliding:<window_start_ms>:<current_count>:<previous_count>` |
+//! | token   | `token:<credit_ns>:<last_refill_ms>` |
+//! | gcra    | `gcra:<theoretical_arrival_time_ns>` |
+//! | leaky   | `leaky:<queue_drained_at_ns>` |
+
+use crate::error::RlError;
+use crate::num::{format_i64, parse_i64, MAX_DIGITS};
+
+use super::Algo;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum State {
+    Fixed {
+        count: i64,
+    },
+    Sliding {
+        window_start: i64,
+        current: i64,
+        previous: i64,
+    },
+    Token {
+        credit_ns: i128,
+        last_ms: i64,
+    },
+    Gcra {
+        tat_ns: i128,
+    },
+    Leaky {
+        tat_ns: i128,
+    },
+}
+
+/// Longest encoding: "sliding:" and three i64 with separators.
+pub const MAX_LEN: usize = 8 + 3 * 20 + 2;
+
+impl State {
+    /// Parses a stored value as `algo`'s state. Anything else, including
+    /// another algorithm's state, is an error naming the algorithm.
+    pub fn decode(algo: Algo, bytes: &[u8]) -> Result<State, RlError> {
+        let bad = if algo == Algo::Fixed {
+            RlError::NotACounter
+        } else {
+            RlError::BadState(algo.name())
+        };
+        if algo == Algo::Fixed {
+            return parse_i64(bytes)
+                .map(|count| State::Fixed { count })
+                .ok_or(bad);
+        }
+        let rest = bytes
+            .strip_prefix(algo.name().as_bytes())
+            .and_then(|r| r.strip_prefix(b":"))
+            .ok_or_else(|| bad.clone())?;
+        let mut fields = rest.split(|&b| b == b':');
+        let mut next = || fields.next().and_then(parse_i64);
+        let state = match algo {
+            Algo::Sliding => {
+                let (window_start, current, previous) = (next(), next(), next());
+                match (window_start, current, previous) {
+                    (Some(w), Some(c), Some(p)) if w >= 0 && c >= 0 && p >= 0 => State::Sliding {
+                        window_start: w,
+                        current: c,
+                        previous: p,
+                    },
+                    _ => return Err(bad),
+                }
+            }
+            Algo::Token => {
+                let (credit, last) = (next(), next());
+                match (credit, last) {
+                    (Some(c), Some(l)) if c >= 0 => State::Token {
+                        credit_ns: i128::from(c),
+                        last_ms: l,
+                    },
+                    _ => return Err(bad),
+                }
+            }
+            Algo::Gcra => State::Gcra {
+                tat_ns: i128::from(next().ok_or_else(|| bad.clone())?),
+            },
+            Algo::Leaky => State::Leaky {
+                tat_ns: i128::from(next().ok_or_else(|| bad.clone())?),
+            },
+            Algo::Fixed => return Err(bad),
+        };
+        if fields.next().is_some() {
+            return Err(bad);
+        }
+        Ok(state)
+    }
+
+    /// Writes the value into `buf` and returns it. Values that do not fit an
+    /// i64 are clamped (policies are validated so that they never do).
+    pub fn encode(self, buf: &mut [u8; MAX_LEN]) -> &[u8] {
+        let mut len = 0;
+        let mut put = |bytes: &[u8]| {
+            buf[len..len + bytes.len()].copy_from_slice(bytes);
+            len += bytes.len();
+        };
+        let mut digits = [0u8; MAX_DIGITS];
+        let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
+        match self {
+            State::Fixed { count } => put(format_i64(count, &mut digits)),
+            State::Sliding {
+                window_start,
+                current,
+                previous,
+            } => {
+                put(b"sliding:");
+                put(format_i64(window_start, &mut digits));
+                put(b":");
+                put(format_i64(current, &mut digits));
+                put(b":");
+                put(format_i64(previous, &mut digits));
+            }
+            State::Token { credit_ns, last_ms } => {
+                put(b"token:");
+                put(format_i64(clamp(credit_ns), &mut digits));
+                put(b":");
+                put(format_i64(last_ms, &mut digits));
+            }
+            State::Gcra { tat_ns } => {
+                put(b"gcra:");
+                put(format_i64(clamp(tat_ns), &mut digits));
+            }
+            State::Leaky { tat_ns } => {
+                put(b"leaky:");
+                put(format_i64(clamp(tat_ns), &mut digits));
+            }
+        }
+        &buf[..len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn round_trips_every_algorithm() {
+        let states = [
+            (Algo::Fixed, State::Fixed { count: -3 }),
+            (
+                Algo::Sliding,
+                State::Sliding {
+                    window_start: 1_764_000_000_000,
+                    current: 4,
+                    previous: 9,
+                },
+            ),
+            (
+                Algo::Token,
+                State::Token {
+                    credit_ns: 5_000_000,
+                    last_ms: 1_764_000_000_123,
+                },
+            ),
+            (
+                Algo::Gcra,
+                State::Gcra {
+                    tat_ns: 1_764_000_000_123_456_789,
+                },
+            ),
+            (Algo::Leaky, State::Leaky { tat_ns: 1 }),
+        ];
+        for (algo, state) in states {
+            let mut buf = [0u8; MAX_LEN];
+            let bytes = state.encode(&mut buf).to_vec();
+            assert_eq!(
+                State::decode(algo, &bytes),
+                Ok(state),
+                "{}",
+                String::from_utf8_lossy(&bytes)
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_other_algorithms_and_corruption() {
+        assert_eq!(
+            State::decode(Algo::Gcra, b"5"),
+            Err(RlError::BadState("gcra"))
+        );
+        assert_eq!(
+            State::decode(Algo::Fixed, b"gcra:5"),
+            Err(RlError::NotACounter)
+        );
+        assert_eq!(
+            State::decode(Algo::Leaky, b"gcra:5"),
+            Err(RlError::BadState("leaky"))
+        );
+        for bad in [
+            &b"sliding:1:2"[..],
+            b"sliding:1:2:3:4",
+            b"sliding:-1:2:3",
+            b"token:-5:1",
+            b"gcra:",
+            b"gcra:x",
+        ] {
+            for algo in Algo::ALL {
+                assert!(
+                    State::decode(algo, bad).is_err(),
+                    "{algo:?} {:?}",
+                    String::from_utf8_lossy(bad)
+                );
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            for algo in Algo::ALL {
+                let _ = State::decode(algo, &bytes);
+            }
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! RL.THROTTLE: redis-cell's CL.THROTTLE semantics (GCRA with
+//! `max_burst + 1` cells of tolerance), with its failure modes removed:
+//! checked arithmetic, ns precision whatever the rate, absolute expiry, and
+//! `quantity 0` as a pure peek. State is the same `gcra:<tat_ns>` string.
+
+use super::{Outcome, State, Write, NS_PER_MS};
+use crate::error::RlError;
+
+const NS_PER_S: i128 = 1_000_000_000;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    pub max_burst: i64,
+    pub count: i64,
+    pub period_s: i64,
+}
+
+/// The CL.THROTTLE reply: times in whole seconds, rounded up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reply {
+    pub limited: bool,
+    pub limit: i64,
+    pub remaining: i64,
+    /// -1 when allowed, or when the quantity can never be allowed.
+    pub retry_after_s: i64,
+    pub reset_after_s: i64,
+}
+
+/// The validated meter: emission interval and delay variation tolerance.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Meter {
+    interval: i128,
+    tolerance: i128,
+    limit: i64,
+}
+
+impl Params {
+    pub fn meter(&self, now_ms: i64) -> Result<Meter, RlError> {
+        if self.max_burst < 0 {
+            return Err(RlError::BadValue("max_burst", crate::error::NON_NEGATIVE));
+        }
+        if self.count < 1 {
+            return Err(RlError::BadValue(
+                "count_per_period",
+                crate::error::POSITIVE,
+            ));
+        }
+        if self.period_s < 1 {
+            return Err(RlError::BadValue("period", crate::error::POSITIVE));
+        }
+        // Integer division like redis-cell's; sub-ns intervals are refused.
+        let interval = i128::from(self.period_s) * NS_PER_S / i128::from(self.count);
+        if interval == 0 {
+            return Err(RlError::PolicyTooLarge);
+        }
+        let limit = self
+            .max_burst
+            .checked_add(1)
+            .ok_or(RlError::PolicyTooLarge)?;
+        let tolerance = interval
+            .checked_mul(i128::from(limit))
+            .ok_or(RlError::PolicyTooLarge)?;
+        let end_ms = i128::from(now_ms) + tolerance / NS_PER_MS + 1;
+        if end_ms > i128::from(i64::MAX) {
+            return Err(RlError::PolicyTooLarge);
+        }
+        Ok(Meter {
+            interval,
+            tolerance,
+            limit,
+        })
+    }
+}
+
+fn ceil_s(ns: i128) -> i64 {
+    let s = (ns.max(0) + NS_PER_S - 1) / NS_PER_S;
+    i64::try_from(s).unwrap_or(i64::MAX)
+}
+
+pub fn throttle(state: Option<State>, meter: &Meter, quantity: i64, now_ms: i64) -> (Reply, Write) {
+    let now = i128::from(now_ms) * NS_PER_MS;
+    let tat = match state {
+        Some(State::Gcra { tat_ns }) => tat_ns.clamp(now, now + meter.tolerance),
+        _ => now,
+    };
+    // A quantity beyond the tolerance can never pass: no need to multiply it.
+    let increment = i128::from(quantity)
+        .checked_mul(meter.interval)
+        .filter(|&i| i <= meter.tolerance);
+    let new_tat = increment.map(|i| tat + i);
+    let allowed = new_tat.filter(|&t| t - meter.tolerance <= now);
+    let (ttl, write) = match allowed {
+        Some(new_tat) => {
+            let write = match quantity {
+                0 => Write::Nothing,
+                _ => Write::State {
+                    state: State::Gcra { tat_ns: new_tat },
+                    expires_at: now_ms + super::ceil_ms(new_tat - now),
+                },
+            };
+            (new_tat - now, write)
+        }
+        None => (tat - now, Write::Nothing),
+    };
+    let next = meter.tolerance - ttl;
+    let remaining = if next > -meter.interval {
+        next / meter.interval
+    } else {
+        0
+    };
+    let retry_after_s = match (allowed, new_tat) {
+        (Some(_), _) | (None, None) => -1,
+        (None, Some(t)) => ceil_s(t - meter.tolerance - now),
+    };
+    let reply = Reply {
+        limited: allowed.is_none(),
+        limit: meter.limit,
+        remaining: i64::try_from(remaining).unwrap_or(i64::MAX),
+        retry_after_s,
+        reset_after_s: ceil_s(ttl),
+    };
+    (reply, write)
+}
+
+/// For the common reply type; RL.THROTTLE itself answers `Reply`.
+pub fn outcome(reply: Reply, write: Write) -> Outcome {
+    Outcome {
+        decision: super::Decision {
+            admitted: !reply.limited,
+            limit: reply.limit,
+            remaining: reply.remaining,
+            retry_after_ms: reply.retry_after_s,
+            reset_after_ms: reply.reset_after_s,
+        },
+        write,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// redis-cell's own table: limit 5 (max_burst 4), 1 per second.
+    #[test]
+    fn matches_the_cl_throttle_reference_sequence() {
+        let params = Params {
+            max_burst: 4,
+            count: 1,
+            period_s: 1,
+        };
+        let start = 1_764_000_000_000i64;
+        let meter = params.meter(start).unwrap();
+        // (ms after start, quantity, limited, remaining, reset_after_s, retry_after_s)
+        let cases: &[(i64, i64, bool, i64, i64, i64)] = &[
+            (0, 6, true, 5, 0, -1),
+            (0, 1, false, 4, 1, -1),
+            (0, 1, false, 3, 2, -1),
+            (0, 1, false, 2, 3, -1),
+            (0, 1, false, 1, 4, -1),
+            (0, 1, false, 0, 5, -1),
+            (0, 1, true, 0, 5, 1),
+            (3_000, 1, false, 2, 3, -1),
+            (3_100, 1, false, 1, 4, -1),
+            (4_000, 1, false, 1, 4, -1),
+            (8_000, 1, false, 4, 1, -1),
+            (9_500, 1, false, 4, 1, -1),
+            (9_500, 0, false, 4, 1, -1),
+            (9_500, 2, false, 2, 3, -1),
+            (9_500, 5, true, 2, 3, 3),
+        ];
+        let mut state = None;
+        for (i, &(at, quantity, limited, remaining, reset, retry)) in cases.iter().enumerate() {
+            let now = start + at;
+            // The server expires the key at its TTL.
+            if let Some(State::Gcra { tat_ns }) = state {
+                if tat_ns <= i128::from(now) * NS_PER_MS {
+                    state = None;
+                }
+            }
+            let (reply, write) = throttle(state, &meter, quantity, now);
+            assert_eq!(
+                (
+                    reply.limited,
+                    reply.limit,
+                    reply.remaining,
+                    reply.reset_after_s,
+                    reply.retry_after_s
+                ),
+                (limited, 5, remaining, reset, retry),
+                "case {i}"
+            );
+            if let Write::State { state: s, .. } = write {
+                state = Some(s);
+            }
+        }
+    }
+
+    #[test]
+    fn very_high_rates_still_limit() {
+        // 6000 per second with burst 6000: redis-cell never limits this.
+        let params = Params {
+            max_burst: 6000,
+            count: 6000,
+            period_s: 1,
+        };
+        let meter = params.meter(0).unwrap();
+        let mut state = None;
+        let mut limited = 0;
+        for _ in 0..7_000 {
+            let (reply, write) = throttle(state, &meter, 1, 1_000);
+            limited += i32::from(reply.limited);
+            if let Write::State {
+                state: s,
+                expires_at,
+            } = write
+            {
+                assert!(expires_at > 1_000, "the state outlives the call");
+                state = Some(s);
+            }
+        }
+        assert_eq!(limited, 7_000 - 6_001);
+    }
+
+    #[test]
+    fn bad_and_huge_parameters_are_errors() {
+        let p = |max_burst, count, period_s| {
+            Params {
+                max_burst,
+                count,
+                period_s,
+            }
+            .meter(1_764_000_000_000)
+        };
+        assert!(p(-1, 1, 1).is_err());
+        assert!(p(1, 0, 1).is_err());
+        assert!(p(1, 1, 0).is_err());
+        assert!(p(i64::MAX, 1, 1).is_err());
+        assert!(p(i64::MAX - 1, 1, i64::MAX).is_err());
+        assert!(p(1, i64::MAX, 1).is_err(), "an interval under 1 ns");
+        let m = p(10, 1, 1).unwrap();
+        let (reply, write) = throttle(None, &m, i64::MAX, 0);
+        assert_eq!(
+            (reply.limited, reply.retry_after_s, write),
+            (true, -1, Write::Nothing)
+        );
+    }
+}
