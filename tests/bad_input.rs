@@ -277,8 +277,15 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
     assert_eq!(before, after, "no malformed call touched a key");
     let errors = common::info_field(&mut con, "ratelimit", "ratelimit_errors").unwrap();
     // Arity errors are the server's own; every other one is the module's.
-    let module_errors = cases.iter().filter(|(_, m)| !m.contains("wrong number")).count();
-    assert_eq!(errors.parse::<usize>().unwrap(), module_errors, "errors counted");
+    let module_errors = cases
+        .iter()
+        .filter(|(_, m)| !m.contains("wrong number"))
+        .count();
+    assert_eq!(
+        errors.parse::<usize>().unwrap(),
+        module_errors,
+        "errors counted"
+    );
 }
 
 #[test]
