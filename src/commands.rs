@@ -34,6 +34,9 @@ entry_point!(rl_refund => refund);
 entry_point!(rl_reset => reset);
 entry_point!(rl_throttle => throttle);
 
+/// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
+const INLINE_ARGS: usize = 16;
+
 fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let argc = usize::try_from(argc).unwrap_or(0);
@@ -45,11 +48,16 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
         } else {
             unsafe { std::slice::from_raw_parts(argv, argc) }
         };
-        let mut bytes: [&[u8]; MAX_ARGS] = [&[]; MAX_ARGS];
-        for (slot, &s) in bytes.iter_mut().zip(argv) {
-            *slot = arg_bytes(s);
+        if argc <= INLINE_ARGS {
+            let mut bytes: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+            for (slot, &s) in bytes.iter_mut().zip(argv) {
+                *slot = arg_bytes(s);
+            }
+            body(ctx, argv, &bytes[..argc])
+        } else {
+            let bytes: Vec<&[u8]> = argv.iter().map(|&s| arg_bytes(s)).collect();
+            body(ctx, argv, &bytes)
         }
-        body(ctx, argv, &bytes[..argc])
     }));
     match outcome {
         Ok(Ok(())) => {}

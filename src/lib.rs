@@ -152,6 +152,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
             )
         };
     }
+    store::init_shared_strings();
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
         log(

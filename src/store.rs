@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong};
 use std::ptr;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
@@ -224,20 +225,46 @@ impl Drop for Key {
     }
 }
 
+/// The `PXAT` argument, made once: replicating passes it by reference
+/// instead of allocating it on every write.
+static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
+
+/// Creates the shared strings; called once at load.
+pub fn init_shared_strings() {
+    if let Some(create) = unsafe { raw::RedisModule_CreateString } {
+        let s = unsafe { create(ptr::null_mut(), c"PXAT".as_ptr(), 4) };
+        PXAT.store(s, Ordering::Relaxed);
+    }
+}
+
 /// Replicas and the AOF get the effect with its absolute expiry, never the
 /// time-dependent command.
 pub fn replicate_set(ctx: Ctx, key: Str, value: &[u8], expires_at: i64) {
+    let pxat = PXAT.load(Ordering::Relaxed);
     unsafe {
-        api!(RedisModule_Replicate)(
-            ctx,
-            c"SET".as_ptr(),
-            c"sbcl".as_ptr(),
-            key,
-            value.as_ptr().cast::<c_char>(),
-            value.len(),
-            c"PXAT".as_ptr(),
-            expires_at as c_longlong,
-        )
+        if pxat.is_null() {
+            api!(RedisModule_Replicate)(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbcl".as_ptr(),
+                key,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                expires_at as c_longlong,
+            )
+        } else {
+            api!(RedisModule_Replicate)(
+                ctx,
+                c"SET".as_ptr(),
+                c"sbsl".as_ptr(),
+                key,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                pxat,
+                expires_at as c_longlong,
+            )
+        }
     };
 }
 
