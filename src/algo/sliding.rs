@@ -267,3 +267,92 @@ mod tests {
         }
     }
 }
+
+/// The sliding window counter against an exact sliding log, on a recorded
+/// trace: run with `cargo test --release accuracy -- --nocapture` to see
+/// the figures the README quotes.
+#[cfg(test)]
+mod accuracy {
+    use super::*;
+    use crate::algo::Algo;
+    use std::collections::VecDeque;
+
+    /// A reproducible bursty trace (ms timestamps): quiet spells, steady
+    /// traffic and bursts, from a fixed-seed xorshift generator.
+    pub fn trace() -> Vec<i64> {
+        let mut seed = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let (mut now, mut out) = (1_764_000_000_000i64, Vec::new());
+        while out.len() < 200_000 {
+            // Each phase: 0.2–2 s at 0, 50, 90, 130 or 300 requests per second.
+            let length = 200 + (next() % 1_800) as i64;
+            let rate = [0, 50, 90, 130, 300][(next() % 5) as usize];
+            let end = now + length;
+            while now < end {
+                if rate > 0 && next() % 1_000 < rate {
+                    out.push(now);
+                }
+                now += 1;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn accuracy_against_an_exact_sliding_log() {
+        let (limit, window) = (100i64, 1_000i64);
+        let p = Policy::new(Algo::Sliding, limit, window, None, 0).unwrap();
+        let (mut state, mut exact_log) = (None, VecDeque::new());
+        let mut admitted_log: VecDeque<i64> = VecDeque::new();
+        let (mut total, mut exact_admitted, mut approx_admitted) = (0u64, 0u64, 0u64);
+        let mut errors: Vec<f64> = Vec::new();
+        let mut worst_overshoot = 0i64;
+        for now in trace() {
+            let expire = |log: &mut VecDeque<i64>| {
+                while log.front().is_some_and(|&t| t <= now - window) {
+                    log.pop_front();
+                }
+            };
+            expire(&mut exact_log);
+            expire(&mut admitted_log);
+            // An exact limiter run on its own over the same arrivals.
+            if (exact_log.len() as i64) < limit {
+                exact_log.push_back(now);
+                exact_admitted += 1;
+            }
+            // The estimate against the exact count of what it let through.
+            let (start, current, previous) = in_view(state, window, now);
+            let weight = (start + window - now) as f64 / window as f64;
+            let estimate = previous as f64 * weight + current as f64;
+            errors.push((estimate - admitted_log.len() as f64).abs() / limit as f64);
+            let out = admit(state, &p, 1, now);
+            if let Write::State { state: s, .. } = out.write {
+                state = Some(s);
+            }
+            total += 1;
+            if out.decision.admitted {
+                admitted_log.push_back(now);
+                approx_admitted += 1;
+            }
+            worst_overshoot = worst_overshoot.max(admitted_log.len() as i64 - limit);
+        }
+        errors.sort_by(f64::total_cmp);
+        let mean = errors.iter().sum::<f64>() / errors.len() as f64 * 100.0;
+        let p99 = errors[errors.len() * 99 / 100] * 100.0;
+        println!(
+            "sliding vs exact log over {total} requests (limit {limit}/{window} ms): \
+             estimate error mean {mean:.1}% / p99 {p99:.1}% of the limit; \
+             admitted {approx_admitted} vs {exact_admitted} by an exact limiter ({:+.2}%); \
+             worst window-long span held {}",
+            (approx_admitted as f64 / exact_admitted as f64 - 1.0) * 100.0,
+            limit + worst_overshoot,
+        );
+        assert!(mean < 10.0, "mean error {mean:.1}%");
+        assert!(worst_overshoot < limit, "below 2x the limit, as documented");
+    }
+}
