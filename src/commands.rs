@@ -6,6 +6,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::algo::{self, fixed, state, throttle, Algo, Decision, Policy, State, Write};
 use crate::args::{int_arg, parse_options, unknown, Opt, Options, MAX_ARGS, POLICY};
+use crate::config;
 use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
 use crate::num::parse_i64;
 use crate::stats;
@@ -153,7 +154,9 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
                 apply(ctx, key, *name, *write, *expiry);
             }
         } else if !decision.admitted {
-            store::notify(ctx, c"rl.hit", *name);
+            if config::hit_events() {
+                store::notify(ctx, c"rl.hit", *name);
+            }
             let wait = decision.retry_after_ms;
             if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
                 refused_by = i + 1;
@@ -376,8 +379,9 @@ fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     drop(key);
     let outcome = throttle::outcome(answer, write);
     record(ctx, name, None, &outcome.decision);
-    store::reply_ints(
+    store::reply_named_ints(
         ctx,
+        &store::THROTTLE_FIELDS,
         &[
             i64::from(answer.limited),
             answer.limit,
@@ -417,7 +421,7 @@ fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved>, R
     };
     let algo = match opts.algo {
         Some(algo) => algo,
-        None => meta.algorithm()?.unwrap_or(Algo::Fixed),
+        None => meta.algorithm()?.unwrap_or_else(config::default_algo),
     };
     if opts.burst.is_some() && !algo.uses_burst() {
         return Err(RlError::NotForAlgo("BURST", algo.name()));
@@ -550,7 +554,9 @@ fn record(ctx: Ctx, name: Str, algo: Option<Algo>, decision: &Decision) {
         stats::admitted(algo);
     } else {
         stats::refused(algo, decision.retry_after_ms);
-        store::notify(ctx, c"rl.hit", name);
+        if config::hit_events() {
+            store::notify(ctx, c"rl.hit", name);
+        }
     }
 }
 

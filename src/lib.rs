@@ -13,6 +13,7 @@ pub mod num;
 
 // The server-facing layer.
 mod commands;
+mod config;
 mod registry;
 mod stats;
 mod store;
@@ -126,8 +127,8 @@ const RL_THROTTLE: Command = Command {
 #[no_mangle]
 pub unsafe extern "C" fn RedisModule_OnLoad(
     ctx: *mut raw::RedisModuleCtx,
-    _argv: *mut *mut raw::RedisModuleString,
-    _argc: c_int,
+    argv: *mut *mut raw::RedisModuleString,
+    argc: c_int,
 ) -> c_int {
     let ok = raw::REDISMODULE_OK as c_int;
     let err = raw::REDISMODULE_ERR as c_int;
@@ -153,6 +154,18 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         };
     }
     store::init_shared_strings();
+    let args: Vec<&[u8]> = match (argv.is_null(), usize::try_from(argc)) {
+        (false, Ok(n)) => unsafe { std::slice::from_raw_parts(argv, n) }
+            .iter()
+            .map(|&s| store::arg_bytes(s))
+            .collect(),
+        _ => Vec::new(),
+    };
+    if let Err(e) = config::register(ctx, &args) {
+        log(ctx, c"warning", &e);
+        return err;
+    }
+    config::watch_resetstat(ctx);
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
         log(

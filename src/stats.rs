@@ -50,7 +50,6 @@ pub fn error() {
 }
 
 /// `CONFIG RESETSTAT`.
-#[allow(dead_code)] // wired to the server event in the configuration work
 pub fn reset() {
     for c in COUNTERS.admitted.iter().chain(&COUNTERS.refused) {
         c.store(0, Relaxed);

@@ -56,6 +56,9 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_SignalModifiedKey,
         RedisModule_CachedMicroseconds,
         RedisModule_ReplyWithArray,
+        RedisModule_ReplyWithMap,
+        RedisModule_GetContextFlags,
+        RedisModule_ReplyWithSimpleString,
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,
         RedisModule_WrongArity
@@ -330,8 +333,46 @@ pub fn reply_ints(ctx: Ctx, values: &[i64]) {
     }
 }
 
+/// RESP3 clients get maps with named fields; RESP2 keeps positional arrays.
+fn speaks_resp3(ctx: Ctx) -> bool {
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
+}
+
+/// Field names of the five-integer reply, in order.
+pub const DECISION_FIELDS: [&CStr; 5] = [
+    c"admitted",
+    c"limit",
+    c"remaining",
+    c"retry_after_ms",
+    c"reset_after_ms",
+];
+
+/// Field names of RL.THROTTLE's reply, in order.
+pub const THROTTLE_FIELDS: [&CStr; 5] = [
+    c"limited",
+    c"limit",
+    c"remaining",
+    c"retry_after",
+    c"reset_after",
+];
+
+/// Integers as an array (RESP2) or as a map of `names` (RESP3).
+pub fn reply_named_ints(ctx: Ctx, names: &[&CStr], values: &[i64]) {
+    if !speaks_resp3(ctx) {
+        return reply_ints(ctx, values);
+    }
+    unsafe {
+        api!(RedisModule_ReplyWithMap)(ctx, values.len() as _);
+        for (name, &v) in names.iter().zip(values) {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+    }
+}
+
 pub fn reply_decision(ctx: Ctx, d: &Decision) {
-    reply_ints(ctx, &decision_ints(d));
+    reply_named_ints(ctx, &DECISION_FIELDS, &decision_ints(d));
 }
 
 fn decision_ints(d: &Decision) -> [i64; 5] {

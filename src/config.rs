@@ -1,0 +1,178 @@
+//! Module configuration: `CONFIG SET/GET ratelimit.*`, `ratelimit.*` lines
+//! in the config file, and `loadmodule <path> [name value ...]` arguments
+//! (applied last, so they win).
+
+use std::ffi::CStr;
+use std::os::raw::{c_char, c_int, c_void};
+use std::ptr;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+
+use redis_module::raw;
+
+use crate::algo::Algo;
+use crate::stats;
+
+static DEFAULT_ALGO: AtomicU8 = AtomicU8::new(Algo::Fixed as u8);
+static HIT_EVENTS: AtomicBool = AtomicBool::new(true);
+
+/// The algorithm used when neither ALGO nor the META hash names one.
+pub fn default_algo() -> Algo {
+    Algo::ALL[usize::from(DEFAULT_ALGO.load(Relaxed)).min(Algo::ALL.len() - 1)]
+}
+
+/// Whether refusals fire the `rl.hit` keyspace event.
+pub fn hit_events() -> bool {
+    HIT_EVENTS.load(Relaxed)
+}
+
+const OK: c_int = raw::REDISMODULE_OK as c_int;
+const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+
+unsafe extern "C" fn get_algo(_name: *const c_char, _data: *mut c_void) -> c_int {
+    c_int::from(DEFAULT_ALGO.load(Relaxed))
+}
+
+unsafe extern "C" fn set_algo(
+    _name: *const c_char,
+    value: c_int,
+    _data: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    match u8::try_from(value) {
+        Ok(v) if usize::from(v) < Algo::ALL.len() => {
+            DEFAULT_ALGO.store(v, Relaxed);
+            OK
+        }
+        _ => ERR,
+    }
+}
+
+unsafe extern "C" fn get_hit_events(_name: *const c_char, _data: *mut c_void) -> c_int {
+    c_int::from(HIT_EVENTS.load(Relaxed))
+}
+
+unsafe extern "C" fn set_hit_events(
+    _name: *const c_char,
+    value: c_int,
+    _data: *mut c_void,
+    _err: *mut *mut raw::RedisModuleString,
+) -> c_int {
+    HIT_EVENTS.store(value != 0, Relaxed);
+    OK
+}
+
+/// Registers the configs, loads config-file values, then applies the
+/// `loadmodule` arguments (pairs of name and value).
+pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), String> {
+    let (Some(enum_config), Some(bool_config), Some(load)) = (
+        unsafe { raw::RedisModule_RegisterEnumConfig },
+        unsafe { raw::RedisModule_RegisterBoolConfig },
+        unsafe { raw::RedisModule_LoadConfigs },
+    ) else {
+        return Err("this server lacks module configuration".into());
+    };
+    let mut names: Vec<*const c_char> = ALGO_NAMES.iter().map(|n| n.as_ptr()).collect();
+    let values: Vec<c_int> = (0..Algo::ALL.len() as c_int).collect();
+    let flags = raw::REDISMODULE_CONFIG_DEFAULT;
+    let rc = unsafe {
+        enum_config(
+            ctx,
+            c"default-algorithm".as_ptr(),
+            Algo::Fixed as c_int,
+            flags,
+            names.as_mut_ptr(),
+            values.as_ptr(),
+            values.len() as c_int,
+            Some(get_algo),
+            Some(set_algo),
+            None,
+            ptr::null_mut(),
+        )
+    };
+    if rc != OK {
+        return Err("registering ratelimit.default-algorithm failed".into());
+    }
+    let rc = unsafe {
+        bool_config(
+            ctx,
+            c"hit-events".as_ptr(),
+            1,
+            flags,
+            Some(get_hit_events),
+            Some(set_hit_events),
+            None,
+            ptr::null_mut(),
+        )
+    };
+    if rc != OK {
+        return Err("registering ratelimit.hit-events failed".into());
+    }
+    if unsafe { load(ctx) } != OK {
+        return Err("loading ratelimit.* configuration failed".into());
+    }
+    apply_module_args(args)
+}
+
+const ALGO_NAMES: [&CStr; 5] = [c"fixed", c"sliding", c"token", c"gcra", c"leaky"];
+
+/// `loadmodule <path> default-algorithm sliding hit-events no`.
+fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
+    if !args.len().is_multiple_of(2) {
+        return Err("module arguments come in pairs: <name> <value>".into());
+    }
+    for pair in args.chunks(2) {
+        let (name, value) = (pair[0], pair[1]);
+        let name = name.strip_prefix(b"ratelimit.").unwrap_or(name);
+        match name {
+            b"default-algorithm" => {
+                let algo = Algo::parse(value)
+                    .ok_or_else(|| format!("default-algorithm must be {}", Algo::NAMES))?;
+                DEFAULT_ALGO.store(algo as u8, Relaxed);
+            }
+            b"hit-events" => {
+                let on = match value {
+                    b"yes" => true,
+                    b"no" => false,
+                    _ => return Err("hit-events must be yes or no".into()),
+                };
+                HIT_EVENTS.store(on, Relaxed);
+            }
+            _ => {
+                return Err(format!(
+                    "unknown module argument '{}'",
+                    String::from_utf8_lossy(name)
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `CONFIG RESETSTAT` clears the server's statistics: clear ours with them.
+/// A command filter sees every command, so it compares as little as it can.
+unsafe extern "C" fn resetstat_filter(fctx: *mut raw::RedisModuleCommandFilterCtx) {
+    let (Some(count), Some(arg)) = (unsafe { raw::RedisModule_CommandFilterArgsCount }, unsafe {
+        raw::RedisModule_CommandFilterArgGet
+    }) else {
+        return;
+    };
+    if unsafe { count(fctx) } != 2 {
+        return;
+    }
+    let word = |pos| crate::store::arg_bytes(unsafe { arg(fctx, pos) });
+    if word(0).eq_ignore_ascii_case(b"config") && word(1).eq_ignore_ascii_case(b"resetstat") {
+        stats::reset();
+    }
+}
+
+pub fn watch_resetstat(ctx: *mut raw::RedisModuleCtx) {
+    if let Some(register) = unsafe { raw::RedisModule_RegisterCommandFilter } {
+        unsafe {
+            register(
+                ctx,
+                Some(resetstat_filter),
+                raw::REDISMODULE_CMDFILTER_NOSELF as c_int,
+            )
+        };
+    }
+}
