@@ -24,7 +24,7 @@ use std::os::raw::c_int;
 use redis_module::raw;
 
 use commands::{rl_admit, rl_admitall, rl_limit, rl_refund, rl_reset, rl_throttle, rl_ttl};
-use registry::{Command, COUNTERS_RW, COUNTER_RO, COUNTER_RW, METAS_RO, META_RO};
+use registry::{Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RO, COUNTER_RW, METAS_RO, META_RO};
 
 const COMMANDS: &[Command] = &[
     RL_ADMIT,
@@ -36,6 +36,35 @@ const COMMANDS: &[Command] = &[
     RL_THROTTLE,
 ];
 
+const ALGORITHMS: &[Arg] = &[
+    Arg::word(c"fixed"),
+    Arg::word(c"sliding"),
+    Arg::word(c"token"),
+    Arg::word(c"gcra"),
+    Arg::word(c"leaky"),
+];
+
+/// The policy options every limiter command takes; META is key-spec 1.
+const POLICY_ARGS: [Arg; 5] = [
+    Arg::option(c"ALGO", c"algorithm", ArgKind::OneOf(ALGORITHMS)),
+    Arg::option(c"LIMIT", c"max", ArgKind::Integer),
+    Arg::option(c"WINDOW", c"ms", ArgKind::Integer),
+    Arg::option(c"BURST", c"n", ArgKind::Integer),
+    Arg::option(c"META", c"metakey", ArgKind::Key(1)),
+];
+const COST_ARG: Arg = Arg::option(c"COST", c"n", ArgKind::Integer);
+
+const LIMITER_ARGS: &[Arg] = &[
+    Arg::key(c"key", 0),
+    POLICY_ARGS[0],
+    POLICY_ARGS[1],
+    POLICY_ARGS[2],
+    POLICY_ARGS[3],
+    POLICY_ARGS[4],
+    COST_ARG,
+];
+const TTL_ARGS: &[Arg] = LIMITER_ARGS.split_at(6).0;
+
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
@@ -44,6 +73,7 @@ const RL_ADMIT: Command = Command {
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
+    args: LIMITER_ARGS,
     summary: c"Counts a request against a limiter and answers whether it is admitted",
     complexity: c"O(1)",
 };
@@ -56,6 +86,14 @@ const RL_ADMITALL: Command = Command {
     arity: -4,
     keys: &[COUNTERS_RW, METAS_RO],
     key_range: (0, 0, 0),
+    args: &[
+        Arg::int(c"numkeys"),
+        Arg::key(c"key", 0).multiple(),
+        COST_ARG,
+        Arg::option(c"POLICY", c"policy", ArgKind::Block(&POLICY_ARGS))
+            .required()
+            .multiple(),
+    ],
     summary: c"Admits a request through several limiters at once, or consumes none of them",
     complexity: c"O(N) where N is the number of limiters",
 };
@@ -68,6 +106,7 @@ const RL_TTL: Command = Command {
     arity: -2,
     keys: &[COUNTER_RO, META_RO],
     key_range: (1, 1, 1),
+    args: TTL_ARGS,
     summary: c"Returns the back-off in ms a request would be told now, 0 when it would pass",
     complexity: c"O(1)",
 };
@@ -80,6 +119,7 @@ const RL_LIMIT: Command = Command {
     arity: 2,
     keys: &[COUNTER_RO],
     key_range: (1, 1, 1),
+    args: &[Arg::key(c"metakey", 0)],
     summary: c"Returns the limit configured in field 'max' of a META hash, or 0",
     complexity: c"O(1)",
 };
@@ -92,6 +132,7 @@ const RL_REFUND: Command = Command {
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
+    args: LIMITER_ARGS,
     summary: c"Gives back consumption to a limiter, never below empty",
     complexity: c"O(1)",
 };
@@ -104,6 +145,7 @@ const RL_RESET: Command = Command {
     arity: 2,
     keys: &[COUNTER_RW],
     key_range: (1, 1, 1),
+    args: &[Arg::key(c"key", 0)],
     summary: c"Clears a limiter's state",
     complexity: c"O(1)",
 };
@@ -116,6 +158,13 @@ const RL_THROTTLE: Command = Command {
     arity: -5,
     keys: &[COUNTER_RW],
     key_range: (1, 1, 1),
+    args: &[
+        Arg::key(c"key", 0),
+        Arg::int(c"max_burst"),
+        Arg::int(c"count_per_period"),
+        Arg::int(c"period"),
+        Arg::int(c"quantity").optional(),
+    ],
     summary: c"A drop-in for redis-cell's CL.THROTTLE (GCRA), exact and replica-safe",
     complexity: c"O(1)",
 };

@@ -63,6 +63,82 @@ pub const METAS_RO: KeySpec = KeySpec {
     incomplete: true,
 };
 
+/// One argument as `COMMAND DOCS` (and so `valkey-cli` hints) shows it.
+#[derive(Clone, Copy)]
+pub struct Arg {
+    pub name: &'static CStr,
+    pub kind: ArgKind,
+    /// The keyword that introduces it, e.g. `LIMIT`.
+    pub token: Option<&'static CStr>,
+    pub optional: bool,
+    pub multiple: bool,
+}
+
+#[derive(Clone, Copy)]
+pub enum ArgKind {
+    /// A key, described by the key-spec at this index.
+    Key(i32),
+    Integer,
+    /// The keyword alone.
+    PureToken,
+    /// One of these.
+    OneOf(&'static [Arg]),
+    /// A group of arguments.
+    Block(&'static [Arg]),
+}
+
+impl Arg {
+    pub const fn key(name: &'static CStr, spec: i32) -> Arg {
+        Arg {
+            name,
+            kind: ArgKind::Key(spec),
+            token: None,
+            optional: false,
+            multiple: false,
+        }
+    }
+    pub const fn int(name: &'static CStr) -> Arg {
+        Arg {
+            name,
+            kind: ArgKind::Integer,
+            token: None,
+            optional: false,
+            multiple: false,
+        }
+    }
+    pub const fn word(word: &'static CStr) -> Arg {
+        Arg {
+            name: word,
+            kind: ArgKind::PureToken,
+            token: Some(word),
+            optional: false,
+            multiple: false,
+        }
+    }
+    /// `[TOKEN value]`.
+    pub const fn option(token: &'static CStr, name: &'static CStr, kind: ArgKind) -> Arg {
+        Arg {
+            name,
+            kind,
+            token: Some(token),
+            optional: true,
+            multiple: false,
+        }
+    }
+    pub const fn optional(self) -> Arg {
+        Arg {
+            optional: true,
+            ..self
+        }
+    }
+    pub const fn multiple(self) -> Arg {
+        Arg {
+            multiple: true,
+            ..self
+        }
+    }
+}
+
 pub struct Command {
     pub name: &'static CStr,
     pub handler: Handler,
@@ -72,6 +148,7 @@ pub struct Command {
     pub keys: &'static [KeySpec],
     /// Legacy (first, last, step) key range; key-specs refine it.
     pub key_range: (i32, i32, i32),
+    pub args: &'static [Arg],
     pub summary: &'static CStr,
     pub complexity: &'static CStr,
 }
@@ -128,6 +205,8 @@ pub fn register(
         sizeof_keyspec: std::mem::size_of::<raw::RedisModuleCommandKeySpec>(),
         sizeof_arg: std::mem::size_of::<raw::RedisModuleCommandArg>(),
     };
+    let mut arrays = Vec::new();
+    let args = arg_array(cmd.args, &mut arrays);
     let info = raw::RedisModuleCommandInfo {
         version: &version,
         summary: cmd.summary.as_ptr(),
@@ -137,7 +216,7 @@ pub fn register(
         tips: ptr::null(),
         arity: cmd.arity,
         key_specs: specs.as_mut_ptr(),
-        args: ptr::null_mut(),
+        args,
     };
     if unsafe { set_info(command, &info) } != raw::REDISMODULE_OK as c_int {
         return Err(fail("SetCommandInfo"));
@@ -151,6 +230,52 @@ pub fn register(
         }
     }
     Ok(())
+}
+
+/// Lays `args` out as the server's zero-terminated C arrays; `arrays` owns
+/// them (boxed, so they never move) until registration is done.
+fn arg_array(
+    args: &[Arg],
+    arrays: &mut Vec<Box<[raw::RedisModuleCommandArg]>>,
+) -> *mut raw::RedisModuleCommandArg {
+    let mut out: Vec<raw::RedisModuleCommandArg> = Vec::with_capacity(args.len() + 1);
+    for arg in args {
+        let mut c: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
+        c.name = arg.name.as_ptr();
+        c.token = arg.token.map_or(ptr::null(), |t| t.as_ptr());
+        c.key_spec_index = -1;
+        c.flags = (if arg.optional {
+            raw::REDISMODULE_CMD_ARG_OPTIONAL
+        } else {
+            0
+        } | if arg.multiple {
+            raw::REDISMODULE_CMD_ARG_MULTIPLE
+        } else {
+            0
+        }) as c_int;
+        c.type_ = match arg.kind {
+            ArgKind::Key(spec) => {
+                c.key_spec_index = spec;
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY
+            }
+            ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
+            ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
+            ArgKind::OneOf(sub) => {
+                c.subargs = arg_array(sub, arrays);
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF
+            }
+            ArgKind::Block(sub) => {
+                c.subargs = arg_array(sub, arrays);
+                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK
+            }
+        };
+        out.push(c);
+    }
+    out.push(unsafe { std::mem::zeroed() });
+    let mut boxed = out.into_boxed_slice();
+    let first = boxed.as_mut_ptr();
+    arrays.push(boxed);
+    first
 }
 
 fn key_spec(spec: &KeySpec) -> raw::RedisModuleCommandKeySpec {
