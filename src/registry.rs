@@ -136,12 +136,12 @@ impl Arg {
             multiple: true,
             ..self
         }
+    }
     pub const fn required(self) -> Arg {
         Arg {
             optional: false,
             ..self
         }
-    }
     }
 }
 
