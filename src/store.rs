@@ -394,11 +394,23 @@ pub fn reply_admit_all(
     retry_after_ms: i64,
     each: &[Decision],
 ) {
+    let resp3 = speaks_resp3(ctx);
+    let values = [i64::from(admitted), refused_by, retry_after_ms];
+    let names = [c"admitted", c"refused_by", c"retry_after_ms"];
     unsafe {
-        api!(RedisModule_ReplyWithArray)(ctx, 4);
-        api!(RedisModule_ReplyWithLongLong)(ctx, i64::from(admitted) as c_longlong);
-        api!(RedisModule_ReplyWithLongLong)(ctx, refused_by as c_longlong);
-        api!(RedisModule_ReplyWithLongLong)(ctx, retry_after_ms as c_longlong);
+        match resp3 {
+            true => api!(RedisModule_ReplyWithMap)(ctx, 4),
+            false => api!(RedisModule_ReplyWithArray)(ctx, 4),
+        };
+        for (name, v) in names.iter().zip(values) {
+            if resp3 {
+                api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            }
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+        if resp3 {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, c"limiters".as_ptr());
+        }
         api!(RedisModule_ReplyWithArray)(ctx, each.len() as _);
     }
     for d in each {

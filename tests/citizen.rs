@@ -1,0 +1,414 @@
+//! A first-class Valkey citizen: command metadata, ACL category, INFO,
+//! CONFIG, keyspace events and RESP3.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use common::{cmd_err, cmd_ints, module_path, Server};
+use redis::{Commands, Value};
+
+/// (name, arity, flags that must be present, key-specs)
+const TABLE: &[(&str, i64, &[&str], usize)] = &[
+    ("rl.admit", -2, &["write", "denyoom", "fast", "module"], 2),
+    (
+        "rl.admitall",
+        -4,
+        &["write", "denyoom", "module", "movablekeys"],
+        2,
+    ),
+    ("rl.ttl", -2, &["readonly", "fast", "module"], 2),
+    ("rl.limit", 2, &["readonly", "fast", "module"], 1),
+    ("rl.refund", -2, &["write", "denyoom", "fast", "module"], 2),
+    ("rl.reset", 2, &["write", "fast", "module"], 1),
+    (
+        "rl.throttle",
+        -5,
+        &["write", "denyoom", "fast", "module"],
+        1,
+    ),
+];
+
+fn text(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        Value::SimpleString(s) => s.clone(),
+        Value::Int(i) => i.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn items(v: &Value) -> Vec<Value> {
+    match v {
+        Value::Array(a) | Value::Set(a) => a.clone(),
+        Value::Map(m) => m.iter().flat_map(|(k, v)| [k.clone(), v.clone()]).collect(),
+        other => panic!("not a collection: {other:?}"),
+    }
+}
+
+/// A flat [name, value, name, value ...] reply as a map.
+fn pairs(v: &Value) -> HashMap<String, Value> {
+    items(v)
+        .chunks(2)
+        .map(|p| (text(&p[0]), p[1].clone()))
+        .collect()
+}
+
+#[test]
+fn command_info_matches_the_registration_table() {
+    let server = Server::start();
+    let mut con = server.client();
+    for &(name, arity, flags, specs) in TABLE {
+        let info: Value = redis::cmd("COMMAND")
+            .arg("INFO")
+            .arg(name)
+            .query(&mut con)
+            .unwrap();
+        let entry = items(&items(&info)[0]);
+        assert!(text(&entry[0]).eq_ignore_ascii_case(name), "{:?}", entry[0]);
+        assert_eq!(entry[1], Value::Int(arity), "{name} arity");
+        let got: Vec<String> = items(&entry[2]).iter().map(text).collect();
+        for flag in flags {
+            assert!(
+                got.iter().any(|f| f == flag),
+                "{name} lacks flag {flag}: {got:?}"
+            );
+        }
+        let categories: Vec<String> = items(&entry[6]).iter().map(text).collect();
+        assert!(
+            categories.contains(&"@ratelimit".to_string()),
+            "{name}: {categories:?}"
+        );
+        assert_eq!(items(&entry[8]).len(), specs, "{name} key-specs");
+    }
+}
+
+#[test]
+fn command_docs_describe_every_command() {
+    let server = Server::start();
+    let mut con = server.client();
+    for &(name, ..) in TABLE {
+        let docs: Value = redis::cmd("COMMAND")
+            .arg("DOCS")
+            .arg(name)
+            .query(&mut con)
+            .unwrap();
+        // Module commands keep the case they were registered with.
+        let all: HashMap<String, Value> = pairs(&docs)
+            .into_iter()
+            .map(|(k, v)| (k.to_lowercase(), v))
+            .collect();
+        let doc = pairs(
+            all.get(name)
+                .unwrap_or_else(|| panic!("no docs for {name}")),
+        );
+        for field in ["summary", "since", "complexity", "module"] {
+            assert!(!text(&doc[field]).is_empty(), "{name} {field}");
+        }
+        assert_eq!(text(&doc["module"]), "ratelimit");
+        let args = items(&doc["arguments"]);
+        assert!(!args.is_empty(), "{name} has arguments");
+        let first = pairs(&args[0]);
+        let wanted = if name == "rl.admitall" {
+            "integer"
+        } else {
+            "key"
+        };
+        assert_eq!(text(&first["type"]), wanted, "{name}'s first argument");
+    }
+    // The options of RL.ADMIT, with their tokens, optional.
+    let docs: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("rl.admit")
+        .query(&mut con)
+        .unwrap();
+    let args = items(&pairs(&items(&docs)[1])["arguments"]);
+    let tokens: Vec<String> = args[1..].iter().map(|a| text(&pairs(a)["token"])).collect();
+    assert_eq!(tokens, ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST"]);
+    assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
+        .iter()
+        .any(|f| text(f) == "optional")));
+}
+
+#[test]
+fn every_command_is_in_the_ratelimit_acl_category() {
+    let server = Server::start();
+    let mut con = server.client();
+    let mut listed: Vec<String> = redis::cmd("ACL")
+        .arg("CAT")
+        .arg("ratelimit")
+        .query(&mut con)
+        .unwrap();
+    listed = listed.iter().map(|c| c.to_lowercase()).collect();
+    listed.sort();
+    let mut expected: Vec<String> = TABLE.iter().map(|t| t.0.to_string()).collect();
+    expected.sort();
+    assert_eq!(listed, expected);
+}
+
+fn info(con: &mut redis::Connection) -> HashMap<String, i64> {
+    let text: String = redis::cmd("INFO").arg("ratelimit").query(con).unwrap();
+    text.lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_string(), v.trim().parse().unwrap()))
+        .collect()
+}
+
+#[test]
+fn info_counts_per_algorithm_and_resets_with_config_resetstat() {
+    let server = Server::start();
+    let mut con = server.client();
+    for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
+        let key = format!("k:{algo}");
+        let call = [
+            "RL.ADMIT", &key, "ALGO", algo, "LIMIT", "1", "WINDOW", "60000",
+        ];
+        let call: Vec<&str> = if algo == "leaky" {
+            [&call[..], &["BURST", "0"]].concat()
+        } else {
+            call.to_vec()
+        };
+        assert_eq!(cmd_ints(&mut con, &call)[0], 1, "{algo}");
+        assert_eq!(cmd_ints(&mut con, &call)[0], 0, "{algo}");
+    }
+    cmd_ints(&mut con, &["RL.THROTTLE", "t", "0", "1", "60"]);
+    cmd_err(&mut con, &["RL.ADMIT", "x", "LIMIT", "oops"]);
+    let stats = info(&mut con);
+    for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
+        assert_eq!(stats[&format!("ratelimit_{algo}_admitted")], 1, "{algo}");
+        assert_eq!(stats[&format!("ratelimit_{algo}_refused")], 1, "{algo}");
+    }
+    assert_eq!(stats["ratelimit_other_admitted"], 1);
+    assert_eq!(stats["ratelimit_calls_admitted"], 6);
+    assert_eq!(stats["ratelimit_calls_refused"], 5);
+    assert!(stats["ratelimit_backoff_ms_total"] > 0);
+    assert_eq!(stats["ratelimit_errors"], 1);
+    assert_eq!(stats.len(), 16, "{stats:?}");
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query(&mut con)
+        .unwrap();
+    assert!(
+        info(&mut con).values().all(|&v| v == 0),
+        "{:?}",
+        info(&mut con)
+    );
+}
+
+#[test]
+fn configuration_is_validated_and_applied() {
+    let server = Server::start_with(&[
+        "--ratelimit.default-algorithm",
+        "gcra",
+        "--enable-module-command",
+        "local",
+    ]);
+    let mut con = server.client();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("ratelimit.*")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        got,
+        [
+            "ratelimit.default-algorithm",
+            "gcra",
+            "ratelimit.hit-events",
+            "yes"
+        ]
+    );
+    cmd_ints(&mut con, &["RL.ADMIT", "a", "LIMIT", "5", "WINDOW", "1000"]);
+    let state: String = con.get("a").unwrap();
+    assert!(
+        state.starts_with("gcra:"),
+        "the configured default applies: {state}"
+    );
+
+    let err = cmd_err(
+        &mut con,
+        &["CONFIG", "SET", "ratelimit.default-algorithm", "magic"],
+    );
+    assert!(err.starts_with("ERR"), "{err}");
+    let err = cmd_err(
+        &mut con,
+        &["CONFIG", "SET", "ratelimit.hit-events", "maybe"],
+    );
+    assert!(err.starts_with("ERR"), "{err}");
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "ratelimit.default-algorithm", "sliding"])
+        .query(&mut con)
+        .unwrap();
+    cmd_ints(&mut con, &["RL.ADMIT", "b", "LIMIT", "5", "WINDOW", "1000"]);
+    let state: String = con.get("b").unwrap();
+    assert!(state.starts_with("sliding:"), "{state}");
+    // ALGO and the META field still win over the default.
+    cmd_ints(
+        &mut con,
+        &[
+            "RL.ADMIT", "c", "ALGO", "fixed", "LIMIT", "5", "WINDOW", "1000",
+        ],
+    );
+    assert_eq!(con.get::<_, String>("c").unwrap(), "1");
+
+    // loadmodule arguments, validated at load.
+    let module = module_path();
+    let module = module.to_str().unwrap();
+    let _: () = redis::cmd("MODULE")
+        .arg(&["UNLOAD", "ratelimit"])
+        .query(&mut con)
+        .unwrap();
+    let err = cmd_err(
+        &mut con,
+        &["MODULE", "LOAD", module, "default-algorithm", "magic"],
+    );
+    assert!(err.starts_with("ERR"), "{err}");
+    let _: () = redis::cmd("MODULE")
+        .arg(&[
+            "LOAD",
+            module,
+            "default-algorithm",
+            "leaky",
+            "hit-events",
+            "no",
+        ])
+        .query(&mut con)
+        .unwrap();
+    let got: Vec<String> = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("ratelimit.*")
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        got,
+        [
+            "ratelimit.default-algorithm",
+            "leaky",
+            "ratelimit.hit-events",
+            "no"
+        ]
+    );
+}
+
+#[test]
+fn events_for_hits_refunds_and_resets() {
+    let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
+    let mut con = server.client();
+    let mut sub = server.client();
+    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut pubsub = sub.as_pubsub();
+    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    let mut next = || {
+        let msg = pubsub.get_message().unwrap();
+        let key: String = msg.get_payload().unwrap();
+        (msg.get_channel_name().to_string(), key)
+    };
+    let admit = ["RL.ADMIT", "e", "LIMIT", "1", "WINDOW", "60000"];
+    cmd_ints(&mut con, &admit);
+    assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
+    cmd_ints(
+        &mut con,
+        &["RL.REFUND", "e", "LIMIT", "1", "WINDOW", "60000"],
+    );
+    let _: i64 = redis::cmd("RL.RESET").arg("e").query(&mut con).unwrap();
+    assert_eq!(
+        next(),
+        ("__keyevent@0__:rl.hit".to_string(), "e".to_string())
+    );
+    assert_eq!(
+        next(),
+        ("__keyevent@0__:rl.refund".to_string(), "e".to_string())
+    );
+    assert_eq!(
+        next(),
+        ("__keyevent@0__:rl.reset".to_string(), "e".to_string())
+    );
+
+    // hit-events off: a refusal is silent, the next event is the reset.
+    let _: () = redis::cmd("CONFIG")
+        .arg(&["SET", "ratelimit.hit-events", "no"])
+        .query(&mut con)
+        .unwrap();
+    cmd_ints(&mut con, &admit);
+    assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
+    let _: i64 = redis::cmd("RL.RESET").arg("e").query(&mut con).unwrap();
+    assert_eq!(
+        next(),
+        ("__keyevent@0__:rl.reset".to_string(), "e".to_string())
+    );
+}
+
+#[test]
+fn resp3_clients_get_maps_and_resp2_clients_arrays() {
+    let server = Server::start();
+    let mut con = server.client();
+    let admit = ["RL.ADMIT", "r", "LIMIT", "5", "WINDOW", "60000"];
+    assert_eq!(cmd_ints(&mut con, &admit), [1, 5, 4, 0, 60000]);
+    let _: Value = redis::cmd("HELLO").arg(3).query(&mut con).unwrap();
+
+    let reply: Value = common::make_cmd(&admit).query(&mut con).unwrap();
+    let Value::Map(fields) = reply else {
+        panic!("{reply:?}")
+    };
+    let fields: Vec<(String, String)> = fields.iter().map(|(k, v)| (text(k), text(v))).collect();
+    let names: Vec<&str> = fields.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(
+        names,
+        [
+            "admitted",
+            "limit",
+            "remaining",
+            "retry_after_ms",
+            "reset_after_ms"
+        ]
+    );
+    assert_eq!(fields[2].1, "3");
+
+    let reply: Value = common::make_cmd(&["RL.THROTTLE", "t", "1", "1", "1"])
+        .query(&mut con)
+        .unwrap();
+    let Value::Map(fields) = reply else {
+        panic!("{reply:?}")
+    };
+    let names: Vec<String> = fields.iter().map(|(k, _)| text(k)).collect();
+    assert_eq!(
+        names,
+        [
+            "limited",
+            "limit",
+            "remaining",
+            "retry_after",
+            "reset_after"
+        ]
+    );
+
+    let reply: Value = common::make_cmd(&[
+        "RL.ADMITALL",
+        "1",
+        "a",
+        "POLICY",
+        "LIMIT",
+        "1",
+        "WINDOW",
+        "1000",
+    ])
+    .query(&mut con)
+    .unwrap();
+    let Value::Map(fields) = reply else {
+        panic!("{reply:?}")
+    };
+    let names: Vec<String> = fields.iter().map(|(k, _)| text(k)).collect();
+    assert_eq!(
+        names,
+        ["admitted", "refused_by", "retry_after_ms", "limiters"]
+    );
+    assert!(matches!(&fields[3].1, Value::Array(l) if matches!(l[0], Value::Map(_))));
+
+    // Plain integers stay integers.
+    let ttl: Value = common::make_cmd(&["RL.TTL", "r", "LIMIT", "5"])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(ttl, Value::Int(0));
+}
