@@ -194,13 +194,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         return err;
     }
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
-        // Refusals and peeks must not touch WATCHed keys: we signal writes ourselves.
-        unsafe {
-            set_options(
-                ctx,
-                raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int,
-            )
-        };
+        unsafe { set_options(ctx, MODULE_OPTIONS) };
     }
     store::init_shared_strings();
     let args: Vec<&[u8]> = match (argv.is_null(), usize::try_from(argc)) {
@@ -234,6 +228,19 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     }
     ok
 }
+
+/// Refusals and peeks must not touch WATCHed keys, so writes are signalled
+/// explicitly. Our replicated effects (SET ... PXAT, PEXPIREAT, DEL) are
+/// well-formed, so the server may skip validating them (Valkey 9). All
+/// state is plain keys, so Valkey 9's atomic slot migration moves it whole.
+/// Servers that do not know an option ignore it.
+const MODULE_OPTIONS: c_int = raw::REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED as c_int
+    | OPTIONS_SKIP_COMMAND_VALIDATION
+    | OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION;
+/// `VALKEYMODULE_OPTIONS_SKIP_COMMAND_VALIDATION` (not in the Redis header).
+const OPTIONS_SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
+/// `VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION` (not in the Redis header).
+const OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
 /// Major * 10000 + minor * 100 + patch, as `MODULE LIST` shows it.
 const MODULE_VERSION: c_int = 100;
