@@ -1,0 +1,92 @@
+-- GCRA (generic cell rate algorithm) in Lua: what RL.ADMIT ... ALGO gcra
+-- replaces, and the baseline the benchmark measures it against.
+--
+--   EVALSHA <sha> 1 <key> <limit> <window_ms> [cost] [burst]
+--
+-- Reply, as RL.ADMIT's: {admitted (1/0), limit (= burst), remaining,
+-- retry_after_ms, reset_after_ms}. Same semantics as RL.ADMIT key ALGO gcra
+-- LIMIT limit WINDOW window_ms BURST burst COST cost (burst defaults to limit):
+--   * emission interval T = ceil(window_ms * 1e6 / limit) ns, capacity
+--     burst * T ns; the state is the theoretical arrival time (TAT), and the
+--     debt TAT - now, clamped to [0, capacity], is how far ahead of the rate
+--     the limiter has been used;
+--   * admitted while debt + cost * T <= capacity; the new TAT is stored with
+--     the key expiring (absolute, PXAT) when the debt is back to 0;
+--   * refused: retry_after_ms = time until it fits; -1 when cost * T exceeds
+--     the capacity (it never can); a refusal or a peek (cost 0) writes nothing;
+--   * remaining = whole cost-1 requests that fit; reset_after_ms = time until
+--     the debt is 0; all ms values are rounded up; limit 0: {1, 0, 0, 0, 0}.
+--
+-- State: the module's own format, `gcra:<TAT in ns>` in one string key.
+-- Lua numbers are doubles (exact integers up to 2^53 ~ 9.0e15), and an
+-- absolute time in ns (~1.8e18) is not exact, so the TAT is read and written
+-- as ms and a 6-digit ns remainder, and all arithmetic is on the debt
+-- (relative ns). Exact while the capacity (burst * T) and window_ms * 1e6 stay
+-- below 2^53 ns (~104 days); beyond that the doubles round.
+-- The time is the server's (redis.call('TIME'), ms part), which is the clock
+-- the module reads and frozen for the whole script (and MULTI/EXEC).
+
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3] or '1')
+local burst = tonumber(ARGV[4] or ARGV[1])
+
+if limit == 0 then
+  return {1, 0, 0, 0, 0}
+end
+
+-- floor(a / b) for integers, corrected for the rounding of the division.
+local function fdiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function ceil_ms(ns)
+  if ns <= 0 then return 0 end
+  return fdiv(ns + 999999, 1000000)
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
+
+local interval = fdiv(window * 1000000 + limit - 1, limit)
+local capacity = burst * interval
+
+local debt = 0
+local raw = redis.call('GET', key)
+if raw then
+  local tat = string.match(raw, '^gcra:(%d+)$')
+  if not tat then
+    if not string.match(raw, '^gcra:%-%d+$') then
+      return redis.error_reply('ERR limiter key does not hold gcra state')
+    end
+    tat = '0' -- negative: long past
+  end
+  if #tat > 6 then
+    debt = (tonumber(string.sub(tat, 1, -7)) - now) * 1000000 + tonumber(string.sub(tat, -6))
+  end
+  if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
+end
+
+local increment = cost * interval
+if increment > capacity then
+  return {0, burst, fdiv(capacity - debt, interval), -1, ceil_ms(debt)}
+end
+
+local after = debt + increment
+if after > capacity then
+  return {0, burst, fdiv(capacity - debt, interval), ceil_ms(after - capacity), ceil_ms(debt)}
+end
+
+if cost > 0 then
+  local ms = fdiv(after, 1000000)
+  redis.call('SET', key, string.format('gcra:%d%06d', now + ms, after - ms * 1000000),
+    'PXAT', now + ceil_ms(after))
+end
+return {1, burst, fdiv(capacity - after, interval), 0, ceil_ms(after)}
