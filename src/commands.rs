@@ -102,10 +102,11 @@ fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     let name = argv[1];
     let mut key = Key::write(ctx, name);
     let found = key.read_state(policy.algo)?;
-    let out = algo::admit(found, &policy, opts.cost.unwrap_or(1), now);
+    let cost = opts.cost.unwrap_or(1);
+    let out = algo::admit(found, &policy, cost, now);
     apply(ctx, &mut key, name, out.write, found.and_then(|f| f.1));
     drop(key);
-    record(ctx, name, Some(policy.algo), &out.decision);
+    record(ctx, name, Some(policy.algo), &out.decision, cost);
     reply(ctx, &out.decision);
     Ok(())
 }
@@ -128,49 +129,70 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
             .transpose()?;
         limiters.push((argv[2 + i], policy));
     }
-    let mut decided = Vec::with_capacity(limiters.len());
+    let mut members = Vec::with_capacity(limiters.len());
     for &(name, policy) in &limiters {
         let Some(policy) = policy else {
-            decided.push((name, None, Decision::UNLIMITED, Write::Nothing, None));
+            members.push(Member {
+                name,
+                key: None,
+                found: None,
+                outcome: algo::Outcome {
+                    decision: Decision::UNLIMITED,
+                    write: Write::Nothing,
+                },
+            });
             continue;
         };
         let key = Key::write(ctx, name);
         let found = key.read_state(policy.algo)?;
-        let out = algo::admit(found, &policy, request.cost, now);
-        decided.push((
+        let outcome = algo::admit(found, &policy, request.cost, now);
+        members.push(Member {
             name,
-            Some(key),
-            out.decision,
-            out.write,
-            found.and_then(|f| f.1),
-        ));
+            key: Some((key, policy)),
+            found,
+            outcome,
+        });
     }
-    let all_admitted = decided.iter().all(|d| d.2.admitted);
-    let mut refused_by = 0;
-    let mut longest = 0i64;
-    for (i, (name, key, decision, write, expiry)) in decided.iter_mut().enumerate() {
+    let all_admitted = members.iter().all(|m| m.outcome.decision.admitted);
+    let (mut refused_by, mut longest) = (0, 0i64);
+    for (i, m) in members.iter_mut().enumerate() {
+        let wait = m.outcome.decision.retry_after_ms;
         if all_admitted {
-            if let Some(key) = key {
-                apply(ctx, key, *name, *write, *expiry);
+            // The caller proceeds after the longest wait (a leaky queue's delay).
+            longest = longest.max(wait);
+            if let Some((key, _)) = &mut m.key {
+                apply(ctx, key, m.name, m.outcome.write, m.found.and_then(|f| f.1));
             }
-        } else if !decision.admitted {
-            if config::hit_events() {
-                store::notify(ctx, c"rl.hit", *name);
+        } else if !m.outcome.decision.admitted {
+            if config::hit_events() && request.cost > 0 {
+                store::notify(ctx, c"rl.hit", m.name);
             }
-            let wait = decision.retry_after_ms;
             if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
                 refused_by = i + 1;
                 longest = wait;
             }
+        } else if let Some((_, policy)) = &m.key {
+            // Nothing was consumed: report this member as it stands.
+            m.outcome = algo::admit(m.found, policy, 0, now);
         }
     }
-    let decisions: Vec<Decision> = decided.into_iter().map(|d| d.2).collect();
+    let decisions: Vec<Decision> = members.iter().map(|m| m.outcome.decision).collect();
+    drop(members);
     match all_admitted {
         true => stats::admitted(None),
         false => stats::refused(None, longest),
     }
     store::reply_admit_all(ctx, all_admitted, refused_by as i64, longest, &decisions);
     Ok(())
+}
+
+/// One limiter of an RL.ADMITALL call.
+struct Member {
+    name: Str,
+    /// The open key and its policy; `None` for an unlimited member.
+    key: Option<(Key, Policy)>,
+    found: Option<(State, Option<i64>)>,
+    outcome: algo::Outcome,
 }
 
 struct AdmitAll {
@@ -378,7 +400,7 @@ fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     apply(ctx, &mut key, name, write, expiry);
     drop(key);
     let outcome = throttle::outcome(answer, write);
-    record(ctx, name, None, &outcome.decision);
+    record(ctx, name, None, &outcome.decision, quantity);
     store::reply_named_ints(
         ctx,
         &store::THROTTLE_FIELDS,
@@ -549,12 +571,13 @@ fn unlimited(ctx: Ctx) -> Result<(), RlError> {
 }
 
 /// The receipt of a decision: INFO counters, and `rl.hit` on refusal.
-fn record(ctx: Ctx, name: Str, algo: Option<Algo>, decision: &Decision) {
+/// A peek (`cost` 0) refuses nobody, so it fires no `rl.hit`.
+fn record(ctx: Ctx, name: Str, algo: Option<Algo>, decision: &Decision, cost: i64) {
     if decision.admitted {
         stats::admitted(algo);
     } else {
         stats::refused(algo, decision.retry_after_ms);
-        if config::hit_events() {
+        if config::hit_events() && cost > 0 {
             store::notify(ctx, c"rl.hit", name);
         }
     }

@@ -78,13 +78,14 @@ impl Policy {
             return Err(RlError::BadValue("BURST", crate::error::POSITIVE));
         }
         // The longest span of state: two windows (sliding) or a full bucket.
-        let span_ns = match algo {
-            Algo::Fixed => i128::from(window_ms) * NS_PER_MS,
-            Algo::Sliding => 2 * i128::from(window_ms) * NS_PER_MS,
-            _ => policy.capacity_ns().ok_or(RlError::PolicyTooLarge)?,
+        // The buckets store absolute times in ns, which must fit an i64
+        // (until the year 2262); the windows store ms.
+        let fits = match algo {
+            Algo::Fixed => fits_ms(now_ms, i128::from(window_ms)),
+            Algo::Sliding => fits_ms(now_ms, 2 * i128::from(window_ms)),
+            _ => policy.capacity_ns().is_some_and(|cap| fits_ns(now_ms, cap)),
         };
-        let end_ms = i128::from(now_ms) + span_ns / NS_PER_MS + 1;
-        if end_ms > i128::from(i64::MAX) {
+        if !fits {
             return Err(RlError::PolicyTooLarge);
         }
         Ok(policy)
@@ -107,6 +108,16 @@ impl Policy {
         };
         slots.checked_mul(self.interval_ns())
     }
+}
+
+/// `now + span_ms` (rounded up by a ms) fits the ms clock.
+fn fits_ms(now_ms: i64, span_ms: i128) -> bool {
+    i128::from(now_ms) + span_ms < i128::from(i64::MAX)
+}
+
+/// `now + span_ns`, and every absolute ns time in between, fits an i64.
+pub fn fits_ns(now_ms: i64, span_ns: i128) -> bool {
+    i128::from(now_ms) * NS_PER_MS + span_ns <= i128::from(i64::MAX)
 }
 
 #[cfg(test)]
@@ -135,6 +146,13 @@ mod tests {
         );
         assert!(Policy::new(Algo::Fixed, 1, 1_000_000_000, None, now).is_ok());
         assert!(Policy::new(Algo::Leaky, 1, 1_000, Some(0), now).is_ok());
+        // Bucket state is absolute ns: a bucket reaching past 2262 is refused.
+        let year_ms = 31_536_000_000i64;
+        assert!(Policy::new(Algo::Gcra, 1, 200 * year_ms, Some(1), now).is_ok());
+        assert_eq!(
+            Policy::new(Algo::Gcra, 1, 1_000 * year_ms, Some(2), now),
+            Err(RlError::PolicyTooLarge)
+        );
         assert!(Policy::new(Algo::Token, 1, 1_000, Some(0), now).is_err());
     }
 }

@@ -60,8 +60,7 @@ impl Params {
         let tolerance = interval
             .checked_mul(i128::from(limit))
             .ok_or(RlError::PolicyTooLarge)?;
-        let end_ms = i128::from(now_ms) + tolerance / NS_PER_MS + 1;
-        if end_ms > i128::from(i64::MAX) {
+        if !super::policy::fits_ns(now_ms, tolerance) {
             return Err(RlError::PolicyTooLarge);
         }
         Ok(Meter {
@@ -237,6 +236,10 @@ mod tests {
         assert!(p(i64::MAX, 1, 1).is_err());
         assert!(p(i64::MAX - 1, 1, i64::MAX).is_err());
         assert!(p(1, i64::MAX, 1).is_err(), "an interval under 1 ns");
+        assert!(
+            p(1, 1, 315_360_000_000).is_err(),
+            "a state beyond the ns clock"
+        );
         let m = p(10, 1, 1).unwrap();
         let (reply, write) = throttle(None, &m, i64::MAX, 0);
         assert_eq!(
