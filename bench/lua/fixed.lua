@@ -9,8 +9,8 @@
 --   * the counter is a plain string integer; the first write of a window
 --     gives the key its expiry (now + window_ms), which is the reset;
 --   * count + cost <= limit admits and adds cost (cost 0 writes nothing);
---   * a refusal writes nothing, except that a counter found without a TTL is
---     given one (it would otherwise live forever);
+--   * a refusal writes nothing, except that a counter found without a TTL,
+--     or with more time left than one window, is given one window;
 --   * cost > limit can never succeed: refused with retry_after_ms -1;
 --   * limit 0 means no limit: {1, 0, 0, 0, 0}.
 -- bench/oracle_check.py checks this against the module call by call.
@@ -35,13 +35,14 @@ if raw then
   pttl = redis.call('PTTL', key)
 end
 
--- A counter without a TTL is adopted: it gets a fresh window.
-local adopted = raw and pttl == -1
+-- A counter without a TTL, or with more time left than one window, is
+-- adopted: it gets a fresh window.
+local adopted = raw and (pttl == -1 or pttl > window)
 local left = 0
-if pttl >= 0 then
-  left = pttl
-elseif adopted then
+if adopted then
   left = window
+elseif pttl >= 0 then
+  left = pttl
 end
 
 local function remaining(c)
@@ -59,12 +60,12 @@ end
 
 local new = count + cost
 if new <= limit then
-  if pttl < 0 then
+  if pttl < 0 or adopted then
     left = window
   end
   if cost > 0 then
     redis.call('INCRBY', key, cost)
-    if pttl < 0 then
+    if pttl < 0 or adopted then
       redis.call('PEXPIRE', key, window)
     end
   end

@@ -13,7 +13,8 @@
 --   * admitted while debt + cost * T <= capacity; the new TAT is stored with
 --     the key expiring (absolute, PXAT) when the debt is back to 0;
 --   * refused: retry_after_ms = time until it fits; -1 when cost * T exceeds
---     the capacity (it never can); a refusal or a peek (cost 0) writes nothing;
+--     the capacity (it never can); a peek (cost 0) writes nothing, and a refusal writes nothing either,
+--     except a stored time beyond a full bucket, which it writes back clamped;
 --   * remaining = whole cost-1 requests that fit; reset_after_ms = time until
 --     the debt is 0; all ms values are rounded up; limit 0: {1, 0, 0, 0, 0}.
 --
@@ -59,6 +60,7 @@ local interval = fdiv(window * 1000000 + limit - 1, limit)
 local capacity = burst * interval
 
 local debt = 0
+local beyond = false
 local raw = redis.call('GET', key)
 if raw then
   local tat = string.match(raw, '^gcra:(%d+)$')
@@ -71,22 +73,34 @@ if raw then
   if #tat > 6 then
     debt = (tonumber(string.sub(tat, 1, -7)) - now) * 1000000 + tonumber(string.sub(tat, -6))
   end
-  if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
+  if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity; beyond = true end
+end
+
+-- Stores the state debt ns ahead of now, expiring when it is back to 0.
+local function store(d)
+  local ms = fdiv(d, 1000000)
+  redis.call('SET', key, string.format('gcra:%d%06d', now + ms, d - ms * 1000000),
+    'PXAT', now + ceil_ms(d))
+end
+
+-- A stored time beyond a full bucket (clock went back, policy shrank) is
+-- written back clamped by a real call, so it drains instead of blocking.
+local function refuse(reply)
+  if beyond and cost > 0 then store(debt) end
+  return reply
 end
 
 local increment = cost * interval
 if increment > capacity then
-  return {0, burst, fdiv(capacity - debt, interval), -1, ceil_ms(debt)}
+  return refuse({0, burst, fdiv(capacity - debt, interval), -1, ceil_ms(debt)})
 end
 
 local after = debt + increment
 if after > capacity then
-  return {0, burst, fdiv(capacity - debt, interval), ceil_ms(after - capacity), ceil_ms(debt)}
+  return refuse({0, burst, fdiv(capacity - debt, interval), ceil_ms(after - capacity), ceil_ms(debt)})
 end
 
 if cost > 0 then
-  local ms = fdiv(after, 1000000)
-  redis.call('SET', key, string.format('gcra:%d%06d', now + ms, after - ms * 1000000),
-    'PXAT', now + ceil_ms(after))
+  store(after)
 end
 return {1, burst, fdiv(capacity - after, interval), 0, ceil_ms(after)}

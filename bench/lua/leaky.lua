@@ -16,7 +16,8 @@
 --     backlog ahead of it, rounded up); the new drain time is stored with the
 --     key expiring (absolute, PXAT) when the queue is empty;
 --   * refused: retry_after_ms = time until it fits, -1 when it never can;
---     a refusal or a peek (cost 0) writes nothing;
+--     a peek (cost 0) writes nothing, and a refusal writes nothing either,
+--     except a stored time beyond a full bucket, which it writes back clamped;
 --   * remaining = free waiting slots (at most burst); reset_after_ms = time
 --     until the queue is empty; ms values rounded up; limit 0: {1, 0, 0, 0, 0}.
 --
@@ -69,6 +70,7 @@ local function free(b)
 end
 
 local backlog = 0
+local beyond = false
 local raw = redis.call('GET', key)
 if raw then
   local drained = string.match(raw, '^leaky:(%d+)$')
@@ -81,23 +83,35 @@ if raw then
   if #drained > 6 then
     backlog = (tonumber(string.sub(drained, 1, -7)) - now) * 1000000 + tonumber(string.sub(drained, -6))
   end
-  if backlog < 0 then backlog = 0 elseif backlog > capacity then backlog = capacity end
+  if backlog < 0 then backlog = 0 elseif backlog > capacity then backlog = capacity; beyond = true end
+end
+
+-- Stores the state backlog ns ahead of now, expiring when it is back to 0.
+local function store(d)
+  local ms = fdiv(d, 1000000)
+  redis.call('SET', key, string.format('leaky:%d%06d', now + ms, d - ms * 1000000),
+    'PXAT', now + ceil_ms(d))
+end
+
+-- A stored time beyond a full bucket (clock went back, policy shrank) is
+-- written back clamped by a real call, so it drains instead of blocking.
+local function refuse(reply)
+  if beyond and cost > 0 then store(backlog) end
+  return reply
 end
 
 local increment = cost * interval
 if increment > capacity then
-  return {0, burst, free(backlog), -1, ceil_ms(backlog)}
+  return refuse({0, burst, free(backlog), -1, ceil_ms(backlog)})
 end
 
 local after = backlog + increment
 if after > capacity then
-  return {0, burst, free(backlog), ceil_ms(after - capacity), ceil_ms(backlog)}
+  return refuse({0, burst, free(backlog), ceil_ms(after - capacity), ceil_ms(backlog)})
 end
 
 if cost > 0 then
-  local ms = fdiv(after, 1000000)
-  redis.call('SET', key, string.format('leaky:%d%06d', now + ms, after - ms * 1000000),
-    'PXAT', now + ceil_ms(after))
+  store(after)
 end
 -- The request starts once the backlog ahead of it has left.
 return {1, burst, free(after), ceil_ms(backlog), ceil_ms(after)}

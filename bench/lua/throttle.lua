@@ -61,6 +61,7 @@ local tolerance = limit * interval
 
 -- ahead = clamp(TAT, now, now + tolerance) - now
 local ahead = 0
+local beyond = false
 local raw = redis.call('GET', key)
 if raw then
   local tat = string.match(raw, '^gcra:(%-?%d+)$') or string.match(raw, '^(%-?%d+)$')
@@ -70,7 +71,7 @@ if raw then
   if #tat > 6 and string.sub(tat, 1, 1) ~= '-' then
     ahead = (tonumber(string.sub(tat, 1, -7)) - now) * 1000000 + tonumber(string.sub(tat, -6))
   end
-  if ahead < 0 then ahead = 0 elseif ahead > tolerance then ahead = tolerance end
+  if ahead < 0 then ahead = 0 elseif ahead > tolerance then ahead = tolerance; beyond = true end
 end
 
 local increment = quantity * interval
@@ -87,6 +88,13 @@ if increment <= tolerance then
   else
     retry = ceil_div(new - tolerance, 1000000000)
   end
+end
+
+-- A stored time beyond the tolerance is written back clamped when limited.
+if limited == 1 and beyond and quantity > 0 then
+  local ms = fdiv(ahead, 1000000)
+  redis.call('SET', key, string.format('gcra:%d%06d', now + ms, ahead - ms * 1000000),
+    'PXAT', now + ceil_div(ahead, 1000000))
 end
 
 return {limited, limit, fdiv(tolerance - ttl, interval), retry, ceil_div(ttl, 1000000000)}

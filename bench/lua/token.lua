@@ -59,6 +59,7 @@ local interval = fdiv(window * 1000000 + limit - 1, limit)
 local capacity = burst * interval
 
 local credit = capacity
+local future = false
 local raw = redis.call('GET', key)
 if raw then
   local c, last = string.match(raw, '^token:(%d+):(%-?%d+)$')
@@ -66,22 +67,33 @@ if raw then
     return redis.error_reply('ERR limiter key does not hold token state')
   end
   local elapsed = now - tonumber(last)
-  if elapsed < 0 then elapsed = 0 end -- a clock that went back refills nothing
+  if elapsed < 0 then elapsed = 0; future = true end -- a clock that went back refills nothing
   credit = tonumber(c) + elapsed * 1000000
   if credit > capacity then credit = capacity end
 end
 
+local function store(level)
+  redis.call('SET', key, string.format('token:%d:%d', level, now),
+    'PXAT', now + ceil_ms(capacity - level))
+end
+
+-- A last refill in the future is restamped to now by a real call, so the
+-- bucket refills from here instead of staying empty until then.
+local function refuse(reply)
+  if future and cost > 0 then store(credit) end
+  return reply
+end
+
 local need = cost * interval
 if need > capacity then
-  return {0, burst, fdiv(credit, interval), -1, ceil_ms(capacity - credit)}
+  return refuse({0, burst, fdiv(credit, interval), -1, ceil_ms(capacity - credit)})
 end
 if need > credit then
-  return {0, burst, fdiv(credit, interval), ceil_ms(need - credit), ceil_ms(capacity - credit)}
+  return refuse({0, burst, fdiv(credit, interval), ceil_ms(need - credit), ceil_ms(capacity - credit)})
 end
 
 local left = credit - need
 if cost > 0 then
-  redis.call('SET', key, string.format('token:%d:%d', left, now),
-    'PXAT', now + ceil_ms(capacity - left))
+  store(left)
 end
 return {1, burst, fdiv(left, interval), 0, ceil_ms(capacity - left)}

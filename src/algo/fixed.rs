@@ -42,12 +42,11 @@ pub fn admit(
         Some(Counter {
             count,
             expires_at: Some(at),
-        }) => (count, Some(at), false),
-        // A counter without a TTL would live forever: give it one now.
-        Some(Counter {
-            count,
-            expires_at: None,
-        }) => (count, Some(fresh_expiry), true),
+        }) if at <= fresh_expiry => (count, Some(at), false),
+        // A counter without a TTL would live forever, and one that outlives
+        // this window (a shortened window, a clock that went back) would
+        // block past it: give it the window's expiry now.
+        Some(Counter { count, .. }) => (count, Some(fresh_expiry), true),
     };
     let left_ms = |at: Option<i64>| at.map_or(0, |at| at.saturating_sub(now_ms).max(0));
     let remaining_after = |c: i64| limit.saturating_sub(c).max(0);
@@ -294,6 +293,24 @@ mod tests {
 
         let (_, w) = admit(found, 3, W, 0, 5_000);
         assert_eq!(w, Write::Nothing, "a peek never writes");
+    }
+
+    #[test]
+    fn a_window_longer_than_the_policy_is_cut_to_one_window() {
+        let far = counter(9, i64::MAX);
+        let (d, w) = admit(far, 3, W, 1, 5_000);
+        assert!(!d.admitted);
+        assert_eq!(d.retry_after_ms, W);
+        assert_eq!(w, Write::Expiry { expires_at: 6_000 });
+        let (d, w) = admit(counter(1, i64::MAX), 3, W, 1, 5_000);
+        assert!(d.admitted);
+        assert_eq!(
+            w,
+            Write::Count {
+                count: 2,
+                expires_at: 6_000
+            }
+        );
     }
 
     #[test]

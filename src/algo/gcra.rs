@@ -11,6 +11,14 @@ pub fn debt(tat_ns: Option<i128>, now_ns: i128, capacity: i128) -> i128 {
     tat_ns.map_or(0, |tat| (tat - now_ns).clamp(0, capacity))
 }
 
+/// A stored time more than a full bucket ahead (a clock that went back, a
+/// shrunken policy, a hand-written value) is read as a full bucket; since a
+/// refusal otherwise writes nothing, a real call writes that back, so the
+/// limiter drains from there instead of staying full for ever.
+pub fn beyond(tat_ns: Option<i128>, now_ns: i128, capacity: i128) -> bool {
+    tat_ns.is_some_and(|tat| tat - now_ns > capacity)
+}
+
 /// The shared meter: `slots` requests of debt fit (the burst; one more for
 /// `leaky`, whose head request is being served).
 pub struct Meter {
@@ -73,7 +81,8 @@ fn tat_of(state: Option<State>) -> Option<i128> {
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
     let meter = Meter::of(policy);
     let now_ns = i128::from(now_ms) * NS_PER_MS;
-    let debt = debt(tat_of(state), now_ns, meter.capacity);
+    let tat = tat_of(state);
+    let debt = debt(tat, now_ns, meter.capacity);
     match meter.judge(debt, cost) {
         Verdict::Admit { debt: after } => Outcome {
             decision: Decision {
@@ -101,7 +110,15 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 retry_after_ms: wait.map_or(-1, ceil_ms),
                 reset_after_ms: ceil_ms(debt),
             },
-            write: Write::Nothing,
+            write: match cost > 0 && beyond(tat, now_ns, meter.capacity) {
+                true => Write::State {
+                    state: State::Gcra {
+                        tat_ns: now_ns + debt,
+                    },
+                    expires_at: now_ms + ceil_ms(debt),
+                },
+                false => Write::Nothing,
+            },
         },
     }
 }
@@ -190,6 +207,35 @@ mod tests {
         assert_eq!(
             out.decision.retry_after_ms, 100,
             "debt is clamped to the bucket"
+        );
+    }
+
+    #[test]
+    fn state_beyond_the_bucket_is_written_back_so_it_drains() {
+        let p = policy(10, 1_000, 3);
+        let future = Some(State::Gcra {
+            tat_ns: i128::from(i64::MAX),
+        });
+        let out = admit(future, &p, 1, 1_000);
+        assert!(!out.decision.admitted);
+        let Write::State { state, expires_at } = out.write else {
+            panic!("{:?}", out.write)
+        };
+        assert_eq!(
+            state,
+            State::Gcra {
+                tat_ns: (1_000 + 300) * NS_PER_MS
+            }
+        );
+        assert_eq!(expires_at, 1_300);
+        assert!(
+            admit(Some(state), &p, 1, 1_100).decision.admitted,
+            "drains from there"
+        );
+        assert_eq!(
+            admit(future, &p, 0, 1_000).write,
+            Write::Nothing,
+            "a peek never writes"
         );
     }
 

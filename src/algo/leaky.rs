@@ -5,7 +5,7 @@
 //! more than `burst` requests would be waiting. The state is the time the
 //! queue drains, stored in ns.
 
-use super::gcra::{debt, Meter, Verdict};
+use super::gcra::{beyond, debt, Meter, Verdict};
 use super::{ceil_ms, Decision, Outcome, Policy, State, Write, NS_PER_MS};
 
 fn drained_at(state: Option<State>) -> Option<i128> {
@@ -18,7 +18,8 @@ fn drained_at(state: Option<State>) -> Option<i128> {
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
     let meter = Meter::of(policy);
     let now_ns = i128::from(now_ms) * NS_PER_MS;
-    let backlog = debt(drained_at(state), now_ns, meter.capacity);
+    let tat = drained_at(state);
+    let backlog = debt(tat, now_ns, meter.capacity);
     // Waiting slots free after `debt`: the head request is served, not waiting.
     let free = |debt: i128| meter.room(debt).min(policy.burst);
     match meter.judge(backlog, cost) {
@@ -49,7 +50,15 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 retry_after_ms: wait.map_or(-1, ceil_ms),
                 reset_after_ms: ceil_ms(backlog),
             },
-            write: Write::Nothing,
+            write: match cost > 0 && beyond(tat, now_ns, meter.capacity) {
+                true => Write::State {
+                    state: State::Leaky {
+                        tat_ns: now_ns + backlog,
+                    },
+                    expires_at: now_ms + ceil_ms(backlog),
+                },
+                false => Write::Nothing,
+            },
         },
     }
 }

@@ -78,10 +78,11 @@ fn ceil_s(ns: i128) -> i64 {
 
 pub fn throttle(state: Option<State>, meter: &Meter, quantity: i64, now_ms: i64) -> (Reply, Write) {
     let now = i128::from(now_ms) * NS_PER_MS;
-    let tat = match state {
-        Some(State::Gcra { tat_ns }) => tat_ns.clamp(now, now + meter.tolerance),
-        _ => now,
+    let stored = match state {
+        Some(State::Gcra { tat_ns }) => Some(tat_ns),
+        _ => None,
     };
+    let tat = stored.map_or(now, |t| t.clamp(now, now + meter.tolerance));
     // A quantity beyond the tolerance can never pass: no need to multiply it.
     let increment = i128::from(quantity)
         .checked_mul(meter.interval)
@@ -98,6 +99,15 @@ pub fn throttle(state: Option<State>, meter: &Meter, quantity: i64, now_ms: i64)
                 },
             };
             (new_tat - now, write)
+        }
+        // A stored time beyond the tolerance is written back clamped, so it
+        // drains instead of blocking for ever (see gcra::beyond).
+        None if quantity > 0 && super::gcra::beyond(stored, now, meter.tolerance) => {
+            let write = Write::State {
+                state: State::Gcra { tat_ns: tat },
+                expires_at: now_ms + super::ceil_ms(tat - now),
+            };
+            (tat - now, write)
         }
         None => (tat - now, Write::Nothing),
     };

@@ -28,6 +28,12 @@ fn stored(credit_ns: i128, now_ms: i64, capacity: i128) -> Write {
     }
 }
 
+/// A last refill in the future (a clock that went back, a hand-written
+/// value) would refill nothing until then: a real call restamps it to now.
+fn from_the_future(state: Option<State>, now_ms: i64) -> bool {
+    matches!(state, Some(State::Token { last_ms, .. }) if last_ms > now_ms)
+}
+
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
     let meter = Meter::of(policy);
     let level = credit(state, now_ms, meter.capacity).unwrap_or(meter.capacity);
@@ -55,7 +61,10 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 retry_after_ms: wait.map_or(-1, ceil_ms),
                 reset_after_ms: ceil_ms(debt),
             },
-            write: Write::Nothing,
+            write: match cost > 0 && from_the_future(state, now_ms) {
+                true => stored(level, now_ms, meter.capacity),
+                false => Write::Nothing,
+            },
         },
     }
 }
@@ -116,6 +125,31 @@ mod tests {
         assert_eq!(
             much_later.decision.remaining, 2,
             "never more than the burst"
+        );
+    }
+
+    #[test]
+    fn a_refill_time_in_the_future_is_restamped() {
+        let p = policy(Algo::Token, 4, 1_000, 2);
+        let stuck = Some(State::Token {
+            credit_ns: 0,
+            last_ms: i64::MAX,
+        });
+        let out = admit(stuck, &p, 1, 1_000);
+        assert!(!out.decision.admitted);
+        let Write::State { state, .. } = out.write else {
+            panic!("{:?}", out.write)
+        };
+        assert_eq!(
+            state,
+            State::Token {
+                credit_ns: 0,
+                last_ms: 1_000
+            }
+        );
+        assert!(
+            admit(Some(state), &p, 1, 1_250).decision.admitted,
+            "refills from now on"
         );
     }
 
