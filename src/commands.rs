@@ -88,6 +88,10 @@ const ADMIT_OPTIONS: &[Opt] = &[
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if store::is_keys_request(ctx) {
+        report_limiter_keys(ctx, args, false);
+        return Ok(());
+    }
     if args.len() < 2 {
         return Err(RlError::WrongArity("rl.admit"));
     }
@@ -251,6 +255,22 @@ impl AdmitAll {
     }
 }
 
+/// getkeys-api for `key [option value ...]`: the counter, and the META hash
+/// (read-only). Cluster routing asks the command itself, not its key-specs,
+/// so this is what makes a META hash in another slot a CROSSSLOT error.
+fn report_limiter_keys(ctx: Ctx, args: &[&[u8]], read_only: bool) {
+    if args.len() > 1 {
+        store::key_at(ctx, 1, read_only);
+    }
+    let mut at = 2;
+    while at + 1 < args.len() {
+        if args[at].eq_ignore_ascii_case(b"META") {
+            store::key_at(ctx, at + 1, true);
+        }
+        at += 2;
+    }
+}
+
 /// getkeys-api: the counters (read-write) and every META hash (read-only).
 fn report_admit_all_keys(ctx: Ctx, args: &[&[u8]]) {
     let numkeys = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0).max(0) as usize;
@@ -271,6 +291,10 @@ fn report_admit_all_keys(ctx: Ctx, args: &[&[u8]]) {
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 fn ttl(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if store::is_keys_request(ctx) {
+        report_limiter_keys(ctx, args, true);
+        return Ok(());
+    }
     if args.len() < 2 {
         return Err(RlError::WrongArity("rl.ttl"));
     }
@@ -321,6 +345,10 @@ fn limit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
 
 /// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn refund(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    if store::is_keys_request(ctx) {
+        report_limiter_keys(ctx, args, false);
+        return Ok(());
+    }
     if args.len() < 2 {
         return Err(RlError::WrongArity("rl.refund"));
     }

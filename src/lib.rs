@@ -69,7 +69,7 @@ const TTL_ARGS: &[Arg] = LIMITER_ARGS.split_at(6).0;
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
     handler: rl_admit,
-    flags: c"write deny-oom fast",
+    flags: c"write deny-oom fast getkeys-api",
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
@@ -102,7 +102,7 @@ const RL_ADMITALL: Command = Command {
 const RL_TTL: Command = Command {
     name: c"RL.TTL",
     handler: rl_ttl,
-    flags: c"readonly fast",
+    flags: c"readonly fast getkeys-api",
     arity: -2,
     keys: &[COUNTER_RO, META_RO],
     key_range: (1, 1, 1),
@@ -128,7 +128,7 @@ const RL_LIMIT: Command = Command {
 const RL_REFUND: Command = Command {
     name: c"RL.REFUND",
     handler: rl_refund,
-    flags: c"write deny-oom fast",
+    flags: c"write deny-oom fast getkeys-api",
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
