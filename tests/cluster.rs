@@ -1,0 +1,541 @@
+//! Valkey Cluster: routing by the declared keys (counters and META hashes),
+//! CROSSSLOT for RL.ADMITALL and META across slots, and limiters moved
+//! between nodes, by the classic `SETSLOT`/`MIGRATE` procedure and by
+//! Valkey 9's atomic `CLUSTER MIGRATESLOTS`.
+
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::collections::BTreeMap;
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use cluster::{err_line, ints, redirect, text, Cluster};
+use common::{cmd_raw, pexpiretime};
+use redis::Value;
+
+const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
+
+/// A limiter living in one slot: its key and how it is called.
+struct Lim {
+    key: String,
+    args: Vec<String>,
+}
+
+impl Lim {
+    fn call(&self, cmd: &str) -> Vec<String> {
+        let mut c = vec![cmd.to_string(), self.key.clone()];
+        c.extend(self.args.iter().cloned());
+        c
+    }
+}
+
+fn strs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// Limiters of every algorithm in the slot of hash tag `tag`: spent,
+/// partly used, refunded, configured through a META hash in the same slot;
+/// plus RL.THROTTLE and an INCR-made counter. Returns the limiters and every
+/// key written.
+fn populate_slot(c: &Cluster, tag: &str) -> (Vec<Lim>, Vec<String>) {
+    let meta = format!("{{{tag}}}:meta");
+    let (v, _) = c.route(
+        &meta,
+        &[
+            "HSET",
+            &meta,
+            "max",
+            "4",
+            "duration",
+            "40000",
+            "algorithm",
+            "gcra",
+        ],
+    );
+    assert_eq!(v, Value::Int(3));
+    let mut lims = Vec::new();
+    for algo in ALGOS {
+        let mut args: Vec<String> = ["ALGO", algo, "LIMIT", "3", "WINDOW", "30000"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        if algo != "fixed" && algo != "sliding" {
+            args.extend(["BURST".to_string(), "2".to_string()]);
+        }
+        let spent = Lim {
+            key: format!("{{{tag}}}:{algo}:spent"),
+            args: args.clone(),
+        };
+        for _ in 0..4 {
+            c.route_ints(&spent.key, &strs(&spent.call("RL.ADMIT")));
+        }
+        let refused = c.route_ints(&spent.key, &strs(&spent.call("RL.ADMIT")));
+        assert_eq!(refused[0], 0, "{algo}: {refused:?}");
+        let part = Lim {
+            key: format!("{{{tag}}}:{algo}:part"),
+            args: args.clone(),
+        };
+        assert_eq!(c.route_ints(&part.key, &strs(&part.call("RL.ADMIT")))[0], 1);
+        let refunded = Lim {
+            key: format!("{{{tag}}}:{algo}:refunded"),
+            args,
+        };
+        c.route_ints(&refunded.key, &strs(&refunded.call("RL.ADMIT")));
+        c.route_ints(&refunded.key, &strs(&refunded.call("RL.ADMIT")));
+        c.route_ints(&refunded.key, &strs(&refunded.call("RL.REFUND")));
+        lims.extend([spent, part, refunded]);
+        sleep(Duration::from_millis(2));
+    }
+    let via_meta = Lim {
+        key: format!("{{{tag}}}:viameta"),
+        args: vec!["META".into(), meta.clone()],
+    };
+    c.route_ints(&via_meta.key, &strs(&via_meta.call("RL.ADMIT")));
+    lims.push(via_meta);
+    let thr = format!("{{{tag}}}:thr");
+    for _ in 0..4 {
+        c.route_ints(&thr, &["RL.THROTTLE", &thr, "2", "3", "60"]);
+    }
+    let legacy = format!("{{{tag}}}:legacy");
+    c.route(&legacy, &["SET", &legacy, "9"]);
+    let legacy_lim = Lim {
+        key: legacy.clone(),
+        args: vec!["LIMIT".into(), "5".into(), "WINDOW".into(), "30000".into()],
+    };
+    assert_eq!(
+        c.route_ints(&legacy, &strs(&legacy_lim.call("RL.ADMIT")))[0],
+        0
+    );
+    lims.push(legacy_lim);
+    let mut keys: Vec<String> = lims.iter().map(|l| l.key.clone()).collect();
+    keys.extend([meta, thr]);
+    keys.sort();
+    (lims, keys)
+}
+
+/// key -> (value words, PEXPIRETIME) on one node; missing keys are absent.
+fn state_on(c: &Cluster, node: usize, keys: &[String]) -> BTreeMap<String, (Vec<String>, i64)> {
+    let mut con = c.client(node);
+    let mut out = BTreeMap::new();
+    for k in keys {
+        let kind = text(&cmd_raw(&mut con, &["TYPE", k])).unwrap();
+        let value = match kind.as_str() {
+            "none" => continue,
+            "string" => vec![text(&cmd_raw(&mut con, &["GET", k])).unwrap()],
+            "hash" => {
+                let mut pairs: Vec<String> = match cmd_raw(&mut con, &["HGETALL", k]) {
+                    Value::Array(items) => items.iter().filter_map(text).collect(),
+                    Value::Map(m) => m
+                        .iter()
+                        .flat_map(|(a, b)| [text(a), text(b)])
+                        .flatten()
+                        .collect(),
+                    other => panic!("HGETALL {k}: {other:?}"),
+                };
+                pairs.sort();
+                pairs
+            }
+            other => panic!("{k}: type {other}"),
+        };
+        out.insert(k.clone(), (value, pexpiretime(&mut con, k)));
+    }
+    out
+}
+
+/// RL.TTL of every limiter (its back-off now) on the owner of `slot`, with
+/// the server time of each reading (MULTI { TIME; RL.TTL }).
+fn backoffs(c: &Cluster, slot: u16, lims: &[Lim]) -> Vec<(i64, i64)> {
+    let mut con = c.client(c.owner_seen_by(0, slot));
+    lims.iter()
+        .map(|l| {
+            let ttl = l.call("RL.TTL");
+            let v = cmd_raw(&mut con, &["MULTI"]);
+            assert_eq!(v, Value::Okay);
+            cmd_raw(&mut con, &["TIME"]);
+            cmd_raw(&mut con, &strs(&ttl));
+            let Value::Array(exec) = cmd_raw(&mut con, &["EXEC"]) else {
+                panic!("EXEC")
+            };
+            let Value::Array(t) = &exec[0] else {
+                panic!("{exec:?}")
+            };
+            let secs: i64 = text(&t[0]).unwrap().parse().unwrap();
+            let micros: i64 = text(&t[1]).unwrap().parse().unwrap();
+            match exec[1] {
+                Value::Int(n) => (n, secs * 1000 + micros / 1000),
+                ref other => panic!("RL.TTL {}: {other:?}", l.key),
+            }
+        })
+        .collect()
+}
+
+fn keys_in_slot(c: &Cluster, node: usize, slot: u16) -> i64 {
+    redis::cmd("CLUSTER")
+        .arg("COUNTKEYSINSLOT")
+        .arg(slot)
+        .query(&mut c.client(node))
+        .expect("COUNTKEYSINSLOT")
+}
+
+fn set_slot(c: &Cluster, node: usize, slot: u16, how: &str, id: &str) {
+    let slot = slot.to_string();
+    let v = cmd_raw(
+        &mut c.client(node),
+        &["CLUSTER", "SETSLOT", slot.as_str(), how, id],
+    );
+    assert_eq!(v, Value::Okay, "SETSLOT {slot} {how} on node {node}");
+}
+
+fn migrate(c: &Cluster, from: usize, to: usize, keys: &[String]) {
+    let port = c.nodes[to].port.to_string();
+    let mut args = vec![
+        "MIGRATE",
+        "127.0.0.1",
+        port.as_str(),
+        "",
+        "0",
+        "5000",
+        "KEYS",
+    ];
+    args.extend(keys.iter().map(String::as_str));
+    let v = cmd_raw(&mut c.client(from), &args);
+    assert_eq!(v, Value::Okay, "MIGRATE: {v:?}");
+}
+
+#[test]
+fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
+    let c = Cluster::start(3);
+    let p = ["LIMIT", "5", "WINDOW", "60000"];
+
+    // Routing follows the counter's slot: the owner answers, others MOVE.
+    for key in ["alpha", "beta", "gamma", "delta", "{t}x"] {
+        let mut args = vec!["RL.ADMIT", key];
+        args.extend(p);
+        let (v, owner) = c.route(key, &args);
+        assert_eq!(ints(&v).unwrap()[..3], [1, 5, 4], "{key}");
+        assert_eq!(owner, c.owner_seen_by(owner, c.keyslot(key)));
+        for other in (0..3).filter(|&n| n != owner) {
+            let moved = cmd_raw(&mut c.client(other), &args);
+            assert_eq!(
+                redirect(&moved, "MOVED"),
+                Some(c.nodes[owner].port),
+                "{moved:?}"
+            );
+            let ttl = cmd_raw(&mut c.client(other), &["RL.TTL", key, "LIMIT", "5"]);
+            assert_eq!(
+                redirect(&ttl, "MOVED"),
+                Some(c.nodes[owner].port),
+                "{ttl:?}"
+            );
+        }
+    }
+    // A META hash in the counter's slot is read on the slot's owner.
+    let (_, t_owner) = c.route(
+        "{t}x",
+        &["HSET", "{t}meta", "max", "2", "duration", "60000"],
+    );
+    let (v, _) = c.route("{t}y", &["RL.ADMIT", "{t}y", "META", "{t}meta"]);
+    assert_eq!(ints(&v).unwrap()[..3], [1, 2, 1]);
+    let v = cmd_raw(&mut c.client(t_owner), &["RL.LIMIT", "{t}meta"]);
+    assert_eq!(v, Value::Int(2));
+
+    // RL.ADMITALL: keys in different slots are refused by the server ...
+    let mut cross = vec!["RL.ADMITALL", "2", "alpha", "beta", "POLICY"];
+    cross.extend(p);
+    cross.push("POLICY");
+    cross.extend(p);
+    assert_ne!(c.keyslot("alpha"), c.keyslot("beta"));
+    for node in 0..3 {
+        let v = cmd_raw(&mut c.client(node), &cross);
+        let e = err_line(&v).unwrap_or_default();
+        assert!(e.starts_with("CROSSSLOT"), "node {node}: {v:?}");
+    }
+    // ... and so is a META hash in another slot than its counters ...
+    let v = c
+        .route(
+            "{t}a",
+            &[
+                "RL.ADMITALL",
+                "2",
+                "{t}a",
+                "{t}b",
+                "POLICY",
+                "META",
+                "{t}meta",
+                "POLICY",
+                "META",
+                "{u}meta",
+            ],
+        )
+        .0;
+    assert!(
+        err_line(&v).unwrap_or_default().starts_with("CROSSSLOT"),
+        "{v:?}"
+    );
+    // ... while a shared hash tag works, on the tag's owner.
+    let mut tagged = vec!["RL.ADMITALL", "3", "{t}a", "{t}b", "{t}c", "POLICY"];
+    tagged.extend(p);
+    tagged.extend(["POLICY", "ALGO", "gcra", "LIMIT", "2", "WINDOW", "60000"]);
+    tagged.extend(["POLICY", "META", "{t}meta"]);
+    for round in 0..3 {
+        let (v, node) = c.route("{t}a", &tagged);
+        assert_eq!(node, t_owner);
+        let Value::Array(items) = &v else {
+            panic!("{v:?}")
+        };
+        let admitted = if round < 2 { 1 } else { 0 };
+        assert_eq!(items[0], Value::Int(admitted), "round {round}: {v:?}");
+    }
+
+    // Move the slot of {mig}, holding limiters of every algorithm, with the
+    // classic procedure: IMPORTING/MIGRATING, MIGRATE ... KEYS, SETSLOT NODE.
+    let slot = c.keyslot("{mig}");
+    let (lims, keys) = populate_slot(&c, "mig");
+    let src = c.owner_seen_by(0, slot);
+    let dst = (src + 1) % 3;
+    let before = state_on(&c, src, &keys);
+    assert_eq!(before.len(), keys.len(), "every key is on the source");
+    let backoff_before = backoffs(&c, slot, &lims);
+
+    set_slot(&c, dst, slot, "IMPORTING", &c.ids[src]);
+    set_slot(&c, src, slot, "MIGRATING", &c.ids[dst]);
+    let (first, rest) = keys.split_at(keys.len() / 2);
+    migrate(&c, src, dst, first);
+    // Mid-migration: a moved limiter is asked for on the target, a limiter
+    // still here is served here, and a call spanning both must retry.
+    let moved = lims.iter().find(|l| first.contains(&l.key)).unwrap();
+    let here = lims.iter().find(|l| rest.contains(&l.key)).unwrap();
+    let v = cmd_raw(&mut c.client(src), &strs(&moved.call("RL.ADMIT")));
+    assert_eq!(redirect(&v, "ASK"), Some(c.nodes[dst].port), "{v:?}");
+    let v = cmd_raw(&mut c.client(src), &strs(&here.call("RL.TTL")));
+    assert!(matches!(v, Value::Int(_)), "{v:?}");
+    let mut con = c.client(dst);
+    let _: () = redis::cmd("ASKING").query(&mut con).unwrap();
+    let mut peek = moved.call("RL.ADMIT");
+    peek.extend(["COST".to_string(), "0".to_string()]);
+    let v = cmd_raw(&mut con, &strs(&peek));
+    assert!(ints(&v).is_some(), "ASKING + peek on the target: {v:?}");
+    let both = [
+        "RL.ADMITALL",
+        "2",
+        moved.key.as_str(),
+        here.key.as_str(),
+        "POLICY",
+        "LIMIT",
+        "9",
+        "WINDOW",
+        "1000",
+        "POLICY",
+        "LIMIT",
+        "9",
+        "WINDOW",
+        "1000",
+    ];
+    let v = cmd_raw(&mut c.client(src), &both);
+    assert!(
+        err_line(&v).unwrap_or_default().starts_with("TRYAGAIN"),
+        "{v:?}"
+    );
+    migrate(&c, src, dst, rest);
+    for node in [dst, src, 3 - src - dst] {
+        set_slot(&c, node, slot, "NODE", &c.ids[dst]);
+    }
+    let moved_in = Instant::now();
+    common::wait_until(
+        Duration::from_secs(10),
+        "every node sees the new owner",
+        || (0..3).all(|n| c.owner_seen_by(n, slot) == dst),
+    );
+
+    let after = state_on(&c, dst, &keys);
+    assert_eq!(keys_in_slot(&c, src, slot), 0, "nothing left on the source");
+    assert_eq!(keys_in_slot(&c, dst, slot), keys.len() as i64);
+    // MIGRATE ships a relative TTL (RESTORE-ASKING key <ttl>), so the
+    // target's expiry can land a few ms later than the source's: a server
+    // property. Values (and the absolute times inside them) are exact.
+    let mut drift = 0;
+    assert_eq!(after.len(), before.len(), "every key arrived");
+    for (k, (value, at)) in &before {
+        let (v2, at2) = after
+            .get(k)
+            .unwrap_or_else(|| panic!("{k} missing on the target"));
+        assert_eq!(value, v2, "{k}: value");
+        assert_eq!(*at > 0, *at2 > 0, "{k}: expiry {at} -> {at2}");
+        assert!(
+            at2 - at >= 0 && at2 - at <= 50,
+            "{k}: PEXPIRETIME {at} -> {at2}"
+        );
+        drift = drift.max(at2 - at);
+    }
+    // Spent budgets stay spent; back-offs shrank exactly with time.
+    let backoff_after = backoffs(&c, slot, &lims);
+    for ((l, (b, t0)), (a, t1)) in lims.iter().zip(&backoff_before).zip(&backoff_after) {
+        let want = (b - (t1 - t0)).max(0);
+        assert!(
+            (a - want).abs() <= 2 + drift,
+            "{}: back-off {b}, {} ms later {a} (want {want})",
+            l.key,
+            t1 - t0
+        );
+    }
+    let refused = backoff_after.iter().filter(|b| b.0 > 0).count();
+    assert!(refused >= 6, "{backoff_after:?}");
+    let (v, node) = c.route(&lims[0].key, &strs(&lims[0].call("RL.ADMIT")));
+    assert_eq!(node, dst);
+    assert_eq!(ints(&v).unwrap()[0], 0, "still spent on the new owner");
+    println!(
+        "SETSLOT/MIGRATE: slot {slot} moved node {src} -> {dst}: {} keys ({} limiters of every \
+         algorithm), values identical, PEXPIRETIME later by at most {drift} ms (MIGRATE ships \
+         relative TTLs), {refused} still refusing, routed again {} ms after SETSLOT NODE",
+        keys.len(),
+        lims.len(),
+        moved_in.elapsed().as_millis()
+    );
+}
+
+/// A META hash in another slot than its counter is CROSSSLOT, on either
+/// node. Valkey's cluster routing (`clusterSlotByCommand` ->
+/// `getKeysFromCommand`) ignores key-specs of module commands: without
+/// `getkeys-api` it sees only the legacy key range (1, 1, 1), the counter,
+/// and the call used to run as *unlimited* on the counter's node, the META
+/// hash being absent there.
+#[test]
+fn a_meta_hash_in_another_slot_is_crossslot() {
+    let c = Cluster::start(3);
+    // Two tags whose slots live on different nodes.
+    let (a, b) = ["{a}", "{b}", "{c}", "{d}", "{e}", "{f}", "{g}"]
+        .iter()
+        .flat_map(|x| ["{a}", "{b}", "{c}", "{d}", "{e}", "{f}", "{g}"].map(|y| (*x, y)))
+        .find(|(x, y)| c.owner_seen_by(0, c.keyslot(x)) != c.owner_seen_by(0, c.keyslot(y)))
+        .unwrap();
+    let meta = format!("{b}meta");
+    let counter = format!("{a}counter");
+    c.route(&meta, &["HSET", &meta, "max", "1", "duration", "60000"]);
+    let mut outcomes = Vec::new();
+    for call in [
+        vec!["RL.ADMIT", counter.as_str(), "META", meta.as_str()],
+        vec!["RL.TTL", counter.as_str(), "META", meta.as_str()],
+        vec!["RL.REFUND", counter.as_str(), "META", meta.as_str()],
+    ] {
+        // Asked on the counter's owner, and on the META hash's owner.
+        for node in [
+            c.owner_seen_by(0, c.keyslot(&counter)),
+            c.owner_seen_by(0, c.keyslot(&meta)),
+        ] {
+            let v = cmd_raw(&mut c.client(node), &call);
+            let e = err_line(&v).unwrap_or_default();
+            if !e.starts_with("CROSSSLOT") {
+                outcomes.push(format!("{call:?} on node {node}: {v:?}"));
+            }
+        }
+    }
+    assert!(
+        outcomes.is_empty(),
+        "not CROSSSLOT:\n{}",
+        outcomes.join("\n")
+    );
+}
+
+/// What `CLUSTER MIGRATESLOTS` did: Err(message) if refused at once.
+fn atomic_migrate(c: &Cluster, src: usize, dst: usize, slot: u16) -> Result<(), String> {
+    let s = slot.to_string();
+    let v = cmd_raw(
+        &mut c.client(src),
+        &[
+            "CLUSTER",
+            "MIGRATESLOTS",
+            "SLOTSRANGE",
+            s.as_str(),
+            s.as_str(),
+            "NODE",
+            c.ids[dst].as_str(),
+        ],
+    );
+    match err_line(&v) {
+        Some(e) => Err(e),
+        None => {
+            assert_eq!(v, Value::Okay);
+            Ok(())
+        }
+    }
+}
+
+/// Waits for the migration to end on the source; its final state and message.
+fn wait_migration(c: &Cluster, src: usize) -> (String, String) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let jobs = c.slot_migrations(src);
+        if let Some(job) = jobs.last() {
+            let state = job.get("state").cloned().unwrap_or_default();
+            if ["success", "failed", "cancelled"].contains(&state.as_str()) {
+                return (state, job.get("message").cloned().unwrap_or_default());
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "migration still running: {jobs:?}"
+        );
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs an atomic migration of the slot of {asm} and checks every limiter
+/// arrived intact; or, with `expect_success` off, that the server refuses
+/// to start it with the documented error and that nothing changed.
+fn atomic_migration(expect_success: bool) {
+    let c = Cluster::start(3);
+    let slot = c.keyslot("{asm}");
+    let (lims, keys) = populate_slot(&c, "asm");
+    let src = c.owner_seen_by(0, slot);
+    let dst = (src + 1) % 3;
+    let before = state_on(&c, src, &keys);
+    assert_eq!(before.len(), keys.len());
+
+    match atomic_migrate(&c, src, dst, slot) {
+        Err(e) => {
+            println!("CLUSTER MIGRATESLOTS refused: {e}");
+            assert!(!expect_success, "atomic slot migration refused: {e}");
+            // The refusal is clean and names the cause.
+            assert!(
+                e.contains("does not support atomic slot migrations") && e.contains("ratelimit"),
+                "an unexpected refusal: {e}"
+            );
+            assert_eq!(c.owner_seen_by(src, slot), src);
+            assert_eq!(state_on(&c, src, &keys), before, "nothing changed");
+            let (v, node) = c.route(&lims[1].key, &strs(&lims[1].call("RL.ADMIT")));
+            assert_eq!(node, src);
+            assert!(ints(&v).is_some(), "{v:?}");
+            // The classic procedure remains available (tested above).
+        }
+        Ok(()) => {
+            assert!(expect_success, "MIGRATESLOTS was accepted");
+            let (state, message) = wait_migration(&c, src);
+            assert_eq!(state, "success", "migration ended {state}: {message}");
+            common::wait_until(Duration::from_secs(10), "the new owner is known", || {
+                (0..3).all(|n| c.owner_seen_by(n, slot) == dst)
+            });
+            let after = state_on(&c, dst, &keys);
+            assert_eq!(before, after, "every value and PEXPIRETIME preserved");
+            assert_eq!(keys_in_slot(&c, src, slot), 0, "nothing left on the source");
+            let (v, node) = c.route(&lims[0].key, &strs(&lims[0].call("RL.ADMIT")));
+            assert_eq!(node, dst);
+            assert_eq!(ints(&v).unwrap()[0], 0, "still spent on the new owner");
+            println!(
+                "CLUSTER MIGRATESLOTS: slot {slot} node {src} -> {dst}: {} keys identical",
+                keys.len()
+            );
+        }
+    }
+}
+
+/// The module declares VALKEYMODULE_OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION
+/// (1 << 5); without it Valkey 9 refuses MIGRATESLOTS up front with
+/// "ERR The module ratelimit does not support atomic slot migrations. ...".
+/// Run with `RL_ASM_EXPECT_REFUSAL=1` against a module built without the
+/// option to check that refusal instead (clean, nothing moved).
+#[test]
+fn atomic_slot_migration_keeps_every_limiter() {
+    atomic_migration(std::env::var_os("RL_ASM_EXPECT_REFUSAL").is_none());
+}
