@@ -1,0 +1,238 @@
+//! Rate-limit an HTTP handler with RL.ADMIT, using the `redis` crate.
+//!
+//! `handle_request` is what a web framework's middleware would call: it counts
+//! the request against the client's limiter with one RL.ADMIT and maps the
+//! reply onto the IETF RateLimit header fields
+//! (draft-ietf-httpapi-ratelimit-headers):
+//!
+//! ```text
+//! RateLimit-Policy: "default";q=100;w=60   the quota: q requests per w seconds
+//! RateLimit: "default";r=42;t=17           r remaining, t seconds to the reset
+//! Retry-After: 17                          only on 429, seconds, rounded up
+//! ```
+//!
+//! Run it against a server with the module loaded (`make run`):
+//!
+//! ```sh
+//! cargo run --release --example rust_handler -- --port 6379 --client acme --limit 3 -n 4
+//! ```
+//!
+//! It prints the N responses as HTTP/1.1 text. The port also comes from
+//! `$VALKEY_PORT`, the host from `$VALKEY_HOST`.
+//!
+//! For a cluster, enable the `redis` crate's `cluster` feature and use
+//! `redis::cluster::ClusterClient`: `handle_request` only needs a
+//! `ConnectionLike`. Keys carry the client id as a `{hash tag}` so that all of
+//! one client's keys share a slot (see the Python example).
+
+use std::env;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use redis::ConnectionLike;
+
+/// One quota: `limit` requests per `window_s` seconds, fixed window.
+struct Policy {
+    name: String,
+    limit: u64,
+    window_s: u64,
+}
+
+/// What the handler answers: status, headers (in order) and body.
+struct Response {
+    status: u16,
+    headers: Vec<(&'static str, String)>,
+    body: String,
+}
+
+/// The counter's key: `rl:{<client id>}:<policy>`, the client id as hash tag.
+fn limiter_key(client_id: &str, policy: &Policy) -> Result<String, String> {
+    if client_id.contains(['{', '}']) {
+        return Err("client id must not contain '{' or '}'".into());
+    }
+    Ok(format!("rl:{{{client_id}}}:{}", policy.name))
+}
+
+/// Milliseconds to whole seconds, rounded up: a client that waits that long is
+/// never early.
+fn ceil_seconds(ms: i64) -> i64 {
+    (ms + 999).div_euclid(1000)
+}
+
+/// A JSON string literal (client ids are caller input).
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// Admit or refuse one request of `client_id`.
+fn handle_request(
+    con: &mut impl ConnectionLike,
+    client_id: &str,
+    policy: &Policy,
+) -> redis::RedisResult<Response> {
+    let json = ("Content-Type", "application/json".to_string());
+    let key = match limiter_key(client_id, policy) {
+        Ok(key) => key,
+        Err(e) => {
+            return Ok(Response {
+                status: 400,
+                headers: vec![json],
+                body: format!("{{\"error\":{}}}", json_string(&e)),
+            })
+        }
+    };
+    let reply: Vec<i64> = redis::cmd("RL.ADMIT")
+        .arg(&key)
+        .arg("LIMIT")
+        .arg(policy.limit)
+        .arg("WINDOW")
+        .arg(policy.window_s.saturating_mul(1000))
+        .query(con)?;
+    let [admitted, limit, remaining, retry_after_ms, reset_after_ms] = reply[..] else {
+        return Err(redis::RedisError::from((
+            redis::ErrorKind::TypeError,
+            "RL.ADMIT: expected 5 integers",
+            format!("{reply:?}"),
+        )));
+    };
+    let name = &policy.name;
+    let mut headers = Vec::new();
+    if limit > 0 {
+        // 0: unlimited, nothing to advertise.
+        headers.push((
+            "RateLimit-Policy",
+            format!("\"{name}\";q={limit};w={}", policy.window_s),
+        ));
+        headers.push((
+            "RateLimit",
+            format!(
+                "\"{name}\";r={remaining};t={}",
+                ceil_seconds(reset_after_ms)
+            ),
+        ));
+    }
+    let (status, body) = if admitted == 1 {
+        (
+            200,
+            format!("{{\"ok\":true,\"client\":{}}}", json_string(client_id)),
+        )
+    } else if retry_after_ms < 0 {
+        // The request costs more than the whole quota: waiting will not help.
+        (429, "{\"error\":\"request exceeds the quota\"}".to_string())
+    } else {
+        let retry_after = ceil_seconds(retry_after_ms).max(1);
+        headers.push(("Retry-After", retry_after.to_string()));
+        (
+            429,
+            format!("{{\"error\":\"rate limited\",\"retry_after\":{retry_after}}}"),
+        )
+    };
+    headers.push(json);
+    Ok(Response {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn format_response(r: &Response) -> String {
+    let reason = match r.status {
+        200 => " OK",
+        400 => " Bad Request",
+        429 => " Too Many Requests",
+        _ => "",
+    };
+    let mut out = format!("HTTP/1.1 {}{reason}\n", r.status);
+    for (name, value) in &r.headers {
+        out.push_str(&format!("{name}: {value}\n"));
+    }
+    out.push('\n');
+    out.push_str(&r.body);
+    out.push('\n');
+    out
+}
+
+struct Args {
+    host: String,
+    port: u16,
+    client: String,
+    policy: Policy,
+    requests: u64,
+}
+
+const USAGE: &str = "usage: rust_handler [--host H] [--port P] [--client ID] [--policy NAME] \
+                     [--limit N] [--window SECONDS] [-n REQUESTS]";
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        host: env::var("VALKEY_HOST").unwrap_or_else(|_| "127.0.0.1".into()),
+        port: match env::var("VALKEY_PORT") {
+            Ok(p) => p.parse().map_err(|_| format!("bad $VALKEY_PORT {p:?}"))?,
+            Err(_) => 6379,
+        },
+        client: "anonymous".into(),
+        policy: Policy {
+            name: "default".into(),
+            limit: 100,
+            window_s: 60,
+        },
+        requests: 1,
+    };
+    let mut it = env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "-h" || flag == "--help" {
+            println!("{USAGE}");
+            std::process::exit(0);
+        }
+        let value = it
+            .next()
+            .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))?;
+        let bad = |_| format!("{flag}: not a valid number: {value:?}");
+        match flag.as_str() {
+            "--host" => args.host = value,
+            "--port" => args.port = value.parse().map_err(bad)?,
+            "--client" => args.client = value,
+            "--policy" => args.policy.name = value,
+            "--limit" => args.policy.limit = value.parse().map_err(bad)?,
+            "--window" => args.policy.window_s = value.parse().map_err(bad)?,
+            "-n" | "--requests" => args.requests = value.parse().map_err(bad)?,
+            _ => return Err(format!("unknown option {flag}\n{USAGE}")),
+        }
+    }
+    Ok(args)
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let url = format!("redis://{}:{}/", args.host, args.port);
+    let client = redis::Client::open(url.as_str()).map_err(|e| format!("{url}: {e}"))?;
+    let mut con = client
+        .get_connection_with_timeout(Duration::from_secs(5))
+        .map_err(|e| format!("connect to {url}: {e}"))?;
+    for _ in 0..args.requests {
+        let response = handle_request(&mut con, &args.client, &args.policy)
+            .map_err(|e| format!("RL.ADMIT: {e}"))?;
+        println!("{}", format_response(&response));
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rust_handler: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,459 @@
+//! The client examples in `examples/`, run as subprocesses against a real
+//! server: Python (valkey-py), Node.js (iovalkey) and Rust (`redis` crate).
+//! Each prints its HTTP responses; every one is checked for the status, the
+//! IETF `RateLimit-Policy` / `RateLimit` fields and `Retry-After`.
+//!
+//! The Python and Node.js libraries come from `scripts/example-deps.sh`
+//! (`make example-deps`; `.ci/run` runs it). Without them these tests fail
+//! when `$CI` is set and are skipped, with a note on stderr, otherwise.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::{cmd_raw, wait_until, Server};
+use redis::Commands;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+/// An example that runs longer than this is hung (the Rust one may build first).
+const RUN_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// True under CI (`CI=true`, as .ci/run is run): missing tools fail there.
+fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// A client library is missing: fail under CI, skip (return None) locally.
+fn unavailable<T>(what: &str) -> Option<T> {
+    let msg = format!(
+        "{what}; install the examples' client libraries with `make example-deps` \
+         (scripts/example-deps.sh, run by .ci/run)"
+    );
+    if in_ci() {
+        panic!("CI=true and {msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+/// Run a command to completion (killed after `RUN_TIMEOUT`); stdout on
+/// success, a panic with stdout and stderr otherwise.
+fn run(mut cmd: Command) -> String {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .current_dir(REPO)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("{what} failed ({s})\n--- stdout:\n{out}\n--- stderr:\n{err}"),
+        None => panic!(
+            "{what} still running after {RUN_TIMEOUT:?}\n--- stdout:\n{out}\n--- stderr:\n{err}"
+        ),
+    }
+}
+
+/// The three examples, as commands that take the same options.
+#[derive(Clone, Copy, Debug)]
+enum Lang {
+    Python,
+    Node,
+    Rust,
+}
+
+impl Lang {
+    /// The command for this example, without its options; None if its
+    /// runtime or client library is missing (and this is not CI).
+    fn command(self) -> Option<Command> {
+        match self {
+            Lang::Python => {
+                let python = python()?;
+                let mut cmd = Command::new(python);
+                cmd.arg("examples/python/ratelimit_handler.py");
+                Some(cmd)
+            }
+            Lang::Node => {
+                let module =
+                    Path::new(REPO).join("examples/node/node_modules/iovalkey/package.json");
+                if !module.is_file() {
+                    return unavailable(&format!(
+                        "iovalkey is not installed ({} missing)",
+                        module.display()
+                    ));
+                }
+                let version = Command::new("node").arg("--version").output();
+                if !version.is_ok_and(|o| o.status.success()) {
+                    return unavailable("node is not on PATH");
+                }
+                let mut cmd = Command::new("node");
+                cmd.arg("examples/node/handler.js");
+                Some(cmd)
+            }
+            Lang::Rust => {
+                // Same profile as this test, so an up-to-date build is reused.
+                let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+                let mut cmd = Command::new(cargo);
+                cmd.args(["run", "--quiet", "--example", "rust_handler"]);
+                if !cfg!(debug_assertions) {
+                    cmd.arg("--release");
+                }
+                cmd.arg("--");
+                Some(cmd)
+            }
+        }
+    }
+
+    /// Run the example's CLI against `port` with `args`; its parsed responses.
+    fn run(self, port: u16, args: &[&str]) -> Option<Vec<Response>> {
+        let mut cmd = self.command()?;
+        cmd.args(["--port", &port.to_string()]).args(args);
+        // The port comes from the argument, not from a stray environment.
+        cmd.env_remove("VALKEY_PORT").env_remove("VALKEY_HOST");
+        let out = run(cmd);
+        Some(parse_responses(&out))
+    }
+}
+
+/// The Python with valkey-py: `$RL_PYTHON`, else the venv of
+/// scripts/example-deps.sh, else python3.
+fn python() -> Option<PathBuf> {
+    let python = match std::env::var_os("RL_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => {
+            let venv = Path::new(REPO).join(".deps/examples-venv/bin/python");
+            if venv.is_file() {
+                venv
+            } else {
+                PathBuf::from("python3")
+            }
+        }
+    };
+    let check = Command::new(&python)
+        .args(["-c", "import valkey"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !check.is_ok_and(|s| s.success()) {
+        return unavailable(&format!(
+            "python module valkey is not importable by {}",
+            python.display()
+        ));
+    }
+    Some(python)
+}
+
+/// One response as the examples print it.
+#[derive(Debug)]
+struct Response {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Response {
+    fn header(&self, name: &str) -> Option<&str> {
+        let mut found = self
+            .headers
+            .iter()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name));
+        let first = found.next().map(|(_, v)| v.as_str());
+        assert!(found.next().is_none(), "{name} twice in {self:?}");
+        first
+    }
+}
+
+/// Parse `HTTP/1.1 <status> <reason>`, `Name: value` lines, a blank line and
+/// a one-line body, repeated.
+fn parse_responses(out: &str) -> Vec<Response> {
+    let mut responses = Vec::new();
+    let mut lines = out.lines().peekable();
+    while let Some(line) = lines.next() {
+        if line.is_empty() {
+            continue;
+        }
+        let status = line
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|rest| rest.split(' ').next())
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("expected a status line, got {line:?} in:\n{out}"));
+        let mut headers = Vec::new();
+        for line in lines.by_ref() {
+            if line.is_empty() {
+                break;
+            }
+            let (name, value) = line
+                .split_once(": ")
+                .unwrap_or_else(|| panic!("bad header line {line:?} in:\n{out}"));
+            headers.push((name.to_string(), value.to_string()));
+        }
+        let body = lines.next().unwrap_or("").to_string();
+        responses.push(Response {
+            status,
+            headers,
+            body,
+        });
+    }
+    responses
+}
+
+/// `"<name>";a=1;b=2` -> ("name", [("a", 1), ("b", 2)]), strictly.
+fn parse_item(value: &str) -> (String, Vec<(String, i64)>) {
+    let mut parts = value.split(';');
+    let name = parts.next().unwrap();
+    let name = name
+        .strip_prefix('"')
+        .and_then(|n| n.strip_suffix('"'))
+        .unwrap_or_else(|| panic!("policy name not a quoted string: {value:?}"));
+    let params = parts
+        .map(|p| {
+            let (k, v) = p
+                .split_once('=')
+                .unwrap_or_else(|| panic!("bad parameter {p:?} in {value:?}"));
+            let v = v
+                .parse()
+                .unwrap_or_else(|_| panic!("parameter {k} not an integer in {value:?}"));
+            (k.to_string(), v)
+        })
+        .collect();
+    (name.to_string(), params)
+}
+
+/// The checks every language's output must pass: `limit` admitted with
+/// remaining counting down, then 429s with Retry-After, for a 60 s window.
+fn check_limited(lang: Lang, responses: &[Response], limit: i64, client: &str) {
+    let ctx = |i: usize| format!("{lang:?}, response {}: {:?}", i + 1, responses[i]);
+    assert!(
+        responses.len() > limit as usize,
+        "{lang:?}: expected more than {limit} responses, got {responses:#?}"
+    );
+    for (i, r) in responses.iter().enumerate() {
+        let admitted = (i as i64) < limit;
+        assert_eq!(r.status, if admitted { 200 } else { 429 }, "{}", ctx(i));
+        assert_eq!(
+            r.header("RateLimit-Policy"),
+            Some(format!("\"default\";q={limit};w=60").as_str()),
+            "{}",
+            ctx(i)
+        );
+        let (name, params) = parse_item(r.header("RateLimit").expect("RateLimit header"));
+        assert_eq!(name, "default", "{}", ctx(i));
+        let keys: Vec<&str> = params.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["r", "t"], "{}", ctx(i));
+        let (r_left, t) = (params[0].1, params[1].1);
+        assert_eq!(
+            r_left,
+            (limit - 1 - i as i64).max(0),
+            "remaining: {}",
+            ctx(i)
+        );
+        // Seconds to the reset, rounded up: the whole window at first, never 0
+        // while the window is open.
+        assert!((1..=60).contains(&t), "t: {}", ctx(i));
+        if i == 0 {
+            assert_eq!(t, 60, "t of a fresh window: {}", ctx(i));
+        }
+        assert_eq!(
+            r.header("Content-Type"),
+            Some("application/json"),
+            "{}",
+            ctx(i)
+        );
+        if admitted {
+            assert_eq!(r.header("Retry-After"), None, "{}", ctx(i));
+            assert_eq!(
+                r.body,
+                format!("{{\"ok\":true,\"client\":\"{client}\"}}"),
+                "{}",
+                ctx(i)
+            );
+        } else {
+            let retry: i64 = r
+                .header("Retry-After")
+                .unwrap_or_else(|| panic!("no Retry-After: {}", ctx(i)))
+                .parse()
+                .expect("Retry-After is an integer");
+            assert!((1..=60).contains(&retry), "Retry-After: {}", ctx(i));
+            // Fixed window: the back-off is the rest of the window.
+            assert_eq!(retry, t, "Retry-After vs t: {}", ctx(i));
+            assert_eq!(
+                r.body,
+                format!("{{\"error\":\"rate limited\",\"retry_after\":{retry}}}"),
+                "{}",
+                ctx(i)
+            );
+        }
+    }
+}
+
+/// The standalone scenario for one language: LIMIT 3, five requests, then the
+/// counter as the server holds it; an unlimited policy; a bad client id.
+fn standalone(lang: Lang) {
+    let server = Server::start();
+    let client = format!("acme-{lang:?}").to_lowercase();
+    let Some(responses) = lang.run(
+        server.port,
+        &["--client", &client, "--limit", "3", "-n", "5"],
+    ) else {
+        return;
+    };
+    check_limited(lang, &responses, 3, &client);
+
+    // The example used the documented key and RL.ADMIT's fixed window: refused
+    // calls did not count.
+    let mut con = server.client();
+    let key = format!("rl:{{{client}}}:default");
+    let count: String = con.get(&key).unwrap();
+    assert_eq!(count, "3", "{lang:?}: counter {key}");
+    let pttl: i64 = con.pttl(&key).unwrap();
+    assert!((1..=60_000).contains(&pttl), "{lang:?}: PTTL {pttl}");
+
+    // LIMIT 0 is unlimited: admitted, nothing advertised, nothing stored.
+    let responses = lang
+        .run(server.port, &["--client", "free", "--limit", "0"])
+        .unwrap();
+    assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
+    let r = &responses[0];
+    assert_eq!(r.status, 200, "{lang:?}: {r:?}");
+    assert_eq!(r.header("RateLimit-Policy"), None, "{lang:?}: {r:?}");
+    assert_eq!(r.header("RateLimit"), None, "{lang:?}: {r:?}");
+    let exists: bool = con.exists("rl:{free}:default").unwrap();
+    assert!(!exists, "{lang:?}: an unlimited call stored state");
+
+    // A client id with braces would break the hash tag: refused with 400.
+    let responses = lang.run(server.port, &["--client", "a}b"]).unwrap();
+    assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
+    assert_eq!(responses[0].status, 400, "{lang:?}: {:?}", responses[0]);
+}
+
+#[test]
+fn python_example_maps_rl_admit_onto_ratelimit_headers() {
+    standalone(Lang::Python);
+}
+
+#[test]
+fn node_example_maps_rl_admit_onto_ratelimit_headers() {
+    standalone(Lang::Node);
+}
+
+#[test]
+fn rust_example_maps_rl_admit_onto_ratelimit_headers() {
+    standalone(Lang::Rust);
+}
+
+/// valkey-py with `protocol=3`: RL.ADMIT answers a map, read by field name.
+#[test]
+fn python_example_over_resp3() {
+    let server = Server::start();
+    let args = "--protocol 3 --client resp3 --limit 3 -n 5";
+    let args: Vec<&str> = args.split(' ').collect();
+    if let Some(responses) = Lang::Python.run(server.port, &args) {
+        check_limited(Lang::Python, &responses, 3, "resp3");
+    }
+}
+
+/// A one-node cluster holding every slot, announcing 127.0.0.1 so cluster
+/// clients can route to it (a lone node otherwise reports an empty address).
+fn one_node_cluster() -> Server {
+    let server = Server::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-announce-ip",
+        "127.0.0.1",
+    ]);
+    let mut con = server.client();
+    let reply = cmd_raw(&mut con, &["CLUSTER", "ADDSLOTSRANGE", "0", "16383"]);
+    assert_eq!(reply, redis::Value::Okay, "CLUSTER ADDSLOTSRANGE");
+    wait_until(Duration::from_secs(10), "cluster_state:ok", || {
+        let info: String = redis::cmd("CLUSTER").arg("INFO").query(&mut con).unwrap();
+        info.lines().any(|l| l.trim_end() == "cluster_state:ok")
+    });
+    server
+}
+
+/// The cluster-aware clients (`--cluster`): the same responses, routed by slot.
+fn cluster(lang: Lang) {
+    let server = one_node_cluster();
+    let client = format!("tenant-{lang:?}").to_lowercase();
+    let args = ["--cluster", "--client", &client, "--limit", "2", "-n", "3"];
+    let Some(responses) = lang.run(server.port, &args) else {
+        return;
+    };
+    check_limited(lang, &responses, 2, &client);
+    let mut con = server.client();
+    let count: String = con.get(format!("rl:{{{client}}}:default")).unwrap();
+    assert_eq!(count, "2");
+}
+
+#[test]
+fn python_example_with_the_cluster_client() {
+    cluster(Lang::Python);
+}
+
+#[test]
+fn node_example_with_the_cluster_client() {
+    cluster(Lang::Node);
+}
+
+/// All three build the same key, so they share one limiter: a client's
+/// budget is the same whichever service it calls.
+#[test]
+fn the_three_examples_share_one_limiter() {
+    let server = Server::start();
+    let args = ["--client", "shared", "--limit", "3"];
+    let mut seen = Vec::new();
+    for lang in [Lang::Python, Lang::Node, Lang::Rust, Lang::Python] {
+        let Some(mut responses) = lang.run(server.port, &args) else {
+            return;
+        };
+        assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
+        seen.push((lang, responses.remove(0)));
+    }
+    let statuses: Vec<u16> = seen.iter().map(|(_, r)| r.status).collect();
+    assert_eq!(statuses, [200, 200, 200, 429], "{seen:#?}");
+    let remaining: Vec<&str> = seen
+        .iter()
+        .map(|(_, r)| r.header("RateLimit").unwrap().split(";t=").next().unwrap())
+        .collect();
+    assert_eq!(
+        remaining,
+        [
+            "\"default\";r=2",
+            "\"default\";r=1",
+            "\"default\";r=0",
+            "\"default\";r=0"
+        ],
+        "{seen:#?}"
+    );
+}
