@@ -189,7 +189,9 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         log(
             ctx,
             c"warning",
-            &format!("this server lacks {missing}; Valkey 8.0 or later is required"),
+            &format!(
+                "this server lacks {missing}; Valkey 7.2 or later is required (tested: 8.1, 9.1)"
+            ),
         );
         return err;
     }

@@ -537,5 +537,24 @@ fn atomic_migration(expect_success: bool) {
 /// option to check that refusal instead (clean, nothing moved).
 #[test]
 fn atomic_slot_migration_keeps_every_limiter() {
+    if server_major_version() < 9 {
+        println!("SKIPPED: CLUSTER MIGRATESLOTS is Valkey 9 and later");
+        return;
+    }
     atomic_migration(std::env::var_os("RL_ASM_EXPECT_REFUSAL").is_none());
+}
+
+/// The major version of the server under test (`valkey_version`, or
+/// `redis_version` on servers that only report that).
+fn server_major_version() -> u32 {
+    let server = common::Server::start();
+    let mut con = server.client();
+    let field = common::info_field(&mut con, "server", "valkey_version")
+        .or_else(|| common::info_field(&mut con, "server", "redis_version"))
+        .unwrap_or_default();
+    field
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
 }
