@@ -88,12 +88,56 @@ const ADMIT_OPTIONS: &[Opt] = &[
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
+    match update_limiter(ctx, argv, args, "rl.admit", algo::admit)? {
+        Updated::KeysReported => {}
+        Updated::Unlimited => {
+            stats::admitted(None);
+            reply(ctx, &Decision::UNLIMITED);
+        }
+        Updated::Limiter {
+            name,
+            algo,
+            cost,
+            outcome,
+        } => {
+            record(ctx, name, Some(algo), &outcome.decision, cost);
+            reply(ctx, &outcome.decision);
+        }
+    }
+    Ok(())
+}
+
+/// What RL.ADMIT and RL.REFUND did to their limiter.
+enum Updated {
+    /// A getkeys-api request: only the key positions were reported.
+    KeysReported,
+    Unlimited,
+    Limiter {
+        name: Str,
+        algo: Algo,
+        cost: i64,
+        outcome: algo::Outcome,
+    },
+}
+
+/// Decides a call on one limiter: admit, or refund.
+type Decide = fn(Option<(State, Option<i64>)>, &Policy, i64, i64) -> algo::Outcome;
+
+/// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
+/// resolved, the state read, `decide` called and its write applied.
+fn update_limiter(
+    ctx: Ctx,
+    argv: &[Str],
+    args: &[&[u8]],
+    command: &'static str,
+    decide: Decide,
+) -> Result<Updated, RlError> {
     if store::is_keys_request(ctx) {
         report_limiter_keys(ctx, args, false);
-        return Ok(());
+        return Ok(Updated::KeysReported);
     }
     if args.len() < 2 {
-        return Err(RlError::WrongArity("rl.admit"));
+        return Err(RlError::WrongArity(command));
     }
     let opts = parse_options(args, 2, ADMIT_OPTIONS)?;
     let now = store::now_ms();
@@ -101,18 +145,20 @@ fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
         .map(|r| r.policy(now))
         .transpose()?
     else {
-        return unlimited(ctx);
+        return Ok(Updated::Unlimited);
     };
     let name = argv[1];
     let mut key = Key::write(ctx, name);
     let found = key.read_state(policy.algo)?;
     let cost = opts.cost.unwrap_or(1);
-    let out = algo::admit(found, &policy, cost, now);
-    apply(ctx, &mut key, name, out.write, found.and_then(|f| f.1));
-    drop(key);
-    record(ctx, name, Some(policy.algo), &out.decision, cost);
-    reply(ctx, &out.decision);
-    Ok(())
+    let outcome = decide(found, &policy, cost, now);
+    apply(ctx, &mut key, name, outcome.write, found.and_then(|f| f.1));
+    Ok(Updated::Limiter {
+        name,
+        algo: policy.algo,
+        cost,
+        outcome,
+    })
 }
 
 /// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [ALGO name] [LIMIT max]
@@ -345,32 +391,16 @@ fn limit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
 
 /// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn refund(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
-    if store::is_keys_request(ctx) {
-        report_limiter_keys(ctx, args, false);
-        return Ok(());
+    match update_limiter(ctx, argv, args, "rl.refund", algo::refund)? {
+        Updated::KeysReported => {}
+        Updated::Unlimited => reply(ctx, &Decision::UNLIMITED),
+        Updated::Limiter { name, outcome, .. } => {
+            if outcome.write != Write::Nothing {
+                store::notify(ctx, c"rl.refund", name);
+            }
+            reply(ctx, &outcome.decision);
+        }
     }
-    if args.len() < 2 {
-        return Err(RlError::WrongArity("rl.refund"));
-    }
-    let opts = parse_options(args, 2, ADMIT_OPTIONS)?;
-    let now = store::now_ms();
-    let Some(policy) = resolve(ctx, argv, &opts)?
-        .map(|r| r.policy(now))
-        .transpose()?
-    else {
-        reply(ctx, &Decision::UNLIMITED);
-        return Ok(());
-    };
-    let name = argv[1];
-    let mut key = Key::write(ctx, name);
-    let found = key.read_state(policy.algo)?;
-    let out = algo::refund(found, &policy, opts.cost.unwrap_or(1), now);
-    apply(ctx, &mut key, name, out.write, found.and_then(|f| f.1));
-    drop(key);
-    if out.write != Write::Nothing {
-        store::notify(ctx, c"rl.refund", name);
-    }
-    reply(ctx, &out.decision);
     Ok(())
 }
 
@@ -590,12 +620,6 @@ fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, expiry_before: Option
         }
     }
     store::signal_modified(ctx, name);
-}
-
-fn unlimited(ctx: Ctx) -> Result<(), RlError> {
-    stats::admitted(None);
-    reply(ctx, &Decision::UNLIMITED);
-    Ok(())
 }
 
 /// The receipt of a decision: INFO counters, and `rl.hit` on refusal.

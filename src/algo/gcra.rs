@@ -71,80 +71,100 @@ impl Meter {
     }
 }
 
-fn tat_of(state: Option<State>) -> Option<i128> {
-    match state {
+/// How a limiter built on a theoretical arrival time stores and reads it:
+/// GCRA meters (admit or refuse); the leaky queue also tells each admitted
+/// request how long to wait for the queue ahead of it.
+pub struct Schedule {
+    pub read: fn(Option<State>) -> Option<i128>,
+    pub make: fn(i128) -> State,
+    pub tells_delay: bool,
+}
+
+const GCRA: Schedule = Schedule {
+    read: |state| match state {
         Some(State::Gcra { tat_ns }) => Some(tat_ns),
         _ => None,
+    },
+    make: |tat_ns| State::Gcra { tat_ns },
+    tells_delay: false,
+};
+
+impl Schedule {
+    pub fn admit(&self, state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+        let meter = Meter::of(policy);
+        let now_ns = i128::from(now_ms) * NS_PER_MS;
+        let tat = (self.read)(state);
+        let debt = debt(tat, now_ns, meter.capacity);
+        let store = |debt: i128| Write::State {
+            state: (self.make)(now_ns + debt),
+            expires_at: now_ms + ceil_ms(debt),
+        };
+        // Never more than the burst (the leaky queue's head is not waiting).
+        let room = |debt: i128| meter.room(debt).min(policy.burst);
+        match meter.judge(debt, cost) {
+            Verdict::Admit { debt: after } => Outcome {
+                decision: Decision {
+                    admitted: true,
+                    limit: policy.burst,
+                    remaining: room(after),
+                    retry_after_ms: if self.tells_delay { ceil_ms(debt) } else { 0 },
+                    reset_after_ms: ceil_ms(after),
+                },
+                write: if cost > 0 {
+                    store(after)
+                } else {
+                    Write::Nothing
+                },
+            },
+            Verdict::Refuse { wait } => Outcome {
+                decision: Decision {
+                    admitted: false,
+                    limit: policy.burst,
+                    remaining: room(debt),
+                    retry_after_ms: wait.map_or(-1, ceil_ms),
+                    reset_after_ms: ceil_ms(debt),
+                },
+                write: match cost > 0 && beyond(tat, now_ns, meter.capacity) {
+                    true => store(debt),
+                    false => Write::Nothing,
+                },
+            },
+        }
+    }
+
+    pub fn refund(
+        &self,
+        state: Option<State>,
+        policy: &Policy,
+        amount: i64,
+        now_ms: i64,
+    ) -> Outcome {
+        let meter = Meter::of(policy);
+        let now_ns = i128::from(now_ms) * NS_PER_MS;
+        let tat = (self.read)(state);
+        let after = meter.forgive(debt(tat, now_ns, meter.capacity), amount);
+        let write = match (tat, after) {
+            (None, _) => Write::Nothing,
+            (Some(_), 0) => Write::Delete,
+            (Some(_), _) => Write::State {
+                state: (self.make)(now_ns + after),
+                expires_at: now_ms + ceil_ms(after),
+            },
+        };
+        let peek_state = (after > 0).then(|| (self.make)(now_ns + after));
+        Outcome {
+            decision: self.admit(peek_state, policy, 0, now_ms).decision,
+            write,
+        }
     }
 }
 
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    let meter = Meter::of(policy);
-    let now_ns = i128::from(now_ms) * NS_PER_MS;
-    let tat = tat_of(state);
-    let debt = debt(tat, now_ns, meter.capacity);
-    match meter.judge(debt, cost) {
-        Verdict::Admit { debt: after } => Outcome {
-            decision: Decision {
-                admitted: true,
-                limit: policy.burst,
-                remaining: meter.room(after),
-                retry_after_ms: 0,
-                reset_after_ms: ceil_ms(after),
-            },
-            write: match cost {
-                0 => Write::Nothing,
-                _ => Write::State {
-                    state: State::Gcra {
-                        tat_ns: now_ns + after,
-                    },
-                    expires_at: now_ms + ceil_ms(after),
-                },
-            },
-        },
-        Verdict::Refuse { wait } => Outcome {
-            decision: Decision {
-                admitted: false,
-                limit: policy.burst,
-                remaining: meter.room(debt),
-                retry_after_ms: wait.map_or(-1, ceil_ms),
-                reset_after_ms: ceil_ms(debt),
-            },
-            write: match cost > 0 && beyond(tat, now_ns, meter.capacity) {
-                true => Write::State {
-                    state: State::Gcra {
-                        tat_ns: now_ns + debt,
-                    },
-                    expires_at: now_ms + ceil_ms(debt),
-                },
-                false => Write::Nothing,
-            },
-        },
-    }
+    GCRA.admit(state, policy, cost, now_ms)
 }
 
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
-    let meter = Meter::of(policy);
-    let now_ns = i128::from(now_ms) * NS_PER_MS;
-    let tat = tat_of(state);
-    let after = meter.forgive(debt(tat, now_ns, meter.capacity), amount);
-    let write = match (tat, after) {
-        (None, _) => Write::Nothing,
-        (Some(_), 0) => Write::Delete,
-        (Some(_), _) => Write::State {
-            state: State::Gcra {
-                tat_ns: now_ns + after,
-            },
-            expires_at: now_ms + ceil_ms(after),
-        },
-    };
-    let peek_state = (after > 0).then_some(State::Gcra {
-        tat_ns: now_ns + after,
-    });
-    Outcome {
-        decision: admit(peek_state, policy, 0, now_ms).decision,
-        write,
-    }
+    GCRA.refund(state, policy, amount, now_ms)
 }
 
 #[cfg(test)]

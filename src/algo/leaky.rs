@@ -5,92 +5,33 @@
 //! more than `burst` requests would be waiting. The state is the time the
 //! queue drains, stored in ns.
 
-use super::gcra::{beyond, debt, Meter, Verdict};
-use super::{ceil_ms, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+use super::gcra::Schedule;
+use super::{Outcome, Policy, State};
 
-fn drained_at(state: Option<State>) -> Option<i128> {
-    match state {
+/// The queue is GCRA's schedule read as delays: the state is the time the
+/// queue drains, and the capacity holds `burst` waiting requests plus the
+/// one being served (see `Policy::capacity_ns`).
+const LEAKY: Schedule = Schedule {
+    read: |state| match state {
         Some(State::Leaky { tat_ns }) => Some(tat_ns),
         _ => None,
-    }
-}
+    },
+    make: |tat_ns| State::Leaky { tat_ns },
+    tells_delay: true,
+};
 
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    let meter = Meter::of(policy);
-    let now_ns = i128::from(now_ms) * NS_PER_MS;
-    let tat = drained_at(state);
-    let backlog = debt(tat, now_ns, meter.capacity);
-    // Waiting slots free after `debt`: the head request is served, not waiting.
-    let free = |debt: i128| meter.room(debt).min(policy.burst);
-    match meter.judge(backlog, cost) {
-        Verdict::Admit { debt: after } => Outcome {
-            decision: Decision {
-                admitted: true,
-                limit: policy.burst,
-                remaining: free(after),
-                // The request starts once the queue ahead of it has left.
-                retry_after_ms: ceil_ms(backlog),
-                reset_after_ms: ceil_ms(after),
-            },
-            write: match cost {
-                0 => Write::Nothing,
-                _ => Write::State {
-                    state: State::Leaky {
-                        tat_ns: now_ns + after,
-                    },
-                    expires_at: now_ms + ceil_ms(after),
-                },
-            },
-        },
-        Verdict::Refuse { wait } => Outcome {
-            decision: Decision {
-                admitted: false,
-                limit: policy.burst,
-                remaining: free(backlog),
-                retry_after_ms: wait.map_or(-1, ceil_ms),
-                reset_after_ms: ceil_ms(backlog),
-            },
-            write: match cost > 0 && beyond(tat, now_ns, meter.capacity) {
-                true => Write::State {
-                    state: State::Leaky {
-                        tat_ns: now_ns + backlog,
-                    },
-                    expires_at: now_ms + ceil_ms(backlog),
-                },
-                false => Write::Nothing,
-            },
-        },
-    }
+    LEAKY.admit(state, policy, cost, now_ms)
 }
 
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
-    let meter = Meter::of(policy);
-    let now_ns = i128::from(now_ms) * NS_PER_MS;
-    let tat = drained_at(state);
-    let after = meter.forgive(debt(tat, now_ns, meter.capacity), amount);
-    let write = match (tat, after) {
-        (None, _) => Write::Nothing,
-        (Some(_), 0) => Write::Delete,
-        (Some(_), _) => Write::State {
-            state: State::Leaky {
-                tat_ns: now_ns + after,
-            },
-            expires_at: now_ms + ceil_ms(after),
-        },
-    };
-    let peek_state = (after > 0).then_some(State::Leaky {
-        tat_ns: now_ns + after,
-    });
-    Outcome {
-        decision: admit(peek_state, policy, 0, now_ms).decision,
-        write,
-    }
+    LEAKY.refund(state, policy, amount, now_ms)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::Algo;
+    use crate::algo::{Algo, Write, NS_PER_MS};
     use proptest::prelude::*;
 
     fn policy(limit: i64, window_ms: i64, queue: i64) -> Policy {
