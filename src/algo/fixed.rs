@@ -37,6 +37,8 @@ pub fn admit(
     now_ms: i64,
 ) -> (Decision, Write) {
     let fresh_expiry = now_ms.saturating_add(window_ms);
+    // The server never hands out an expired key; treat one as gone anyway.
+    let found = found.filter(|c| c.expires_at.is_none_or(|at| at > now_ms));
     let (count, expires_at, adopted) = match found {
         None => (0, None, false),
         Some(Counter {
@@ -128,7 +130,8 @@ pub fn refund(
     now_ms: i64,
 ) -> Outcome {
     let peek = |counter| admit(counter, policy.limit, policy.window_ms, 0, now_ms).0;
-    let Some(counter) = counter_of(found) else {
+    let live = |c: &Counter| c.expires_at.is_none_or(|at| at > now_ms);
+    let Some(counter) = counter_of(found).filter(live) else {
         return Outcome {
             decision: peek(None),
             write: super::Write::Nothing,

@@ -12,7 +12,7 @@ fn credit(state: Option<State>, now_ms: i64, capacity: i128) -> Option<i128> {
     match state {
         Some(State::Token { credit_ns, last_ms }) => {
             let elapsed = i128::from(now_ms.saturating_sub(last_ms).max(0)) * NS_PER_MS;
-            Some(credit_ns.saturating_add(elapsed).min(capacity))
+            Some(credit_ns.saturating_add(elapsed).clamp(0, capacity))
         }
         _ => None,
     }
@@ -61,9 +61,14 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 retry_after_ms: wait.map_or(-1, ceil_ms),
                 reset_after_ms: ceil_ms(debt),
             },
-            write: match cost > 0 && from_the_future(state, now_ms) {
-                true => stored(level, now_ms, meter.capacity),
-                false => Write::Nothing,
+            write: match (
+                cost > 0 && from_the_future(state, now_ms),
+                level == meter.capacity,
+            ) {
+                (false, _) => Write::Nothing,
+                // A full bucket is no state at all.
+                (true, true) => Write::Delete,
+                (true, false) => stored(level, now_ms, meter.capacity),
             },
         },
     }
