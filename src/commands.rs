@@ -604,7 +604,7 @@ fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, expiry_before: Option
         Write::State { state, expires_at } => {
             let mut buf = [0u8; state::MAX_LEN];
             let bytes = state.encode(&mut buf);
-            key.write_bytes(bytes);
+            key.write_bytes(ctx, bytes);
             if expiry_before != Some(expires_at) {
                 key.set_expires_at(expires_at);
             }

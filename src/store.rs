@@ -43,6 +43,8 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_KeyType,
         RedisModule_StringDMA,
         RedisModule_StringTruncate,
+        RedisModule_StringSet,
+        RedisModule_CreateString,
         RedisModule_DeleteKey,
         RedisModule_IsKeysPositionRequest,
         RedisModule_KeyAtPosWithFlags,
@@ -181,8 +183,22 @@ impl Key {
 
     /// Overwrites the key's string in place (creating it when empty), so the
     /// key keeps its expiry and no new object is made when the size holds.
-    pub fn write_bytes(&mut self, bytes: &[u8]) {
-        if self.kind() == KeyKind::Empty || self.string_bytes().len() != bytes.len() {
+    pub fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) {
+        if self.kind() == KeyKind::Empty {
+            // A new key gets a compact string (embedded in the key's object);
+            // it turns into an updatable one on its first update in place.
+            unsafe {
+                let value = api!(RedisModule_CreateString)(
+                    ctx,
+                    bytes.as_ptr().cast::<c_char>(),
+                    bytes.len(),
+                );
+                api!(RedisModule_StringSet)(self.ptr, value);
+                api!(RedisModule_FreeString)(ctx, value);
+            }
+            return;
+        }
+        if self.string_bytes().len() != bytes.len() {
             unsafe { api!(RedisModule_StringTruncate)(self.ptr, bytes.len()) };
         }
         let dest = self.string_bytes_mut();
