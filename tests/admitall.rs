@@ -9,7 +9,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cmd_err, cmd_raw, dump, pexpiretime, wait_replica_offset, Server};
+use common::{cmd_err, cmd_raw, dump, int, ints, pexpiretime, wait_replica_offset, Server};
 use redis::{Commands, Connection, Value};
 
 /// The primary's replication PINGs would move the offset on their own.
@@ -39,26 +39,6 @@ fn exec(con: &mut Connection, cmds: &[Vec<String>]) -> Vec<Value> {
 fn run(con: &mut Connection, cmd: &[String]) -> Value {
     let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
     cmd_raw(con, &words)
-}
-
-fn ints(v: &Value) -> Vec<i64> {
-    match v {
-        Value::Array(items) => items
-            .iter()
-            .map(|i| match i {
-                Value::Int(n) => *n,
-                other => panic!("expected integers, got element {other:?} of {v:?}"),
-            })
-            .collect(),
-        other => panic!("expected an array of integers, got {other:?}"),
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("expected an integer, got {other:?}"),
-    }
 }
 
 fn bytes(v: &Value) -> Option<Vec<u8>> {

@@ -10,7 +10,10 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cmd_err, cmd_ints, cmd_raw, dump, pexpiretime, wait_replica_offset, Server};
+use common::{
+    cmd_err, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, server_time_ms, text, time_ms,
+    wait_replica_offset, Server,
+};
 use redis::{Commands, Connection, Value};
 
 const NS_PER_MS: i128 = 1_000_000;
@@ -41,52 +44,6 @@ fn timed(con: &mut Connection, cmds: &[Vec<String>]) -> (i64, Vec<Value>) {
     assert_eq!(replies.len(), cmds.len() + 1);
     let now = time_ms(&replies.remove(0));
     (now, replies)
-}
-
-fn bulk_i64(v: &Value) -> i64 {
-    match v {
-        Value::BulkString(b) => String::from_utf8_lossy(b).parse().expect("integer"),
-        other => panic!("expected a bulk integer, got {other:?}"),
-    }
-}
-
-fn time_ms(v: &Value) -> i64 {
-    match v {
-        Value::Array(parts) => bulk_i64(&parts[0]) * 1000 + bulk_i64(&parts[1]) / 1000,
-        other => panic!("TIME replied {other:?}"),
-    }
-}
-
-fn server_time_ms(con: &mut Connection) -> i64 {
-    time_ms(&cmd_raw(con, &["TIME"]))
-}
-
-fn ints(v: &Value) -> Vec<i64> {
-    match v {
-        Value::Array(items) => items
-            .iter()
-            .map(|i| match i {
-                Value::Int(n) => *n,
-                other => panic!("expected integers, got element {other:?} of {v:?}"),
-            })
-            .collect(),
-        other => panic!("expected an array of integers, got {other:?}"),
-    }
-}
-
-fn int(v: &Value) -> i64 {
-    match v {
-        Value::Int(n) => *n,
-        other => panic!("expected an integer, got {other:?}"),
-    }
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::Nil => None,
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        other => panic!("expected a string, got {other:?}"),
-    }
 }
 
 fn throttle(key: &str, burst: i64, count: i64, period: i64, quantity: i64) -> Vec<String> {

@@ -484,3 +484,59 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<St
         (k == field).then(|| v.trim_end().to_string())
     })
 }
+
+// Reading replies (`redis::Value`) in tests.
+
+#[allow(dead_code)]
+pub fn bulk_i64(v: &redis::Value) -> i64 {
+    match v {
+        redis::Value::BulkString(b) => String::from_utf8_lossy(b).parse().expect("integer"),
+        other => panic!("expected a bulk integer, got {other:?}"),
+    }
+}
+
+/// A TIME reply, in ms.
+#[allow(dead_code)]
+pub fn time_ms(v: &redis::Value) -> i64 {
+    match v {
+        redis::Value::Array(parts) => bulk_i64(&parts[0]) * 1000 + bulk_i64(&parts[1]) / 1000,
+        other => panic!("TIME replied {other:?}"),
+    }
+}
+
+#[allow(dead_code)]
+pub fn server_time_ms(con: &mut redis::Connection) -> i64 {
+    time_ms(&cmd_raw(con, &["TIME"]))
+}
+
+#[allow(dead_code)]
+pub fn ints(v: &redis::Value) -> Vec<i64> {
+    match v {
+        redis::Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                redis::Value::Int(n) => *n,
+                other => panic!("expected integers, got element {other:?} of {v:?}"),
+            })
+            .collect(),
+        other => panic!("expected an array of integers, got {other:?}"),
+    }
+}
+
+#[allow(dead_code)]
+pub fn int(v: &redis::Value) -> i64 {
+    match v {
+        redis::Value::Int(n) => *n,
+        other => panic!("expected an integer, got {other:?}"),
+    }
+}
+
+/// A GET reply.
+#[allow(dead_code)]
+pub fn text(v: &redis::Value) -> Option<String> {
+    match v {
+        redis::Value::Nil => None,
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        other => panic!("expected a string, got {other:?}"),
+    }
+}
