@@ -113,10 +113,10 @@ impl Key {
     }
 
     pub fn kind(&self) -> KeyKind {
-        if self.ptr.is_null() {
+        let Some(key) = self.live() else {
             return KeyKind::Empty;
-        }
-        match unsafe { api!(RedisModule_KeyType)(self.ptr) } as isize {
+        };
+        match unsafe { api!(RedisModule_KeyType)(key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
             raw::REDISMODULE_KEYTYPE_STRING => KeyKind::String,
             raw::REDISMODULE_KEYTYPE_HASH => KeyKind::Hash,
@@ -124,21 +124,30 @@ impl Key {
         }
     }
 
+    /// The open key, or `None` when the server opened nothing (a missing key
+    /// opened for reading): no API call below ever gets a null key.
+    fn live(&self) -> Option<*mut raw::RedisModuleKey> {
+        (!self.ptr.is_null()).then_some(self.ptr)
+    }
+
     /// Absolute expiry in ms, or `None` when the key has no TTL.
     pub fn expires_at(&self) -> Option<i64> {
-        let at = unsafe { api!(RedisModule_GetAbsExpire)(self.ptr) };
+        let at = unsafe { api!(RedisModule_GetAbsExpire)(self.live()?) };
         (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
     }
 
     pub fn set_expires_at(&self, at: i64) {
-        unsafe { api!(RedisModule_SetAbsExpire)(self.ptr, at) };
+        if let Some(key) = self.live() {
+            unsafe { api!(RedisModule_SetAbsExpire)(key, at) };
+        }
     }
 
     /// The string value, without copying. Only call on a string key.
     fn string_bytes(&self) -> &[u8] {
         let mut len = 0usize;
         let mode = raw::REDISMODULE_READ as c_int;
-        let p = unsafe { api!(RedisModule_StringDMA)(self.ptr, &mut len, mode) };
+        let Some(key) = self.live() else { return &[] };
+        let p = unsafe { api!(RedisModule_StringDMA)(key, &mut len, mode) };
         if p.is_null() {
             return &[];
         }
@@ -149,7 +158,10 @@ impl Key {
     fn string_bytes_mut(&mut self) -> &mut [u8] {
         let mut len = 0usize;
         let mode = raw::REDISMODULE_WRITE as c_int;
-        let p = unsafe { api!(RedisModule_StringDMA)(self.ptr, &mut len, mode) };
+        let Some(key) = self.live() else {
+            return &mut [];
+        };
+        let p = unsafe { api!(RedisModule_StringDMA)(key, &mut len, mode) };
         if p.is_null() {
             return &mut [];
         }
@@ -178,12 +190,15 @@ impl Key {
     }
 
     pub fn delete(&mut self) {
-        unsafe { api!(RedisModule_DeleteKey)(self.ptr) };
+        if let Some(key) = self.live() {
+            unsafe { api!(RedisModule_DeleteKey)(key) };
+        }
     }
 
     /// Overwrites the key's string in place (creating it when empty), so the
     /// key keeps its expiry and no new object is made when the size holds.
     pub fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) {
+        let Some(key) = self.live() else { return };
         if self.kind() == KeyKind::Empty {
             // A new key gets a compact string (embedded in the key's object);
             // it turns into an updatable one on its first update in place.
@@ -193,13 +208,13 @@ impl Key {
                     bytes.as_ptr().cast::<c_char>(),
                     bytes.len(),
                 );
-                api!(RedisModule_StringSet)(self.ptr, value);
+                api!(RedisModule_StringSet)(key, value);
                 api!(RedisModule_FreeString)(ctx, value);
             }
             return;
         }
         if self.string_bytes().len() != bytes.len() {
-            unsafe { api!(RedisModule_StringTruncate)(self.ptr, bytes.len()) };
+            unsafe { api!(RedisModule_StringTruncate)(key, bytes.len()) };
         }
         let dest = self.string_bytes_mut();
         if dest.len() == bytes.len() {
@@ -210,11 +225,12 @@ impl Key {
     /// Reads up to four fields of a hash key in one lookup and hands each
     /// present value to `each(index, bytes)`.
     pub fn hash_fields(&self, ctx: Ctx, fields: [&CStr; 4], mut each: impl FnMut(usize, &[u8])) {
+        let Some(key) = self.live() else { return };
         let mut values: [Str; 4] = [ptr::null_mut(); 4];
         let [v0, v1, v2, v3] = &mut values;
         unsafe {
             api!(RedisModule_HashGet)(
-                self.ptr,
+                key,
                 raw::REDISMODULE_HASH_CFIELDS as c_int,
                 fields[0].as_ptr(),
                 v0 as *mut Str,
@@ -238,8 +254,8 @@ impl Key {
 
 impl Drop for Key {
     fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            unsafe { api!(RedisModule_CloseKey)(self.ptr) };
+        if let Some(key) = self.live() {
+            unsafe { api!(RedisModule_CloseKey)(key) };
         }
     }
 }
