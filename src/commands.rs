@@ -105,7 +105,8 @@ fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
             cost,
             outcome,
         } => {
-            record(ctx, name, Some(algo), &outcome.decision, cost);
+            let d = outcome.decision;
+            record(ctx, name, Some(algo), d.admitted, d.retry_after_ms, cost);
             reply(ctx, &outcome.decision);
         }
     }
@@ -462,8 +463,14 @@ fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     let (answer, write) = throttle::throttle(found, &meter, quantity, now);
     apply(ctx, &mut key, name, write, expiry);
     drop(key);
-    let outcome = throttle::outcome(answer, write);
-    record(ctx, name, None, &outcome.decision, quantity);
+    record(
+        ctx,
+        name,
+        None,
+        !answer.limited,
+        answer.retry_after_ms,
+        quantity,
+    );
     store::reply_named_ints(
         ctx,
         &store::THROTTLE_FIELDS,
@@ -629,11 +636,11 @@ fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, expiry_before: Option
 
 /// The receipt of a decision: INFO counters, and `rl.hit` on refusal.
 /// A peek (`cost` 0) refuses nobody, so it fires no `rl.hit`.
-fn record(ctx: Ctx, name: Str, algo: Option<Algo>, decision: &Decision, cost: i64) {
-    if decision.admitted {
+fn record(ctx: Ctx, name: Str, algo: Option<Algo>, admitted: bool, retry_after_ms: i64, cost: i64) {
+    if admitted {
         stats::admitted(algo);
     } else {
-        stats::refused(algo, decision.retry_after_ms);
+        stats::refused(algo, retry_after_ms);
         if config::hit_events() && cost > 0 {
             store::notify(ctx, c"rl.hit", name);
         }

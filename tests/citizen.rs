@@ -186,6 +186,18 @@ fn info_counts_per_algorithm_and_resets_with_config_resetstat() {
     assert_eq!(stats["ratelimit_errors"], 1);
     assert_eq!(stats.len(), 16, "{stats:?}");
 
+    // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
+    let before = stats["ratelimit_backoff_ms_total"];
+    let limited = cmd_ints(&mut con, &["RL.THROTTLE", "t", "0", "1", "60"]);
+    assert_eq!(limited[0], 1, "{limited:?}");
+    let added = info(&mut con)["ratelimit_backoff_ms_total"] - before;
+    assert!(
+        added > (limited[3] - 1) * 1000 && added <= limited[3] * 1000,
+        "{added} ms for a retry of {} s",
+        limited[3]
+    );
+    let _: i64 = redis::cmd("RL.RESET").arg("t").query(&mut con).unwrap();
+
     let _: () = redis::cmd("CONFIG")
         .arg("RESETSTAT")
         .query(&mut con)

@@ -3,7 +3,7 @@
 //! checked arithmetic, ns precision whatever the rate, absolute expiry, and
 //! `quantity 0` as a pure peek. State is the same `gcra:<tat_ns>` string.
 
-use super::{Outcome, State, Write, NS_PER_MS};
+use super::{State, Write, NS_PER_MS};
 use crate::error::RlError;
 
 const NS_PER_S: i128 = 1_000_000_000;
@@ -24,6 +24,8 @@ pub struct Reply {
     /// -1 when allowed, or when the quantity can never be allowed.
     pub retry_after_s: i64,
     pub reset_after_s: i64,
+    /// The same back-off in ms (rounded up; -1 as above), for INFO.
+    pub retry_after_ms: i64,
 }
 
 /// The validated meter: emission interval and delay variation tolerance.
@@ -117,32 +119,19 @@ pub fn throttle(state: Option<State>, meter: &Meter, quantity: i64, now_ms: i64)
     } else {
         0
     };
-    let retry_after_s = match (allowed, new_tat) {
-        (Some(_), _) | (None, None) => -1,
-        (None, Some(t)) => ceil_s(t - meter.tolerance - now),
+    let wait = match (allowed, new_tat) {
+        (Some(_), _) | (None, None) => None,
+        (None, Some(t)) => Some(t - meter.tolerance - now),
     };
     let reply = Reply {
         limited: allowed.is_none(),
         limit: meter.limit,
         remaining: i64::try_from(remaining).unwrap_or(i64::MAX),
-        retry_after_s,
+        retry_after_s: wait.map_or(-1, ceil_s),
         reset_after_s: ceil_s(ttl),
+        retry_after_ms: wait.map_or(-1, super::ceil_ms),
     };
     (reply, write)
-}
-
-/// For the common reply type; RL.THROTTLE itself answers `Reply`.
-pub fn outcome(reply: Reply, write: Write) -> Outcome {
-    Outcome {
-        decision: super::Decision {
-            admitted: !reply.limited,
-            limit: reply.limit,
-            remaining: reply.remaining,
-            retry_after_ms: reply.retry_after_s,
-            reset_after_ms: reply.reset_after_s,
-        },
-        write,
-    }
 }
 
 #[cfg(test)]
