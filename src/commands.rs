@@ -364,16 +364,7 @@ fn ttl(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     let key = Key::read(ctx, argv[1]);
     let found = key.read_state(resolved.algo)?;
     let backoff = match policy {
-        None => {
-            let counter = found.and_then(|(s, at)| match s {
-                State::Fixed { count } => Some(fixed::Counter {
-                    count,
-                    expires_at: at,
-                }),
-                _ => None,
-            });
-            fixed::backoff(counter, resolved.limit, now)
-        }
+        None => fixed::backoff(fixed::counter_of(found, now), resolved.limit, now),
         // The wait a request of cost 1 would be told now (a leaky queue's
         // delay included).
         Some(policy) => algo::admit(found, &policy, 1, now)

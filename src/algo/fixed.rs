@@ -1,7 +1,7 @@
 //! Fixed window counter: one integer per window, and the key's expiry is
 //! the reset.
 
-use super::{Decision, Outcome, Policy, State};
+use super::{Decision, Outcome, Policy, State, Write};
 
 /// The counter as found in the keyspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,21 +10,6 @@ pub struct Counter {
     /// Absolute expiry in ms; `None` when the key has no TTL (left by some
     /// other client).
     pub expires_at: Option<i64>,
-}
-
-/// What the store must write after a decision.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Write {
-    Nothing,
-    /// Store `count` with absolute expiry `expires_at`.
-    Count {
-        count: i64,
-        expires_at: i64,
-    },
-    /// Keep the value; only give the key its missing expiry.
-    Expiry {
-        expires_at: i64,
-    },
 }
 
 /// Decide one call. `window_ms` > 0, `limit` > 0, `cost` >= 0, and
@@ -37,7 +22,7 @@ pub fn admit(
     now_ms: i64,
 ) -> (Decision, Write) {
     let fresh_expiry = now_ms.saturating_add(window_ms);
-    // The server never hands out an expired key; treat one as gone anyway.
+    // As in `counter_of`: an expired counter is gone.
     let found = found.filter(|c| c.expires_at.is_none_or(|at| at > now_ms));
     let (count, expires_at, adopted) = match found {
         None => (0, None, false),
@@ -77,8 +62,8 @@ pub fn admit(
             let write = if cost == 0 {
                 Write::Nothing
             } else {
-                Write::Count {
-                    count: next,
+                Write::State {
+                    state: State::Fixed { count: next },
                     expires_at,
                 }
             };
@@ -114,12 +99,14 @@ pub fn decide(
     cost: i64,
     now_ms: i64,
 ) -> Outcome {
-    let counter = counter_of(found);
-    let (decision, write) = admit(counter, policy.limit, policy.window_ms, cost, now_ms);
-    Outcome {
-        decision,
-        write: common_write(write),
-    }
+    let (decision, write) = admit(
+        counter_of(found, now_ms),
+        policy.limit,
+        policy.window_ms,
+        cost,
+        now_ms,
+    );
+    Outcome { decision, write }
 }
 
 /// Takes `amount` off the counter (never below 0), keeping its window.
@@ -130,11 +117,10 @@ pub fn refund(
     now_ms: i64,
 ) -> Outcome {
     let peek = |counter| admit(counter, policy.limit, policy.window_ms, 0, now_ms).0;
-    let live = |c: &Counter| c.expires_at.is_none_or(|at| at > now_ms);
-    let Some(counter) = counter_of(found).filter(live) else {
+    let Some(counter) = counter_of(found, now_ms) else {
         return Outcome {
             decision: peek(None),
-            write: super::Write::Nothing,
+            write: Write::Nothing,
         };
     };
     let count = match counter.count {
@@ -149,9 +135,9 @@ pub fn refund(
         expires_at: Some(expires_at),
     };
     let write = if count == counter.count && counter.expires_at.is_some() {
-        super::Write::Nothing
+        Write::Nothing
     } else {
-        super::Write::State {
+        Write::State {
             state: State::Fixed { count },
             expires_at,
         }
@@ -162,21 +148,13 @@ pub fn refund(
     }
 }
 
-fn counter_of(found: Option<(State, Option<i64>)>) -> Option<Counter> {
+/// The live counter in a stored state: the server never hands out an
+/// expired key, but one is treated as gone anyway.
+pub fn counter_of(found: Option<(State, Option<i64>)>, now_ms: i64) -> Option<Counter> {
     match found {
-        Some((State::Fixed { count }, expires_at)) => Some(Counter { count, expires_at }),
+        Some((State::Fixed { count }, expires_at)) => Some(Counter { count, expires_at })
+            .filter(|c| c.expires_at.is_none_or(|at| at > now_ms)),
         _ => None,
-    }
-}
-
-fn common_write(write: Write) -> super::Write {
-    match write {
-        Write::Nothing => super::Write::Nothing,
-        Write::Count { count, expires_at } => super::Write::State {
-            state: State::Fixed { count },
-            expires_at,
-        },
-        Write::Expiry { expires_at } => super::Write::Expiry { expires_at },
     }
 }
 
@@ -215,8 +193,8 @@ mod tests {
         );
         assert_eq!(
             w,
-            Write::Count {
-                count: 1,
+            Write::State {
+                state: State::Fixed { count: 1 },
                 expires_at: 11_000
             }
         );
@@ -230,8 +208,8 @@ mod tests {
         assert_eq!(d.reset_after_ms, 600);
         assert_eq!(
             w,
-            Write::Count {
-                count: 3,
+            Write::State {
+                state: State::Fixed { count: 3 },
                 expires_at: 11_000
             }
         );
@@ -279,8 +257,8 @@ mod tests {
         assert!(d.admitted);
         assert_eq!(
             w,
-            Write::Count {
-                count: 2,
+            Write::State {
+                state: State::Fixed { count: 2 },
                 expires_at: 6_000
             }
         );
@@ -309,8 +287,8 @@ mod tests {
         assert!(d.admitted);
         assert_eq!(
             w,
-            Write::Count {
-                count: 2,
+            Write::State {
+                state: State::Fixed { count: 2 },
                 expires_at: 6_000
             }
         );
@@ -370,7 +348,11 @@ mod tests {
                 admitted_in_window += 1;
             }
             assert!(admitted_in_window <= limit);
-            if let Write::Count { count, expires_at } = w {
+            if let Write::State {
+                state: State::Fixed { count },
+                expires_at,
+            } = w
+            {
                 assert_eq!(expires_at, window_end);
                 state = Some(Counter {
                     count,
