@@ -9,31 +9,13 @@ mod common;
 
 use std::time::Duration;
 
-use common::{cmd_err, cmd_raw, dump, int, ints, pexpiretime, wait_replica_offset, Server};
+use common::{
+    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, wait_replica_offset, Server, QUIET,
+};
 use redis::{Commands, Connection, Value};
-
-/// The primary's replication PINGs would move the offset on their own.
-const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 
 macro_rules! c {
     ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
-/// Runs `cmds` in one MULTI/EXEC and returns each reply.
-fn exec(con: &mut Connection, cmds: &[Vec<String>]) -> Vec<Value> {
-    assert_eq!(cmd_raw(con, &["MULTI"]), Value::Okay);
-    for cmd in cmds {
-        let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let queued = cmd_raw(con, &words);
-        assert_eq!(queued, Value::SimpleString("QUEUED".into()), "{words:?}");
-    }
-    match cmd_raw(con, &["EXEC"]) {
-        Value::Array(replies) => {
-            assert_eq!(replies.len(), cmds.len());
-            replies
-        }
-        other => panic!("EXEC replied {other:?}"),
-    }
 }
 
 fn run(con: &mut Connection, cmd: &[String]) -> Value {

@@ -13,15 +13,13 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, server_time_ms, text, time_ms,
-    wait_replica_offset, Server,
+    cmd_err, cmd_ints, cmd_raw, dump, exec, int, ints, pexpiretime, server_time_ms, text, timed,
+    wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 use serial_test::serial;
 
 const NS_PER_MS: i128 = 1_000_000;
-/// The primary's replication PINGs would move the offset on their own.
-const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 
 // ---------------------------------------------------------------------------
 // Talking to the server
@@ -30,37 +28,6 @@ const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 /// A command from words of any printable type.
 macro_rules! c {
     ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
-/// Runs `cmds` in one MULTI/EXEC and returns each reply; an error reply of
-/// one command comes back as `Value::ServerError` in its place.
-fn exec(con: &mut Connection, cmds: &[Vec<String>]) -> Vec<Value> {
-    assert_eq!(cmd_raw(con, &["MULTI"]), Value::Okay);
-    for cmd in cmds {
-        let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let queued = cmd_raw(con, &words);
-        assert!(
-            matches!(&queued, Value::SimpleString(s) if s == "QUEUED"),
-            "{words:?} was not queued: {queued:?}"
-        );
-    }
-    match cmd_raw(con, &["EXEC"]) {
-        Value::Array(replies) => {
-            assert_eq!(replies.len(), cmds.len());
-            replies
-        }
-        other => panic!("EXEC replied {other:?}"),
-    }
-}
-
-/// `exec` with TIME first: returns the frozen server time (ms) and the
-/// replies of `cmds`.
-fn timed(con: &mut Connection, cmds: &[Vec<String>]) -> (i64, Vec<Value>) {
-    let mut all = vec![c!["TIME"]];
-    all.extend_from_slice(cmds);
-    let mut replies = exec(con, &all);
-    let now = time_ms(&replies.remove(0));
-    (now, replies)
 }
 
 /// A GET reply.

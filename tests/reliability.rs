@@ -13,11 +13,10 @@ use std::sync::{Arc, Barrier};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
-use common::{cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, wait_replica_offset, Server};
+use common::{
+    cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, wait_replica_offset, Server, QUIET,
+};
 use redis::{Connection, ConnectionLike, Value};
-
-/// The primary's replication PINGs would move the offset on their own.
-const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
 

@@ -6,11 +6,8 @@ mod common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{cmd_ints, pexpiretime, wait_replica_offset, Server};
+use common::{cmd_ints, pexpiretime, wait_replica_offset, Server, QUIET};
 use redis::Commands;
-
-/// The primary's replication PINGs would move the offset on their own.
-const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 
 fn offset(con: &mut redis::Connection) -> i64 {
     common::info_field(con, "replication", "master_repl_offset")

@@ -11,39 +11,16 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, server_time_ms, text, time_ms,
-    wait_replica_offset, Server,
+    cmd_err, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, server_time_ms, text, timed,
+    wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 
 const NS_PER_MS: i128 = 1_000_000;
 const NS_PER_S: i128 = 1_000_000_000;
-const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 
 macro_rules! c {
     ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
-/// Runs `cmds` in one MULTI/EXEC with TIME first; returns the frozen server
-/// time (ms) and the other replies.
-fn timed(con: &mut Connection, cmds: &[Vec<String>]) -> (i64, Vec<Value>) {
-    assert_eq!(cmd_raw(con, &["MULTI"]), Value::Okay);
-    assert_eq!(
-        cmd_raw(con, &["TIME"]),
-        Value::SimpleString("QUEUED".into())
-    );
-    for cmd in cmds {
-        let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
-        let queued = cmd_raw(con, &words);
-        assert_eq!(queued, Value::SimpleString("QUEUED".into()), "{words:?}");
-    }
-    let mut replies = match cmd_raw(con, &["EXEC"]) {
-        Value::Array(replies) => replies,
-        other => panic!("EXEC replied {other:?}"),
-    };
-    assert_eq!(replies.len(), cmds.len() + 1);
-    let now = time_ms(&replies.remove(0));
-    (now, replies)
 }
 
 fn throttle(key: &str, burst: i64, count: i64, period: i64, quantity: i64) -> Vec<String> {

@@ -540,3 +540,41 @@ pub fn text(v: &redis::Value) -> Option<String> {
         other => panic!("expected a string, got {other:?}"),
     }
 }
+
+/// Primary options for tests that watch the replication offset: the
+/// primary's replication PINGs would move it on their own.
+#[allow(dead_code)]
+pub const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
+
+/// Runs `cmds` in one MULTI/EXEC and returns each reply; an error reply of
+/// one command comes back as `Value::ServerError` in its place.
+#[allow(dead_code)]
+pub fn exec(con: &mut redis::Connection, cmds: &[Vec<String>]) -> Vec<redis::Value> {
+    assert_eq!(cmd_raw(con, &["MULTI"]), redis::Value::Okay);
+    for cmd in cmds {
+        let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
+        let queued = cmd_raw(con, &words);
+        assert!(
+            matches!(&queued, redis::Value::SimpleString(s) if s == "QUEUED"),
+            "{words:?} was not queued: {queued:?}"
+        );
+    }
+    match cmd_raw(con, &["EXEC"]) {
+        redis::Value::Array(replies) => {
+            assert_eq!(replies.len(), cmds.len());
+            replies
+        }
+        other => panic!("EXEC replied {other:?}"),
+    }
+}
+
+/// `exec` with TIME first: the server time (ms), frozen for the whole
+/// transaction and so the `now` every command in it saw, and the replies.
+#[allow(dead_code)]
+pub fn timed(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<redis::Value>) {
+    let mut all = vec![vec!["TIME".to_string()]];
+    all.extend_from_slice(cmds);
+    let mut replies = exec(con, &all);
+    let now = time_ms(&replies.remove(0));
+    (now, replies)
+}
