@@ -17,6 +17,7 @@ pub enum Opt {
 }
 
 impl Opt {
+    #[cfg(test)]
     const ALL: [Opt; 6] = [
         Opt::Algo,
         Opt::Limit,
@@ -37,10 +38,20 @@ impl Opt {
         }
     }
 
+    /// Every call parses its options: the length picks the candidates, so
+    /// a word is compared with at most two names.
     pub fn parse(word: &[u8], allowed: &[Opt]) -> Option<Opt> {
-        Opt::ALL
-            .into_iter()
-            .find(|o| allowed.contains(o) && word.eq_ignore_ascii_case(o.name().as_bytes()))
+        let candidates: &[Opt] = match word.len() {
+            4 => &[Opt::Algo, Opt::Meta, Opt::Cost],
+            5 => &[Opt::Limit, Opt::Burst],
+            6 => &[Opt::Window],
+            _ => return None,
+        };
+        let opt = candidates
+            .iter()
+            .copied()
+            .find(|o| word.eq_ignore_ascii_case(o.name().as_bytes()))?;
+        allowed.contains(&opt).then_some(opt)
     }
 }
 
@@ -184,6 +195,16 @@ mod tests {
             words.extend_from_slice(tail);
             assert_eq!(parse(&words).as_ref(), Err(want), "{tail:?}");
         }
+    }
+
+    #[test]
+    fn every_name_parses_to_itself() {
+        for opt in Opt::ALL {
+            assert_eq!(Opt::parse(opt.name().as_bytes(), &Opt::ALL), Some(opt));
+            let lower = opt.name().to_ascii_lowercase();
+            assert_eq!(Opt::parse(lower.as_bytes(), &Opt::ALL), Some(opt));
+        }
+        assert_eq!(Opt::parse(b"LIMITS", &Opt::ALL), None);
     }
 
     #[test]

@@ -22,33 +22,50 @@ type Body = fn(Ctx, &[Str], &[&[u8]]) -> Result<(), RlError>;
 macro_rules! entry_point {
     ($name:ident => $body:path) => {
         pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
-            run(ctx, argv, argc, $body)
+            run(ctx, argv, argc, $body, None)
+        }
+    };
+    ($name:ident => $body:path, keys: $keys:path) => {
+        pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+            run(ctx, argv, argc, $body, Some($keys))
         }
     };
 }
 
-entry_point!(rl_admit => admit);
-entry_point!(rl_admitall => admit_all);
-entry_point!(rl_ttl => ttl);
+entry_point!(rl_admit => admit, keys: limiter_keys_rw);
+entry_point!(rl_admitall => admit_all, keys: admit_all_keys);
+entry_point!(rl_ttl => ttl, keys: limiter_keys_ro);
 entry_point!(rl_limit => limit);
-entry_point!(rl_refund => refund);
+entry_point!(rl_refund => refund, keys: limiter_keys_rw);
 entry_point!(rl_reset => reset);
 entry_point!(rl_throttle => throttle);
+
+/// Reports where a command's keys are (getkeys-api), from the raw arguments.
+type Keys = fn(Ctx, &[Str]);
 
 /// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
 const INLINE_ARGS: usize = 16;
 
-fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
+fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) -> c_int {
+    let argc = usize::try_from(argc).unwrap_or(0);
+    let argv: &[Str] = if argv.is_null() || argc == 0 {
+        &[]
+    } else {
+        unsafe { std::slice::from_raw_parts(argv, argc) }
+    };
+    // A getkeys-api request only asks where the keys are: nothing to reply
+    // to and nothing to count, even when the call itself is malformed. The
+    // server asks this before every call, so it reads only what it needs.
+    if store::is_keys_request(ctx) {
+        if let Some(keys) = keys {
+            let _ = catch_unwind(AssertUnwindSafe(|| keys(ctx, argv)));
+        }
+        return redis_module::raw::REDISMODULE_OK as c_int;
+    }
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        let argc = usize::try_from(argc).unwrap_or(0);
         if argc > MAX_ARGS {
             return Err(RlError::TooManyArguments);
         }
-        let argv: &[Str] = if argv.is_null() || argc == 0 {
-            &[]
-        } else {
-            unsafe { std::slice::from_raw_parts(argv, argc) }
-        };
         if argc <= INLINE_ARGS {
             let mut bytes: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
             for (slot, &s) in bytes.iter_mut().zip(argv) {
@@ -60,11 +77,6 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body) -> c_int {
             body(ctx, argv, &bytes)
         }
     }));
-    // A getkeys-api request only asks where the keys are: nothing to reply
-    // to and nothing to count, even when the call itself is malformed.
-    if store::is_keys_request(ctx) {
-        return redis_module::raw::REDISMODULE_OK as c_int;
-    }
     match outcome {
         Ok(Ok(())) => {}
         Ok(Err(err)) => {
@@ -94,7 +106,6 @@ const ADMIT_OPTIONS: &[Opt] = &[
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     match update_limiter(ctx, argv, args, "rl.admit", algo::admit)? {
-        Updated::KeysReported => {}
         Updated::Unlimited => {
             stats::admitted(None);
             reply(ctx, &Decision::UNLIMITED);
@@ -115,8 +126,6 @@ fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
 
 /// What RL.ADMIT and RL.REFUND did to their limiter.
 enum Updated {
-    /// A getkeys-api request: only the key positions were reported.
-    KeysReported,
     Unlimited,
     Limiter {
         name: Str,
@@ -126,8 +135,11 @@ enum Updated {
     },
 }
 
+/// A limiter's state as read, with the key's absolute expiry (`None`: no TTL).
+type Found = Option<(State, Option<i64>)>;
+
 /// Decides a call on one limiter: admit, or refund.
-type Decide = fn(Option<(State, Option<i64>)>, &Policy, i64, i64) -> algo::Outcome;
+type Decide = fn(Found, &Policy, i64, i64) -> algo::Outcome;
 
 /// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
 /// resolved, the state read, `decide` called and its write applied.
@@ -138,10 +150,6 @@ fn update_limiter(
     command: &'static str,
     decide: Decide,
 ) -> Result<Updated, RlError> {
-    if store::is_keys_request(ctx) {
-        report_limiter_keys(ctx, args, false);
-        return Ok(Updated::KeysReported);
-    }
     if args.len() < 2 {
         return Err(RlError::WrongArity(command));
     }
@@ -158,7 +166,7 @@ fn update_limiter(
     let found = key.read_state(policy.algo)?;
     let cost = opts.cost.unwrap_or(1);
     let outcome = decide(found, &policy, cost, now);
-    apply(ctx, &mut key, name, outcome.write, found.and_then(|f| f.1));
+    apply(ctx, &mut key, name, outcome.write, found);
     Ok(Updated::Limiter {
         name,
         algo: policy.algo,
@@ -172,10 +180,6 @@ fn update_limiter(
 ///
 /// One POLICY per key, in order. All are admitted, or none is consumed.
 fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
-    if store::is_keys_request(ctx) {
-        report_admit_all_keys(ctx, args);
-        return Ok(());
-    }
     let request = AdmitAll::parse(args)?;
     let now = store::now_ms();
     let mut limiters = Vec::with_capacity(request.policies.len());
@@ -217,7 +221,7 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
             // The caller proceeds after the longest wait (a leaky queue's delay).
             longest = longest.max(wait);
             if let Some((key, _)) = &mut m.key {
-                apply(ctx, key, m.name, m.outcome.write, m.found.and_then(|f| f.1));
+                apply(ctx, key, m.name, m.outcome.write, m.found);
             }
         } else if !m.outcome.decision.admitted {
             if config::hit_events() && request.cost > 0 {
@@ -247,7 +251,7 @@ struct Member {
     name: Str,
     /// The open key and its policy; `None` for an unlimited member.
     key: Option<(Key, Policy)>,
-    found: Option<(State, Option<i64>)>,
+    found: Found,
     outcome: algo::Outcome,
 }
 
@@ -310,29 +314,38 @@ impl AdmitAll {
 /// getkeys-api for `key [option value ...]`: the counter, and the META hash
 /// (read-only). Cluster routing asks the command itself, not its key-specs,
 /// so this is what makes a META hash in another slot a CROSSSLOT error.
-fn report_limiter_keys(ctx: Ctx, args: &[&[u8]], read_only: bool) {
-    if args.len() > 1 {
+fn limiter_keys(ctx: Ctx, argv: &[Str], read_only: bool) {
+    if argv.len() > 1 {
         store::key_at(ctx, 1, read_only);
     }
     let mut at = 2;
-    while at + 1 < args.len() {
-        if args[at].eq_ignore_ascii_case(b"META") {
+    while at + 1 < argv.len() {
+        if arg_bytes(argv[at]).eq_ignore_ascii_case(b"META") {
             store::key_at(ctx, at + 1, true);
         }
         at += 2;
     }
 }
 
+fn limiter_keys_rw(ctx: Ctx, argv: &[Str]) {
+    limiter_keys(ctx, argv, false)
+}
+
+fn limiter_keys_ro(ctx: Ctx, argv: &[Str]) {
+    limiter_keys(ctx, argv, true)
+}
+
 /// getkeys-api: the counters (read-write) and every META hash (read-only).
-fn report_admit_all_keys(ctx: Ctx, args: &[&[u8]]) {
-    let numkeys = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0).max(0) as usize;
-    let end = numkeys.saturating_add(2).min(args.len());
+fn admit_all_keys(ctx: Ctx, argv: &[Str]) {
+    let numkeys = argv.get(1).map(|&n| arg_bytes(n));
+    let numkeys = numkeys.and_then(parse_i64).unwrap_or(0).max(0) as usize;
+    let end = numkeys.saturating_add(2).min(argv.len());
     for pos in 2..end {
         store::key_at(ctx, pos, false);
     }
     let mut at = end;
-    while at < args.len() {
-        if args[at].eq_ignore_ascii_case(b"META") && at + 1 < args.len() {
+    while at < argv.len() {
+        if arg_bytes(argv[at]).eq_ignore_ascii_case(b"META") && at + 1 < argv.len() {
             store::key_at(ctx, at + 1, true);
             at += 2;
         } else {
@@ -343,10 +356,6 @@ fn report_admit_all_keys(ctx: Ctx, args: &[&[u8]]) {
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 fn ttl(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
-    if store::is_keys_request(ctx) {
-        report_limiter_keys(ctx, args, true);
-        return Ok(());
-    }
     if args.len() < 2 {
         return Err(RlError::WrongArity("rl.ttl"));
     }
@@ -389,7 +398,6 @@ fn limit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
 /// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn refund(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     match update_limiter(ctx, argv, args, "rl.refund", algo::refund)? {
-        Updated::KeysReported => {}
         Updated::Unlimited => reply(ctx, &Decision::UNLIMITED),
         Updated::Limiter { name, outcome, .. } => {
             if outcome.write != Write::Nothing {
@@ -450,9 +458,9 @@ fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
             }),
         },
     };
-    let expiry = key.expires_at();
+    let before = found.map(|state| (state, key.expires_at()));
     let (answer, write) = throttle::throttle(found, &meter, quantity, now);
-    apply(ctx, &mut key, name, write, expiry);
+    apply(ctx, &mut key, name, write, before);
     drop(key);
     record(
         ctx,
@@ -601,17 +609,33 @@ fn int_field(
 }
 
 /// Writes a decision's effect and replicates it with absolute time.
-fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, expiry_before: Option<i64>) {
+fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, before: Found) {
     match write {
         Write::Nothing => return,
         Write::State { state, expires_at } => {
             let mut buf = [0u8; state::MAX_LEN];
             let bytes = state.encode(&mut buf);
-            key.write_bytes(ctx, bytes);
-            if expiry_before != Some(expires_at) {
+            let created = key.write_bytes(ctx, bytes);
+            let (before, expiry_before) = before.unzip();
+            let same_expiry = expiry_before == Some(Some(expires_at));
+            if !same_expiry {
                 key.set_expires_at(expires_at);
             }
-            store::replicate_set(ctx, name, bytes, expires_at);
+            // An unchanged expiry is already on the replicas: the cheaper
+            // forms say what changed without restating it. A counter only
+            // moved by a delta (INCRBY; a decoded counter's bytes are
+            // canonical, so INCRBY gives a replica these very bytes).
+            let delta = match (before, state) {
+                (Some(State::Fixed { count: old }), State::Fixed { count }) => {
+                    count.checked_sub(old)
+                }
+                _ => None,
+            };
+            match (same_expiry, delta) {
+                (true, Some(delta)) => store::replicate_incrby(ctx, name, delta),
+                (true, None) => store::replicate_set_keep_ttl(ctx, name, bytes),
+                (false, _) => store::replicate_set(ctx, name, bytes, created.as_ref(), expires_at),
+            }
         }
         Write::Expiry { expires_at } => {
             key.set_expires_at(expires_at);

@@ -198,7 +198,10 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
         unsafe { set_options(ctx, MODULE_OPTIONS) };
     }
-    store::init_shared_strings();
+    if let Err(failed) = store::init_shared_strings() {
+        log(ctx, c"warning", &format!("{failed} failed at load"));
+        return err;
+    }
     let args: Vec<&[u8]> = match (argv.is_null(), usize::try_from(argc)) {
         (false, Ok(n)) => unsafe { std::slice::from_raw_parts(argv, n) }
             .iter()

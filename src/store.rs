@@ -197,29 +197,30 @@ impl Key {
 
     /// Overwrites the key's string in place (creating it when empty), so the
     /// key keeps its expiry and no new object is made when the size holds.
-    pub fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) {
-        let Some(key) = self.live() else { return };
+    /// A new key's value string is handed back, for replication to reuse.
+    pub fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) -> Option<Created> {
+        let key = self.live()?;
         if self.kind() == KeyKind::Empty {
-            // A new key gets a compact string (embedded in the key's object);
-            // it turns into an updatable one on its first update in place.
-            unsafe {
-                let value = api!(RedisModule_CreateString)(
-                    ctx,
-                    bytes.as_ptr().cast::<c_char>(),
-                    bytes.len(),
-                );
-                api!(RedisModule_StringSet)(key, value);
-                api!(RedisModule_FreeString)(ctx, value);
-            }
-            return;
-        }
-        if self.string_bytes().len() != bytes.len() {
-            unsafe { api!(RedisModule_StringTruncate)(key, bytes.len()) };
+            // A new key gets a compact string (the server copies it, embedded
+            // in the key's object); it turns into an updatable one on its
+            // first update in place.
+            let value = unsafe {
+                api!(RedisModule_CreateString)(ctx, bytes.as_ptr().cast::<c_char>(), bytes.len())
+            };
+            unsafe { api!(RedisModule_StringSet)(key, value) };
+            return Some(Created { ctx, value });
         }
         let dest = self.string_bytes_mut();
         if dest.len() == bytes.len() {
             dest.copy_from_slice(bytes);
+            return None;
         }
+        unsafe { api!(RedisModule_StringTruncate)(key, bytes.len()) };
+        let dest = self.string_bytes_mut();
+        if dest.len() == bytes.len() {
+            dest.copy_from_slice(bytes);
+        }
+        None
     }
 
     /// Reads up to four fields of a hash key in one lookup and hands each
@@ -252,6 +253,18 @@ impl Key {
     }
 }
 
+/// A string the module created, freed on drop.
+pub struct Created {
+    ctx: Ctx,
+    value: Str,
+}
+
+impl Drop for Created {
+    fn drop(&mut self) {
+        unsafe { api!(RedisModule_FreeString)(self.ctx, self.value) };
+    }
+}
+
 impl Drop for Key {
     fn drop(&mut self) {
         if let Some(key) = self.live() {
@@ -260,45 +273,70 @@ impl Drop for Key {
     }
 }
 
-/// The `PXAT` argument, made once: replicating passes it by reference
-/// instead of allocating it on every write.
+/// Arguments every replicated write repeats, made once at load and passed
+/// by reference, instead of allocated on every write.
 static PXAT: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
+static KEEPTTL: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
+/// `1`, the usual INCRBY delta.
+static ONE: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
 
-/// Creates the shared strings; called once at load.
-pub fn init_shared_strings() {
-    if let Some(create) = unsafe { raw::RedisModule_CreateString } {
-        let s = unsafe { create(ptr::null_mut(), c"PXAT".as_ptr(), 4) };
-        PXAT.store(s, Ordering::Relaxed);
+/// Creates the shared arguments; loading fails without them.
+pub fn init_shared_strings() -> Result<(), &'static str> {
+    for (slot, text) in [(&PXAT, c"PXAT"), (&KEEPTTL, c"KEEPTTL"), (&ONE, c"1")] {
+        let s = unsafe {
+            api!(RedisModule_CreateString)(ptr::null_mut(), text.as_ptr(), text.count_bytes())
+        };
+        if s.is_null() {
+            return Err("RedisModule_CreateString");
+        }
+        slot.store(s, Ordering::Relaxed);
     }
+    Ok(())
+}
+
+fn shared(slot: &AtomicPtr<raw::RedisModuleString>) -> Str {
+    slot.load(Ordering::Relaxed)
 }
 
 /// Replicas and the AOF get the effect with its absolute expiry, never the
-/// time-dependent command.
-pub fn replicate_set(ctx: Ctx, key: Str, value: &[u8], expires_at: i64) {
-    let pxat = PXAT.load(Ordering::Relaxed);
+/// time-dependent command. `created`, when given, already holds `value` and
+/// is passed by reference.
+pub fn replicate_set(ctx: Ctx, key: Str, value: &[u8], created: Option<&Created>, expires_at: i64) {
+    let (set, pxat) = (c"SET".as_ptr(), shared(&PXAT));
+    if let Some(created) = created {
+        let (at, fmt) = (expires_at as c_longlong, c"sssl".as_ptr());
+        unsafe { api!(RedisModule_Replicate)(ctx, set, fmt, key, created.value, pxat, at) };
+        return;
+    }
+    let (ptr, len) = (value.as_ptr().cast::<c_char>(), value.len());
     unsafe {
-        if pxat.is_null() {
-            api!(RedisModule_Replicate)(
-                ctx,
-                c"SET".as_ptr(),
-                c"sbcl".as_ptr(),
-                key,
-                value.as_ptr().cast::<c_char>(),
-                value.len(),
-                c"PXAT".as_ptr(),
-                expires_at as c_longlong,
-            )
-        } else {
-            api!(RedisModule_Replicate)(
-                ctx,
-                c"SET".as_ptr(),
-                c"sbsl".as_ptr(),
-                key,
-                value.as_ptr().cast::<c_char>(),
-                value.len(),
-                pxat,
-                expires_at as c_longlong,
-            )
+        api!(RedisModule_Replicate)(
+            ctx,
+            set,
+            c"sbsl".as_ptr(),
+            key,
+            ptr,
+            len,
+            pxat,
+            expires_at as c_longlong,
+        )
+    };
+}
+
+/// A new value under an unchanged expiry.
+pub fn replicate_set_keep_ttl(ctx: Ctx, key: Str, value: &[u8]) {
+    let (ptr, len) = (value.as_ptr().cast::<c_char>(), value.len());
+    let (set, keepttl) = (c"SET".as_ptr(), shared(&KEEPTTL));
+    unsafe { api!(RedisModule_Replicate)(ctx, set, c"sbs".as_ptr(), key, ptr, len, keepttl) };
+}
+
+/// A counter moved by `delta` under an unchanged expiry.
+pub fn replicate_incrby(ctx: Ctx, key: Str, delta: i64) {
+    let incrby = c"INCRBY".as_ptr();
+    unsafe {
+        match delta {
+            1 => api!(RedisModule_Replicate)(ctx, incrby, c"ss".as_ptr(), key, shared(&ONE)),
+            _ => api!(RedisModule_Replicate)(ctx, incrby, c"sl".as_ptr(), key, delta as c_longlong),
         }
     };
 }

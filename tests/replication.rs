@@ -164,3 +164,98 @@ fn an_aof_restart_keeps_every_value_and_absolute_expiry() {
         at - now
     );
 }
+
+/// The commands an AOF holds, each as its words (RESP arrays of bulk strings).
+fn aof_commands(dir: &std::path::Path) -> Vec<Vec<String>> {
+    let aof_dir = dir.join("appendonlydir");
+    let mut files: Vec<_> = std::fs::read_dir(&aof_dir)
+        .expect("appendonlydir")
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    let mut commands = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("a text AOF");
+        let mut lines = text.split("\r\n");
+        while let Some(header) = lines.next() {
+            let Some(n) = header.strip_prefix('*') else {
+                continue;
+            };
+            let n: usize = n.parse().expect("array length");
+            let words = (0..n)
+                .map(|_| {
+                    lines.next().expect("bulk length");
+                    lines.next().expect("bulk").to_string()
+                })
+                .collect();
+            commands.push(words);
+        }
+    }
+    commands
+}
+
+/// What the fixed window propagates: a new window is `SET … PXAT`, a call in
+/// the same window only the counter's delta, and a refusal nothing.
+#[test]
+fn a_fixed_window_propagates_set_pxat_then_only_deltas() {
+    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let mut con = server.client();
+    let admit = ["RL.ADMIT", "fw", "LIMIT", "3", "WINDOW", "60000"];
+    cmd_ints(&mut con, &admit);
+    let at = pexpiretime(&mut con, "fw");
+    cmd_ints(&mut con, &[&admit[..], &["COST", "2"]].concat());
+    assert_eq!(cmd_ints(&mut con, &admit)[0], 0, "over the limit");
+    cmd_ints(
+        &mut con,
+        &["RL.REFUND", "fw", "LIMIT", "3", "WINDOW", "60000"],
+    );
+    let value: String = con.get("fw").unwrap();
+    assert_eq!(value, "2");
+
+    let ours: Vec<Vec<String>> = aof_commands(&server.dir)
+        .into_iter()
+        .filter(|c| c.get(1).map(String::as_str) == Some("fw"))
+        .collect();
+    let words = |c: &[&str]| c.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        ours,
+        vec![
+            words(&["SET", "fw", "1", "PXAT", &at.to_string()]),
+            words(&["INCRBY", "fw", "2"]),
+            words(&["INCRBY", "fw", "-1"]),
+        ]
+    );
+}
+
+/// Another algorithm whose expiry holds (the sliding window, within one
+/// window) restates only its value: `SET … KEEPTTL`. Replicas still agree.
+#[test]
+fn an_unchanged_expiry_propagates_as_keepttl() {
+    let primary = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+    let admit = [
+        "RL.ADMIT", "sw", "ALGO", "sliding", "LIMIT", "5", "WINDOW", "60000",
+    ];
+    cmd_ints(&mut con, &admit);
+    let at = pexpiretime(&mut con, "sw");
+    cmd_ints(&mut con, &admit);
+    let second: String = con.get("sw").unwrap();
+    assert_eq!(pexpiretime(&mut con, "sw"), at, "the window's expiry held");
+
+    let ours: Vec<Vec<String>> = aof_commands(&primary.dir)
+        .into_iter()
+        .filter(|c| c.get(1).map(String::as_str) == Some("sw"))
+        .collect();
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    assert_eq!(ours[0][3..], ["PXAT".to_string(), at.to_string()]);
+    assert_eq!(ours[1], ["SET", "sw", &second, "KEEPTTL"]);
+
+    wait_replica_offset(&primary, &replica);
+    let mut rcon = replica.client();
+    let on_replica: String = rcon.get("sw").unwrap();
+    assert_eq!(on_replica, second);
+    assert_eq!(pexpiretime(&mut rcon, "sw"), at);
+}
