@@ -53,12 +53,24 @@ N_BY_P = {
     16: int(os.environ.get("BENCH_N_P16") or (30000 if QUICK else 200000)),
 }
 PIPELINES = (1, 16)
-KEYMODES = ("hot", "rand")
+KEYMODES = ("hot", "rand", "warm")
 CLIENTS = 50
 KEYSPACE = 1000000
 EXPIRY_WINDOW_MS = 2000
 EXPIRY_WAIT_S = 10
 REDIS_BENCHMARK = os.environ.get("REDIS_BENCHMARK", "redis-benchmark")
+# Fills keys start .. start+n-1 with one command each (the key at word `at`).
+FILL_SCRIPT = """
+local start, n, prefix, at = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local cmd = {}
+for i = 5, #ARGV do cmd[#cmd + 1] = ARGV[i] end
+for i = start, start + n - 1 do
+  cmd[at] = string.format('%s%012d', prefix, i)
+  server.call(unpack(cmd))
+end
+return n
+"""
+FILL_CHUNK = 100000
 
 # ---------------------------------------------------------------------------
 # The rows. Add a workload by adding a line.
@@ -75,6 +87,9 @@ REDIS_BENCHMARK = os.environ.get("REDIS_BENCHMARK", "redis-benchmark")
 #        int, admit (reply[0] == 1), refuse (reply[0] == 0),
 #        allowed0 (RL.THROTTLE / CL.THROTTLE: reply[0] == 0 means allowed).
 # prefill a command run on the key before each run (hot key only).
+# keys   the key modes the row runs in: hot, rand, and warm (random keys over
+#        a keyspace the row's own command has first filled: every key exists,
+#        as for 1M limiters in steady use).
 # A row whose probe gets "unknown option" / "unknown command" is skipped,
 # with the server's answer in the report.
 #
@@ -110,14 +125,14 @@ BIG, RATE, BUCKET = oracle_check.BIG, oracle_check.RATE, oracle_check.BUCKET
 # where the Lua scripts' doubles are exact.
 BUCKET_ARGS = "LIMIT %s WINDOW 60000 BURST %s" % (RATE, BUCKET)
 ROWS = [
-    Row("incr", "INCR", "INCR KEY", "floor", expect="int"),
+    Row("incr", "INCR", "INCR KEY", "floor", expect="int", keys="hot rand warm"),
     # Not a bar: the cost of any module command (RL.LIMIT on a missing META
     # key reads nothing, writes nothing, replies 0), to explain the others.
     Row("mfl0", "RL.LIMIT, missing key (module-call floor)", "RL.LIMIT KEY", "info",
         expect="int"),
     Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
     Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
-        "native", "fixed", lua="lfix"),
+        "native", "fixed", lua="lfix", keys="hot rand warm"),
     Row("rcnt", "RL.ADMIT fixed, refuse: count at limit (pre-filled key)",
         "RL.ADMIT KEY LIMIT 1 WINDOW 3600000", "refuse", "fixed", expect="refuse",
         keys="hot", prefill="RL.ADMIT KEY LIMIT 1 WINDOW 3600000"),
@@ -170,12 +185,19 @@ MEM_ROWS = [
            ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO leaky BURST 100",), "leaky"),
     MemRow("thrt", "RL.THROTTLE", ("RL.THROTTLE KEY 100 100 60 1",), "throttle"),
     # A key the module updates again is kept as a raw string (updated in
-    # place): what a hot limiter costs. Informational; the bars use the rows above.
+    # place): what a hot limiter costs. Bars too, like the rows above.
     MemRow("fix2", "RL.ADMIT fixed, after a second admit (hot key)",
-           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000", "RL.ADMIT KEY LIMIT 100 WINDOW 60000")),
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000",) * 2, "fixed"),
+    MemRow("sld2", "RL.ADMIT ALGO sliding, after a second admit (hot key)",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO sliding",) * 2, "sliding"),
+    MemRow("tok2", "RL.ADMIT ALGO token, after a second admit (hot key)",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO token BURST 100",) * 2, "token"),
     MemRow("gcr2", "RL.ADMIT ALGO gcra, after a second admit (hot key)",
-           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO gcra BURST 100",
-            "RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO gcra BURST 100")),
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO gcra BURST 100",) * 2, "gcra"),
+    MemRow("lky2", "RL.ADMIT ALGO leaky, after a second admit (hot key)",
+           ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO leaky BURST 100",) * 2, "leaky"),
+    MemRow("thr2", "RL.THROTTLE, after a second call (hot key)",
+           ("RL.THROTTLE KEY 100 100 60 1",) * 2, "throttle"),
     # The scripts keep the module's state format: their keys, for reference.
     MemRow("lsld", "sliding.lua (for reference)", ("lua:sliding KEY 100 60000 1",)),
     MemRow("ltok", "token.lua (for reference)", ("lua:token KEY 100 60000 1 100",)),
@@ -274,6 +296,8 @@ class Bench:
             self.c.call(*self.words(row.prefill, hot_key("b", row.id)))
         key = hot_key("b", row.id) if keymode == "hot" else "b:%s:__rand_int__" % row.id
         words = self.words(row.cmd, key)
+        if keymode == "warm":
+            self.fill_keyspace(words, key, "b:%s:" % row.id)
         args = [REDIS_BENCHMARK, "-h", "127.0.0.1", "-p", str(self.srv.port),
                 "-c", str(CLIENTS), "-n", str(n), "-P", str(pipeline), "--csv"]
         if keymode == "rand":
@@ -307,6 +331,19 @@ class Bench:
             self.errors.append("%s %s P%d: %d failed / %d rejected calls" % (
                 row.id, keymode, pipeline, st["failed_calls"], st["rejected_calls"]))
         return rec
+
+    def fill_keyspace(self, words, key, prefix):
+        """Runs the command once on each of the KEYSPACE keys redis-benchmark's
+        -r draws from (prefix + 12 digits), server-side in chunks."""
+        at = words.index(key) + 1
+        t0 = time.time()
+        for start in range(0, KEYSPACE, FILL_CHUNK):
+            n = min(FILL_CHUNK, KEYSPACE - start)
+            self.c.call("EVAL", FILL_SCRIPT, "0", str(start), str(n), prefix, str(at), *words)
+        size = self.c.call("DBSIZE")
+        if size != KEYSPACE:
+            raise RuntimeError("keyspace fill made %d keys, expected %d" % (size, KEYSPACE))
+        log("    filled %d keys in %.1f s" % (size, time.time() - t0))
 
     def cmdstat(self, name):
         info = self.c.info("commandstats")
@@ -570,7 +607,8 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
     L.append("- %d rounds (%s) taking %.0f s, interleaved (each round runs every row once per "
              "keys/P block; odd rounds in reverse order); figures are medians over rounds; "
              "the db is flushed "
-             "before every run. Server µs/call is `usec_per_call` from `INFO commandstats` "
+             "before every run (and, for `warm` runs, filled with 1M keys by the row's own "
+             "command, server-side, outside the timing). Server µs/call is `usec_per_call` from `INFO commandstats` "
              "(`CONFIG RESETSTAT` before each run; `cmdstat_evalsha` for Lua rows). ×INCR "
              "ratios are taken against INCR of the same round and block, then the median. "
              "Started %s, took %.0f s in all." % (
@@ -602,7 +640,10 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
                     fmt_x(s["x_us"]) if row.id != "incr" else "1", s["spread"]))
     L.append("")
     L.append("keys: `hot` = one key (`b:<id>:000000000000`); `rand` = `b:<id>:__rand_int__` "
-             "over %s keys. Refuse rows: *count at limit* pre-fills the hot key to LIMIT 1 "
+             "over %s keys, on an empty db (most calls create their key); `warm` = the same "
+             "random keys after every one of them was created by the row's command (INCR and "
+             "the fixed window only: 1M limiters in steady use, every call an update). "
+             "Refuse rows: *count at limit* pre-fills the hot key to LIMIT 1 "
              "with a 1 h window, so every call is refused on the count (the realistic refusal); "
              "*COST 2 > LIMIT 1* is refused before any state is read or written (the "
              "cost-exceeds-limit path), the only refusal that works on random keys without "
@@ -621,17 +662,23 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
 
     L.append("## Scale: 1,000,000 random keys vs one hot key")
     L.append("")
-    L.append("| row | P | hot req/s | random req/s | random/hot | hot µs/call | random µs/call |")
-    L.append("|---|--:|--:|--:|--:|--:|--:|")
+    L.append("| row | P | keys | hot req/s | random req/s | random/hot | hot µs/call "
+             "| random µs/call |")
+    L.append("|---|--:|---|--:|--:|--:|--:|--:|")
     for row in rows:
         if row.id in b.skipped:
             continue
         for p in PIPELINES:
-            h, r = b.summary(row.id, "hot", p), b.summary(row.id, "rand", p)
-            if h and r:
-                L.append("| %s | %d | %s | %s | %s | %.2f | %.2f |" % (
-                    row.label, p, fmt_rps(h["rps"]), fmt_rps(r["rps"]),
-                    fmt_x(r["rps"] / h["rps"]), h["us"], r["us"]))
+            for keymode in ("rand", "warm"):
+                h, r = b.summary(row.id, "hot", p), b.summary(row.id, keymode, p)
+                if h and r:
+                    L.append("| %s | %d | %s | %s | %s | %s | %.2f | %.2f |" % (
+                        row.label, p, keymode, fmt_rps(h["rps"]), fmt_rps(r["rps"]),
+                        fmt_x(r["rps"] / h["rps"]), h["us"], r["us"]))
+    L.append("")
+    L.append("`rand` mostly creates keys (a new key costs the server a hash-table insert, an "
+             "expiry entry and a bigger replicated write); `warm` measures the same calls once "
+             "1M limiters exist, which is the steady state of a per-user limiter.")
     L.append("")
     if exp:
         L.append("Idle keys expire: `RL.ADMIT b:fexp:__rand_int__ LIMIT %s WINDOW %d`, -P 16, "
@@ -660,8 +707,10 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
     L.append("One key per limiter after one admit (`MEMORY USAGE key SAMPLES 0`), all key names "
              "the same length. An algorithm that keeps more than one key is under-counted here. "
              "The module creates a key as a compact string (embedded, like SET's); a key it "
-             "updates again becomes a raw string it can rewrite in place, hence the larger "
-             "*after a second admit* rows: a hot limiter's real cost.")
+             "updates again becomes a raw string it can rewrite in place (the module API has "
+             "no in-place update that keeps a string embedded or integer-encoded), hence the "
+             "larger *after a second admit* rows: a hot limiter's real cost. Both kinds are "
+             "bars.")
     L.append("")
 
     L.append("## Refuse path: nothing replicated")
@@ -827,16 +876,19 @@ def evaluate(b, rows, mem, exp, repl):
                 fmt_x(m["bytes"] / fixed_key["bytes"]), fixed_key["bytes"])
         bars.append((name, fig, x <= limit))
 
-    # 5. scale.
-    if "fixd" not in b.skipped:
+    # 5. scale: on an empty db (keys being created), and with 1M limiters in place.
+    for keymode, what in (("rand", "1M random keys, empty db"),
+                          ("warm", "1M random keys, all in place")):
+        if "fixd" in b.skipped:
+            break
         items = []
         for p in PIPELINES:
-            h, r = S("fixd", "hot", p), S("fixd", "rand", p)
+            h, r = S("fixd", "hot", p), S("fixd", keymode, p)
             if h and r:
                 items.append(("P%d: %s/%s req/s =" % (p, fmt_rps(r["rps"]), fmt_rps(h["rps"])),
                               r["rps"] / h["rps"]))
         fig, ok = all_ok(items, 0.8, le=False)
-        bars.append(("Scale: RL.ADMIT fixed on 1M random keys ≥ 0.8× hot key throughput",
+        bars.append(("Scale: RL.ADMIT fixed on %s ≥ 0.8× hot key throughput" % what,
                      fig, ok))
     if exp:
         bars.append(("Scale: DBSIZE falls once the windows pass",
