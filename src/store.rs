@@ -204,11 +204,25 @@ impl Key {
             // A new key gets a compact string (the server copies it, embedded
             // in the key's object); it turns into an updatable one on its
             // first update in place.
-            let value = unsafe {
-                api!(RedisModule_CreateString)(ctx, bytes.as_ptr().cast::<c_char>(), bytes.len())
+            let created = match bytes {
+                // A new counter at 1: the shared string (the server keeps its
+                // own copy, and unshares a shared value before any write).
+                b"1" => Created {
+                    ctx,
+                    value: shared(&ONE),
+                    owned: false,
+                },
+                _ => Created {
+                    ctx,
+                    value: unsafe {
+                        let ptr = bytes.as_ptr().cast::<c_char>();
+                        api!(RedisModule_CreateString)(ctx, ptr, bytes.len())
+                    },
+                    owned: true,
+                },
             };
-            unsafe { api!(RedisModule_StringSet)(key, value) };
-            return Some(Created { ctx, value });
+            unsafe { api!(RedisModule_StringSet)(key, created.value) };
+            return Some(created);
         }
         let dest = self.string_bytes_mut();
         if dest.len() == bytes.len() {
@@ -253,15 +267,18 @@ impl Key {
     }
 }
 
-/// A string the module created, freed on drop.
+/// A new key's value string, freed on drop unless it is a shared one.
 pub struct Created {
     ctx: Ctx,
     value: Str,
+    owned: bool,
 }
 
 impl Drop for Created {
     fn drop(&mut self) {
-        unsafe { api!(RedisModule_FreeString)(self.ctx, self.value) };
+        if self.owned {
+            unsafe { api!(RedisModule_FreeString)(self.ctx, self.value) };
+        }
     }
 }
 

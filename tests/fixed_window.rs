@@ -39,6 +39,28 @@ fn first_hit_opens_a_window_of_the_given_length() {
     assert_eq!(value, "1");
 }
 
+/// New counters start from one shared `1`: counting, INCR or APPEND on one
+/// of them never shows in another.
+#[test]
+#[serial]
+fn new_counters_never_share_their_value() {
+    let server = Server::start();
+    let mut con = server.client();
+    let admit = |con: &mut redis::Connection, key: &str| {
+        cmd_ints(con, &["RL.ADMIT", key, "LIMIT", "9", "WINDOW", "60000"])
+    };
+    for key in ["a", "b", "c", "d"] {
+        assert_eq!(admit(&mut con, key)[0], 1);
+    }
+    admit(&mut con, "a");
+    admit(&mut con, "a");
+    let _: i64 = con.incr("b", 5).unwrap();
+    let _: i64 = con.append("c", "0").unwrap();
+    admit(&mut con, "e");
+    let values: Vec<String> = con.mget(&["a", "b", "c", "d", "e"]).unwrap();
+    assert_eq!(values, ["3", "6", "10", "1", "1"]);
+}
+
 #[test]
 #[serial]
 fn counts_up_then_refuses_with_the_keys_pttl() {
