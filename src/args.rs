@@ -3,6 +3,7 @@
 
 use crate::algo::Algo;
 use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
+use crate::keyword::Keyword;
 use crate::num::parse_i64;
 
 /// Options a command may take after its key.
@@ -38,19 +39,16 @@ impl Opt {
         }
     }
 
-    /// Every call parses its options: the length picks the candidates, so
-    /// a word is compared with at most two names.
     pub fn parse(word: &[u8], allowed: &[Opt]) -> Option<Opt> {
-        let candidates: &[Opt] = match word.len() {
-            4 => &[Opt::Algo, Opt::Meta, Opt::Cost],
-            5 => &[Opt::Limit, Opt::Burst],
-            6 => &[Opt::Window],
-            _ => return None,
-        };
-        let opt = candidates
-            .iter()
-            .copied()
-            .find(|o| word.eq_ignore_ascii_case(o.name().as_bytes()))?;
+        const NAMES: [(Keyword, Opt); 6] = [
+            (Keyword::new("ALGO"), Opt::Algo),
+            (Keyword::new("LIMIT"), Opt::Limit),
+            (Keyword::new("WINDOW"), Opt::Window),
+            (Keyword::new("BURST"), Opt::Burst),
+            (Keyword::new("META"), Opt::Meta),
+            (Keyword::new("COST"), Opt::Cost),
+        ];
+        let opt = NAMES.iter().find(|(k, _)| k.matches(word))?.1;
         allowed.contains(&opt).then_some(opt)
     }
 }
@@ -88,7 +86,9 @@ pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Op
 impl Options {
     /// Sets `opt` from the value at `args[at]`.
     pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), RlError> {
-        let value = *args.get(at).ok_or(RlError::MissingValue(opt.name()))?;
+        let value = *args
+            .get(at)
+            .ok_or_else(|| RlError::MissingValue(opt.name()))?;
         let repeated = match opt {
             Opt::Algo => {
                 let algo = Algo::parse(value).ok_or(RlError::BadValue("ALGO", Algo::NAMES))?;
@@ -119,10 +119,13 @@ pub fn unknown(word: &[u8]) -> RlError {
 
 /// A positional integer argument, named in the error.
 pub fn int_arg(value: &[u8], name: &'static str, min: i64) -> Result<i64, RlError> {
-    let must = if min == 0 { NON_NEGATIVE } else { POSITIVE };
-    parse_i64(value)
-        .filter(|&v| v >= min)
-        .ok_or(RlError::BadValue(name, must))
+    match parse_i64(value) {
+        Some(v) if v >= min => Ok(v),
+        _ => Err(RlError::BadValue(
+            name,
+            if min == 0 { NON_NEGATIVE } else { POSITIVE },
+        )),
+    }
 }
 
 fn int_in(value: &[u8], opt: Opt, min: i64) -> Result<i64, RlError> {

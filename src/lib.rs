@@ -9,6 +9,7 @@
 pub mod algo;
 pub mod args;
 pub mod error;
+pub mod keyword;
 pub mod num;
 
 // The server-facing layer.

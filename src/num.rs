@@ -5,8 +5,8 @@
 pub const MAX_DIGITS: usize = 20;
 
 pub fn parse_i64(s: &[u8]) -> Option<i64> {
-    let (negative, digits) = match s.split_first()? {
-        (b'-', rest) => (true, rest),
+    let (negative, digits) = match s {
+        [b'-', rest @ ..] => (true, rest),
         _ => (false, s),
     };
     if digits.is_empty() || digits.len() > 19 {
@@ -15,18 +15,20 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
     if digits[0] == b'0' && (digits.len() > 1 || negative) {
         return None;
     }
-    // Accumulate negatively so that i64::MIN parses without overflow.
-    let mut value: i64 = 0;
+    // 19 digits stay below u64::MAX: no overflow until the sign is applied.
+    let mut value: u64 = 0;
     for &b in digits {
-        if !b.is_ascii_digit() {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
             return None;
         }
-        value = value.checked_mul(10)?.checked_sub(i64::from(b - b'0'))?;
+        value = value * 10 + u64::from(digit);
     }
     if negative {
-        Some(value)
+        // Up to 2^63, which is i64::MIN.
+        (value <= i64::MIN.unsigned_abs()).then(|| 0i64.wrapping_sub_unsigned(value))
     } else {
-        value.checked_neg()
+        i64::try_from(value).ok()
     }
 }
 

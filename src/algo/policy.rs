@@ -1,6 +1,7 @@
 //! A limiter's policy: which algorithm, how many per window, how much burst.
 
 use crate::error::RlError;
+use crate::keyword::Keyword;
 
 use super::NS_PER_MS;
 
@@ -34,9 +35,14 @@ impl Algo {
     }
 
     pub fn parse(s: &[u8]) -> Option<Algo> {
-        Algo::ALL
-            .into_iter()
-            .find(|a| s.eq_ignore_ascii_case(a.name().as_bytes()))
+        const NAMES: [(Keyword, Algo); 5] = [
+            (Keyword::new("fixed"), Algo::Fixed),
+            (Keyword::new("sliding"), Algo::Sliding),
+            (Keyword::new("token"), Algo::Token),
+            (Keyword::new("gcra"), Algo::Gcra),
+            (Keyword::new("leaky"), Algo::Leaky),
+        ];
+        Some(NAMES.iter().find(|(k, _)| k.matches(s))?.1)
     }
 
     /// Whether BURST means anything to this algorithm.

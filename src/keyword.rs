@@ -1,0 +1,81 @@
+//! Case-insensitive keyword matching in one integer compare: every call
+//! parses several keywords, so each costs a few instructions, not a loop
+//! over names.
+
+/// `word` folded to upper case and packed into a u64 (at most 8 bytes).
+/// Clearing bit 5 maps exactly the letters onto `A`..`Z`, so a word equals
+/// a letters-only name, ignoring case, when their lengths and folds agree.
+pub const fn fold(word: &[u8]) -> Option<u64> {
+    if word.len() > 8 {
+        return None;
+    }
+    let mut packed = 0u64;
+    let mut i = 0;
+    while i < word.len() {
+        packed |= ((word[i] & 0xDF) as u64) << (8 * i);
+        i += 1;
+    }
+    Some(packed)
+}
+
+/// A letters-only name to match against, folded at compile time.
+pub struct Keyword {
+    len: usize,
+    folded: u64,
+}
+
+impl Keyword {
+    pub const fn new(name: &str) -> Keyword {
+        let bytes = name.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            assert!(bytes[i].is_ascii_alphabetic(), "keywords are letters only");
+            i += 1;
+        }
+        match fold(bytes) {
+            Some(folded) => Keyword {
+                len: bytes.len(),
+                folded,
+            },
+            None => panic!("keywords are at most 8 letters"),
+        }
+    }
+
+    pub fn matches(&self, word: &[u8]) -> bool {
+        word.len() == self.len && fold(word) == Some(self.folded)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn matches_any_case_and_nothing_else() {
+        const LIMIT: Keyword = Keyword::new("LIMIT");
+        for yes in [&b"LIMIT"[..], b"limit", b"LiMiT"] {
+            assert!(LIMIT.matches(yes), "{yes:?}");
+        }
+        for no in [
+            &b"LIMITS"[..],
+            b"LIMI",
+            b"LIMIT\0",
+            b"L\x09MIT",
+            b"",
+            b"lim1t",
+        ] {
+            assert!(!LIMIT.matches(no), "{no:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn agrees_with_eq_ignore_ascii_case(word in proptest::collection::vec(any::<u8>(), 0..10)) {
+            for name in ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "fixed", "sliding"] {
+                let keyword = Keyword::new(name);
+                prop_assert_eq!(keyword.matches(&word), word.eq_ignore_ascii_case(name.as_bytes()));
+            }
+        }
+    }
+}
