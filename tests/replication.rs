@@ -65,6 +65,9 @@ fn a_replica_holds_the_same_values_and_expiries() {
     );
 }
 
+const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
+
+/// Refusals, peeks (`COST 0`, a refund of nothing too) and reads.
 #[test]
 fn refusals_peeks_and_reads_replicate_nothing() {
     let primary = Server::start_with(QUIET);
@@ -77,6 +80,15 @@ fn refusals_peeks_and_reads_replicate_nothing() {
     let _: () = con
         .hset_multiple("m", &[("max", "2"), ("duration", "60000")])
         .unwrap();
+    for algo in ALGOS {
+        let key = format!("{algo}-k");
+        cmd_ints(
+            &mut con,
+            &[
+                "RL.ADMIT", &key, "ALGO", algo, "LIMIT", "2", "WINDOW", "60000",
+            ],
+        );
+    }
     wait_replica_offset(&primary, &replica);
 
     let before = offset(&mut con);
@@ -102,6 +114,24 @@ fn refusals_peeks_and_reads_replicate_nothing() {
             ],
         );
         cmd_ints(&mut con, &["RL.ADMIT", "unlimited"]);
+        for algo in ALGOS {
+            let key = format!("{algo}-k");
+            cmd_ints(
+                &mut con,
+                &[
+                    "RL.REFUND",
+                    &key,
+                    "ALGO",
+                    algo,
+                    "LIMIT",
+                    "2",
+                    "WINDOW",
+                    "60000",
+                    "COST",
+                    "0",
+                ],
+            );
+        }
         let _: i64 = redis::cmd("RL.TTL")
             .arg(&["k", "LIMIT", "2"])
             .query(&mut con)

@@ -100,6 +100,14 @@ pub fn refund(
     amount: i64,
     now_ms: i64,
 ) -> Outcome {
+    if amount == 0 {
+        // Refunding nothing is a peek: no write, nothing propagated, even
+        // where a real call would normalise the state.
+        return Outcome {
+            write: Write::Nothing,
+            ..admit(found, policy, 0, now_ms)
+        };
+    }
     match policy.algo {
         Algo::Fixed => fixed::refund(found, policy, amount, now_ms),
         Algo::Sliding => sliding::refund(found.map(|f| f.0), policy, amount, now_ms),
@@ -164,6 +172,23 @@ mod tests {
                     prop_assert_eq!(State::decode(algo, &bytes), Ok(written));
                 }
             }
+        }
+
+        /// A refund of nothing is a peek, for any algorithm and stored state.
+        #[test]
+        fn refunding_nothing_writes_nothing(
+            algo in proptest::sample::select(Algo::ALL.to_vec()),
+            limit in 1i64..1_000,
+            burst in proptest::option::of(0i64..1_000),
+            now in 0i64..=4_000_000_000_000i64,
+            state in proptest::option::of((any_state(), proptest::option::of(any::<i64>()))),
+        ) {
+            let Ok(policy) = Policy::new(algo, limit, 60_000, burst, now) else {
+                return Ok(());
+            };
+            let out = refund(state, &policy, 0, now);
+            prop_assert_eq!(out.write, Write::Nothing);
+            prop_assert_eq!(out.decision, admit(state, &policy, 0, now).decision);
         }
 
         /// The fixed window over random timelines and costs: never more than
