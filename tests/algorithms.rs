@@ -522,6 +522,10 @@ fn sliding_matches_the_model_on_crafted_states() {
         assert_eq!(ints(&r[5]).to_vec(), peek, "{what}");
         match state {
             None => assert_eq!((text(&r[6]), int(&r[7])), (None, -2), "{what}"),
+            // Refunding nothing is a peek: the crafted value stays as set.
+            Some(s) if amount == 0 => {
+                assert_eq!((text(&r[6]), int(&r[7])), (Some(s.encode()), -1), "{what}")
+            }
             Some(_) if after.current == 0 && after.previous == 0 => {
                 assert_eq!((text(&r[6]), int(&r[7])), (None, -2), "deleted: {what}");
                 seen[5] += 1;
@@ -990,6 +994,11 @@ fn buckets_match_the_model_on_crafted_states() {
         let stored_back = (text(&r[2]), int(&r[3]));
         match (&stored, refunded) {
             (None, _) => assert_eq!(stored_back, (None, -2), "refund {amount}: {what}"),
+            // Refunding nothing is a peek: the crafted value stays as it was
+            // set, without a TTL.
+            (Some(s), _) if amount == 0 => {
+                assert_eq!(stored_back, (Some(s.clone()), -1), "refund 0: {what}")
+            }
             (Some(_), 0) => {
                 assert_eq!(stored_back, (None, -2), "emptied: deleted: {what}");
                 seen[5] += 1;
