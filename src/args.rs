@@ -18,8 +18,7 @@ pub enum Opt {
 }
 
 impl Opt {
-    #[cfg(test)]
-    const ALL: [Opt; 6] = [
+    pub const ALL: [Opt; 6] = [
         Opt::Algo,
         Opt::Limit,
         Opt::Window,
@@ -137,18 +136,9 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const ADMIT: &[Opt] = &[
-        Opt::Algo,
-        Opt::Limit,
-        Opt::Window,
-        Opt::Burst,
-        Opt::Meta,
-        Opt::Cost,
-    ];
-
     fn parse(words: &[&str]) -> Result<Options, RlError> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
-        parse_options(&args, 2, ADMIT)
+        parse_options(&args, 2, &Opt::ALL)
     }
 
     #[test]

@@ -94,14 +94,8 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
     redis_module::raw::REDISMODULE_OK as c_int
 }
 
-const ADMIT_OPTIONS: &[Opt] = &[
-    Opt::Algo,
-    Opt::Limit,
-    Opt::Window,
-    Opt::Burst,
-    Opt::Meta,
-    Opt::Cost,
-];
+/// RL.ADMIT and RL.REFUND take every option.
+const ADMIT_OPTIONS: &[Opt] = &Opt::ALL;
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 fn admit(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
