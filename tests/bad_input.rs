@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{cmd_err, dump, pexpiretime, Server};
+use common::{assert_refused_naming, dump, pexpiretime, Server};
 use redis::Commands;
 
 #[test]
@@ -258,17 +258,7 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
         (&["RL.LIMIT", "list"], "WRONGTYPE"),
     ];
     for (call, mention) in cases {
-        let err = cmd_err(&mut con, call);
-        assert!(
-            err.starts_with("ERR ") || err.starts_with("WRONGTYPE "),
-            "{call:?} gave {err:?}"
-        );
-        assert!(
-            err.contains(mention),
-            "{call:?} gave {err:?}, expected it to mention {mention:?}"
-        );
-        let pong: String = redis::cmd("PING").query(&mut con).unwrap();
-        assert_eq!(pong, "PONG");
+        assert_refused_naming(&mut con, call, mention);
     }
     let after: Vec<_> = keys
         .iter()

@@ -454,6 +454,23 @@ pub fn cmd_err(con: &mut Connection, args: &[&str]) -> String {
     }
 }
 
+/// A call refused with an `ERR`/`WRONGTYPE` reply that names `mention`,
+/// after which the server still answers PING.
+#[allow(dead_code)]
+pub fn assert_refused_naming(con: &mut Connection, call: &[&str], mention: &str) {
+    let err = cmd_err(con, call);
+    assert!(
+        err.starts_with("ERR ") || err.starts_with("WRONGTYPE "),
+        "{call:?} gave {err:?}"
+    );
+    assert!(
+        err.contains(mention),
+        "{call:?} gave {err:?}, expected it to mention {mention:?}"
+    );
+    let pong: String = redis::cmd("PING").query(con).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 /// PTTL of a key: ms left, -1 without expiry, -2 when missing.
 #[allow(dead_code)]
 pub fn pttl(con: &mut Connection, key: &str) -> i64 {
