@@ -70,7 +70,7 @@ const TTL_ARGS: &[Arg] = LIMITER_ARGS.split_at(6).0;
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
     handler: rl_admit,
-    flags: c"write deny-oom fast getkeys-api",
+    flags: c"write deny-oom fast",
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
@@ -83,7 +83,7 @@ const RL_ADMIT: Command = Command {
 const RL_ADMITALL: Command = Command {
     name: c"RL.ADMITALL",
     handler: rl_admitall,
-    flags: c"write deny-oom getkeys-api",
+    flags: c"write deny-oom",
     arity: -4,
     keys: &[COUNTERS_RW, METAS_RO],
     key_range: (0, 0, 0),
@@ -103,7 +103,7 @@ const RL_ADMITALL: Command = Command {
 const RL_TTL: Command = Command {
     name: c"RL.TTL",
     handler: rl_ttl,
-    flags: c"readonly fast getkeys-api",
+    flags: c"readonly fast",
     arity: -2,
     keys: &[COUNTER_RO, META_RO],
     key_range: (1, 1, 1),
@@ -129,7 +129,7 @@ const RL_LIMIT: Command = Command {
 const RL_REFUND: Command = Command {
     name: c"RL.REFUND",
     handler: rl_refund,
-    flags: c"write deny-oom fast getkeys-api",
+    flags: c"write deny-oom fast",
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
@@ -223,8 +223,9 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
             "custom ACL categories unsupported; commands keep the built-in ones",
         );
     }
+    let cluster = registry::is_cluster(ctx);
     for cmd in COMMANDS {
-        if let Err(e) = registry::register(ctx, cmd, acl_category) {
+        if let Err(e) = registry::register(ctx, cmd, acl_category, cluster) {
             log(ctx, c"warning", &e);
             return err;
         }

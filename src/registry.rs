@@ -148,6 +148,7 @@ impl Arg {
 pub struct Command {
     pub name: &'static CStr,
     pub handler: Handler,
+    /// Server flags; `getkeys-api` is added where the key-specs need it.
     pub flags: &'static CStr,
     /// Negative: at least that many arguments, command name included.
     pub arity: i32,
@@ -171,12 +172,36 @@ pub fn add_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
     }
 }
 
+/// Whether the server must ask the command itself where its keys are
+/// (getkeys-api). ACL and COMMAND GETKEYS read complete key-specs, but
+/// cluster routing reads only the legacy (first, last, step) range, so a
+/// keyword key needs the callback in cluster mode. In standalone mode the
+/// callback is skipped: the server asks for keys before every call.
+fn needs_getkeys_api(cmd: &Command, cluster: bool) -> bool {
+    cmd.keys
+        .iter()
+        .any(|spec| spec.incomplete || (cluster && matches!(spec.at, KeyAt::AfterKeyword(_))))
+}
+
+pub fn is_cluster(ctx: *mut raw::RedisModuleCtx) -> bool {
+    let flags = unsafe { raw::RedisModule_GetContextFlags }.map_or(0, |f| unsafe { f(ctx) });
+    flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
+}
+
 pub fn register(
     ctx: *mut raw::RedisModuleCtx,
     cmd: &Command,
     with_acl_category: bool,
+    cluster: bool,
 ) -> Result<(), String> {
     let fail = |what: &str| format!("{}: {what} failed", cmd.name.to_string_lossy());
+    let mut flags = cmd.flags.to_bytes().to_vec();
+    if needs_getkeys_api(cmd, cluster) {
+        flags.extend_from_slice(b" getkeys-api");
+    }
+    let Ok(flags) = CString::new(flags) else {
+        return Err(fail("flags"));
+    };
     let (Some(create), Some(get), Some(set_info)) = (
         unsafe { raw::RedisModule_CreateCommand },
         unsafe { raw::RedisModule_GetCommand },
@@ -189,7 +214,7 @@ pub fn register(
             ctx,
             cmd.name.as_ptr(),
             Some(cmd.handler),
-            cmd.flags.as_ptr(),
+            flags.as_ptr(),
             cmd.key_range.0,
             cmd.key_range.1,
             cmd.key_range.2,
