@@ -32,17 +32,31 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
     }
 }
 
+/// "00", "01", ... "99": two digits per division.
+const PAIRS: &[u8; 200] = b"\
+0001020304050607080910111213141516171819\
+2021222324252627282930313233343536373839\
+4041424344454647484950515253545556575859\
+6061626364656667686970717273747576777879\
+8081828384858687888990919293949596979899";
+
 /// Writes `value` into the end of `buf` and returns the digits.
 pub fn format_i64(value: i64, buf: &mut [u8; MAX_DIGITS]) -> &[u8] {
     let mut n = value.unsigned_abs();
     let mut at = buf.len();
-    loop {
+    while n >= 100 {
+        let pair = (n % 100) as usize * 2;
+        n /= 100;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    }
+    if n >= 10 {
+        let pair = n as usize * 2;
+        at -= 2;
+        buf[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+    } else {
         at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+        buf[at] = b'0' + n as u8;
     }
     if value < 0 {
         at -= 1;
@@ -84,6 +98,16 @@ mod tests {
             b"\x00",
         ] {
             assert_eq!(parse_i64(bad), None, "{:?}", bad);
+        }
+    }
+
+    #[test]
+    fn formats_at_every_digit_boundary() {
+        let mut buf = [0u8; MAX_DIGITS];
+        for v in [0, 9, 10, 99, 100, 101, 999, 1000, i64::MAX, i64::MIN] {
+            for v in [v, v.saturating_neg()] {
+                assert_eq!(format_i64(v, &mut buf), v.to_string().as_bytes());
+            }
         }
     }
 
