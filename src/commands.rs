@@ -218,9 +218,7 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
                 apply(ctx, key, m.name, m.outcome.write, m.found);
             }
         } else if !m.outcome.decision.admitted {
-            if config::hit_events() && request.cost > 0 {
-                store::notify(ctx, c"rl.hit", m.name);
-            }
+            notify_hit(ctx, m.name, request.cost);
             if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
                 refused_by = i + 1;
                 longest = wait;
@@ -644,15 +642,20 @@ fn apply(ctx: Ctx, key: &mut Key, name: Str, write: Write, before: Found) {
 }
 
 /// The receipt of a decision: INFO counters, and `rl.hit` on refusal.
-/// A peek (`cost` 0) refuses nobody, so it fires no `rl.hit`.
 fn record(ctx: Ctx, name: Str, algo: Option<Algo>, admitted: bool, retry_after_ms: i64, cost: i64) {
     if admitted {
         stats::admitted(algo);
     } else {
         stats::refused(algo, retry_after_ms);
-        if config::hit_events() && cost > 0 {
-            store::notify(ctx, c"rl.hit", name);
-        }
+        notify_hit(ctx, name, cost);
+    }
+}
+
+/// `rl.hit` for a refused limiter, unless switched off. A peek (`cost` 0)
+/// refuses nobody, so it fires none.
+fn notify_hit(ctx: Ctx, name: Str, cost: i64) {
+    if config::hit_events() && cost > 0 {
+        store::notify(ctx, c"rl.hit", name);
     }
 }
 
