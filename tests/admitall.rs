@@ -213,10 +213,7 @@ fn a_refusal_by_any_member_changes_no_key_and_replicates_nothing() {
     let replica = Server::start();
     replica.replica_of(&primary);
     let mut con = primary.client();
-    let mut sub = primary.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.hit").unwrap();
+    common::subscribe!(pubsub = primary, "__keyevent@*__:rl.hit");
 
     let keys = ["m:sliding", "m:token", "m:gcra", "m:leaky"];
     let policies = vec![

@@ -547,10 +547,7 @@ fn sliding_matches_the_model_on_crafted_states() {
 fn sliding_refund_gives_back_from_the_current_window() {
     let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
     let mut con = server.client();
-    let mut sub = server.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
 
     let w = 60_000;
     let policy = c!["ALGO", "sliding", "LIMIT", 5, "WINDOW", w];
@@ -835,10 +832,7 @@ fn gcra_stores_one_arrival_time_and_refunds_against_it() {
     let (_, r) = timed(&mut con, &[with(c!["RL.ADMIT", "g"], &one)]);
     assert_eq!(ints(&r[0]), [0, 1, 0, 1000, 1000]);
 
-    let mut sub = server.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
     cmd_ints_strs(&mut con, &with(c!["RL.REFUND", "g"], &opts));
     let msg = pubsub.get_message().unwrap();
     assert_eq!(msg.get_channel_name(), "__keyevent@0__:rl.refund");
@@ -1244,10 +1238,7 @@ fn peeks_change_nothing_for_any_algorithm() {
 fn reset_clears_any_limiter_and_only_strings() {
     let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
     let mut con = server.client();
-    let mut sub = server.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
     for (name, opts, lim, rem) in two_of_each() {
         let admit = with(c!["RL.ADMIT", name], &opts);
         cmd_ints_strs(&mut con, &admit);
@@ -1298,10 +1289,7 @@ fn reset_clears_any_limiter_and_only_strings() {
 fn a_refusal_fires_rl_hit_for_every_algorithm() {
     let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
     let mut con = server.client();
-    let mut sub = server.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
     for (name, opts, _, _) in two_of_each() {
         let admit = with(c!["RL.ADMIT", name], &opts);
         // Admissions, peeks, RL.TTL and a no-op refund fire nothing.

@@ -4,7 +4,6 @@
 mod common;
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use common::{cmd_err, cmd_ints, module_path, Server};
 use redis::{Commands, Value};
@@ -309,10 +308,7 @@ fn module_configs(con: &mut redis::Connection) -> Vec<String> {
 fn events_for_hits_refunds_and_resets() {
     let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
     let mut con = server.client();
-    let mut sub = server.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
     let mut next = || {
         let msg = pubsub.get_message().unwrap();
         let key: String = msg.get_payload().unwrap();

@@ -334,10 +334,7 @@ fn wrong_types_and_non_integers_are_refused_unchanged() {
 fn a_refusal_fires_rl_hit_and_counts_in_info() {
     let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
     let mut con = server.client();
-    let mut sub = server.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
 
     let admit = ["RL.ADMIT", "hot", "LIMIT", "1", "WINDOW", "60000"];
     assert_eq!(cmd_ints(&mut con, &admit)[0], 1);

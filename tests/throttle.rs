@@ -8,8 +8,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use common::{
     assert_refused_naming, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, server_time_ms, text,
     timed, wait_replica_offset, Server, QUIET,
@@ -391,10 +389,7 @@ fn limited_calls_fire_rl_hit_and_only_allowed_ones_replicate() {
     let replica = Server::start();
     replica.replica_of(&primary);
     let mut con = primary.client();
-    let mut sub = primary.client();
-    sub.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let mut pubsub = sub.as_pubsub();
-    pubsub.psubscribe("__keyevent@*__:rl.*").unwrap();
+    common::subscribe!(pubsub = primary, "__keyevent@*__:rl.*");
 
     for _ in 0..3 {
         assert_eq!(

@@ -20,6 +20,24 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, ConnectionLike, Value};
 
+/// Binds `$pubsub`, a subscription to the keyspace events matching
+/// `$pattern` on `$server`, whose reads time out after 5 s. A macro, not a
+/// function: a `PubSub` borrows the connection it runs on, and that
+/// connection must live in the caller's scope.
+#[allow(unused_macros)]
+macro_rules! subscribe {
+    ($pubsub:ident = $server:expr, $pattern:expr) => {
+        let mut subscriber = $server.client();
+        subscriber
+            .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .unwrap();
+        let mut $pubsub = subscriber.as_pubsub();
+        $pubsub.psubscribe($pattern).unwrap();
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use subscribe;
+
 /// How long a server may take to answer PING, a replica to link up, etc.
 const WAIT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Graceful shutdown may wait for replicas (shutdown-timeout defaults to 10 s).
