@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use cluster::{err_line, ints, redirect, text, Cluster};
-use common::{cmd_raw, pexpiretime};
+use cluster::{err_line, redirect, Cluster};
+use common::{cmd_raw, pexpiretime, try_ints, try_text};
 use redis::Value;
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
@@ -120,16 +120,16 @@ fn state_on(c: &Cluster, node: usize, keys: &[String]) -> BTreeMap<String, (Vec<
     let mut con = c.client(node);
     let mut out = BTreeMap::new();
     for k in keys {
-        let kind = text(&cmd_raw(&mut con, &["TYPE", k])).unwrap();
+        let kind = try_text(&cmd_raw(&mut con, &["TYPE", k])).unwrap();
         let value = match kind.as_str() {
             "none" => continue,
-            "string" => vec![text(&cmd_raw(&mut con, &["GET", k])).unwrap()],
+            "string" => vec![try_text(&cmd_raw(&mut con, &["GET", k])).unwrap()],
             "hash" => {
                 let mut pairs: Vec<String> = match cmd_raw(&mut con, &["HGETALL", k]) {
-                    Value::Array(items) => items.iter().filter_map(text).collect(),
+                    Value::Array(items) => items.iter().filter_map(try_text).collect(),
                     Value::Map(m) => m
                         .iter()
-                        .flat_map(|(a, b)| [text(a), text(b)])
+                        .flat_map(|(a, b)| [try_text(a), try_text(b)])
                         .flatten()
                         .collect(),
                     other => panic!("HGETALL {k}: {other:?}"),
@@ -161,8 +161,8 @@ fn backoffs(c: &Cluster, slot: u16, lims: &[Lim]) -> Vec<(i64, i64)> {
             let Value::Array(t) = &exec[0] else {
                 panic!("{exec:?}")
             };
-            let secs: i64 = text(&t[0]).unwrap().parse().unwrap();
-            let micros: i64 = text(&t[1]).unwrap().parse().unwrap();
+            let secs: i64 = try_text(&t[0]).unwrap().parse().unwrap();
+            let micros: i64 = try_text(&t[1]).unwrap().parse().unwrap();
             match exec[1] {
                 Value::Int(n) => (n, secs * 1000 + micros / 1000),
                 ref other => panic!("RL.TTL {}: {other:?}", l.key),
@@ -214,7 +214,7 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         let mut args = vec!["RL.ADMIT", key];
         args.extend(p);
         let (v, owner) = c.route(key, &args);
-        assert_eq!(ints(&v).unwrap()[..3], [1, 5, 4], "{key}");
+        assert_eq!(try_ints(&v).unwrap()[..3], [1, 5, 4], "{key}");
         assert_eq!(owner, c.owner_seen_by(owner, c.keyslot(key)));
         for other in (0..3).filter(|&n| n != owner) {
             let moved = cmd_raw(&mut c.client(other), &args);
@@ -237,7 +237,7 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         &["HSET", "{t}meta", "max", "2", "duration", "60000"],
     );
     let (v, _) = c.route("{t}y", &["RL.ADMIT", "{t}y", "META", "{t}meta"]);
-    assert_eq!(ints(&v).unwrap()[..3], [1, 2, 1]);
+    assert_eq!(try_ints(&v).unwrap()[..3], [1, 2, 1]);
     let v = cmd_raw(&mut c.client(t_owner), &["RL.LIMIT", "{t}meta"]);
     assert_eq!(v, Value::Int(2));
 
@@ -316,7 +316,7 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     let mut peek = moved.call("RL.ADMIT");
     peek.extend(["COST".to_string(), "0".to_string()]);
     let v = cmd_raw(&mut con, &strs(&peek));
-    assert!(ints(&v).is_some(), "ASKING + peek on the target: {v:?}");
+    assert!(try_ints(&v).is_some(), "ASKING + peek on the target: {v:?}");
     let both = [
         "RL.ADMITALL",
         "2",
@@ -384,7 +384,7 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     assert!(refused >= 6, "{backoff_after:?}");
     let (v, node) = c.route(&lims[0].key, &strs(&lims[0].call("RL.ADMIT")));
     assert_eq!(node, dst);
-    assert_eq!(ints(&v).unwrap()[0], 0, "still spent on the new owner");
+    assert_eq!(try_ints(&v).unwrap()[0], 0, "still spent on the new owner");
     println!(
         "SETSLOT/MIGRATE: slot {slot} moved node {src} -> {dst}: {} keys ({} limiters of every \
          algorithm), values identical, PEXPIRETIME later by at most {drift} ms (MIGRATE ships \
@@ -506,7 +506,7 @@ fn atomic_migration(expect_success: bool) {
             assert_eq!(state_on(&c, src, &keys), before, "nothing changed");
             let (v, node) = c.route(&lims[1].key, &strs(&lims[1].call("RL.ADMIT")));
             assert_eq!(node, src);
-            assert!(ints(&v).is_some(), "{v:?}");
+            assert!(try_ints(&v).is_some(), "{v:?}");
             // The classic procedure remains available (tested above).
         }
         Ok(()) => {
@@ -521,7 +521,7 @@ fn atomic_migration(expect_success: bool) {
             assert_eq!(keys_in_slot(&c, src, slot), 0, "nothing left on the source");
             let (v, node) = c.route(&lims[0].key, &strs(&lims[0].call("RL.ADMIT")));
             assert_eq!(node, dst);
-            assert_eq!(ints(&v).unwrap()[0], 0, "still spent on the new owner");
+            assert_eq!(try_ints(&v).unwrap()[0], 0, "still spent on the new owner");
             println!(
                 "CLUSTER MIGRATESLOTS: slot {slot} node {src} -> {dst}: {} keys identical",
                 keys.len()

@@ -14,7 +14,8 @@ use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, wait_replica_offset, Server, QUIET,
+    cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, try_ints, try_text, wait_replica_offset,
+    Server, QUIET,
 };
 use redis::{Connection, ConnectionLike, Value};
 
@@ -95,28 +96,6 @@ fn words(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
 }
 
-fn ints(v: &Value) -> Option<Vec<i64>> {
-    match v {
-        Value::Array(items) => items
-            .iter()
-            .map(|i| match i {
-                Value::Int(n) => Some(*n),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    }
-}
-
-fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Okay => Some("OK".into()),
-        _ => None,
-    }
-}
-
 fn is_err(v: &Value) -> bool {
     matches!(v, Value::ServerError(_))
 }
@@ -167,7 +146,7 @@ fn snapshot(con: &mut Connection) -> (Snap, i64) {
     let mut value_cmds = Vec::new();
     let mut kept = Vec::new();
     for (i, k) in keys.iter().enumerate() {
-        let kind = text(&meta[2 * i]).unwrap_or_default();
+        let kind = try_text(&meta[2 * i]).unwrap_or_default();
         let at = match meta[2 * i + 1] {
             Value::Int(n) => n,
             ref other => panic!("PEXPIRETIME {k}: {other:?}"),
@@ -186,14 +165,14 @@ fn snapshot(con: &mut Connection) -> (Snap, i64) {
     let mut snap = Snap::new();
     for ((k, kind, at), v) in kept.into_iter().zip(values) {
         let mut vals: Vec<String> = match &v {
-            Value::Array(items) => items.iter().filter_map(text).collect(),
+            Value::Array(items) => items.iter().filter_map(try_text).collect(),
             Value::Map(pairs) => pairs
                 .iter()
-                .flat_map(|(a, b)| [text(a), text(b)])
+                .flat_map(|(a, b)| [try_text(a), try_text(b)])
                 .flatten()
                 .collect(),
             Value::Nil => continue, // expired meanwhile
-            other => vec![text(other).unwrap_or_else(|| format!("{other:?}"))],
+            other => vec![try_text(other).unwrap_or_else(|| format!("{other:?}"))],
         };
         if kind == "hash" {
             let mut pairs: Vec<(String, String)> = vals
@@ -816,14 +795,14 @@ fn failover(wait: bool) -> FailoverResult {
         };
         let per = if wait { 3 } else { 2 };
         for (i, &k) in which.iter().enumerate() {
-            let r = ints(&replies[per * i]).expect("an admission reply");
+            let r = try_ints(&replies[per * i]).expect("an admission reply");
             let ok = if k == calls.len() - 1 {
                 r[0] == 0
             } else {
                 r[0] == 1
             };
             assert!(ok, "{:?} was not admitted: {r:?}", calls[k]);
-            let state = text(&replies[per * i + 1]).expect("state after the call");
+            let state = try_text(&replies[per * i + 1]).expect("state after the call");
             if wait && replies[per * i + 2] != Value::Int(1) {
                 // Not confirmed by the replica: not acknowledged. The
                 // primary is dying; stop here.
@@ -962,7 +941,7 @@ fn populate(con: &mut Connection, prefix: &str) -> Vec<Lim> {
             policy: inline.clone(),
         };
         for i in 0..4 {
-            let r = ints(&run(con, &spent.call("RL.ADMIT", None))).unwrap();
+            let r = try_ints(&run(con, &spent.call("RL.ADMIT", None))).unwrap();
             assert_eq!(
                 r[0],
                 i64::from(i < 3 || algo == "leaky"),
@@ -973,22 +952,25 @@ fn populate(con: &mut Connection, prefix: &str) -> Vec<Lim> {
             key: format!("{prefix}:{algo}:part"),
             policy: inline.clone(),
         };
-        assert_eq!(ints(&run(con, &part.call("RL.ADMIT", None))).unwrap()[0], 1);
+        assert_eq!(
+            try_ints(&run(con, &part.call("RL.ADMIT", None))).unwrap()[0],
+            1
+        );
         let refunded = Lim {
             key: format!("{prefix}:{algo}:refunded"),
             policy: inline,
         };
         assert_eq!(
-            ints(&run(con, &refunded.call("RL.ADMIT", Some(3)))).unwrap()[0],
+            try_ints(&run(con, &refunded.call("RL.ADMIT", Some(3)))).unwrap()[0],
             1
         );
-        assert!(ints(&run(con, &refunded.call("RL.REFUND", Some(1)))).is_some());
+        assert!(try_ints(&run(con, &refunded.call("RL.REFUND", Some(1)))).is_some());
         let via_meta = Lim {
             key: format!("{prefix}:{algo}:meta"),
             policy: words(&["META", &meta]),
         };
         assert_eq!(
-            ints(&run(con, &via_meta.call("RL.ADMIT", Some(2)))).unwrap()[0],
+            try_ints(&run(con, &via_meta.call("RL.ADMIT", Some(2)))).unwrap()[0],
             1
         );
         lims.extend([spent, part, refunded, via_meta]);
@@ -1032,8 +1014,8 @@ fn timed(con: &mut Connection, call: Vec<String>) -> (Value, i64) {
     let Value::Array(t) = &exec[0] else {
         panic!("{exec:?}")
     };
-    let secs: i64 = text(&t[0]).unwrap().parse().unwrap();
-    let micros: i64 = text(&t[1]).unwrap().parse().unwrap();
+    let secs: i64 = try_text(&t[0]).unwrap().parse().unwrap();
+    let micros: i64 = try_text(&t[1]).unwrap().parse().unwrap();
     (exec[1].clone(), secs * 1000 + micros / 1000)
 }
 
@@ -1319,7 +1301,7 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
     );
     assert_eq!(cmd_raw(&mut r, &["RL.LIMIT", "meta:x"]), Value::Int(2));
     let hget = cmd_raw(&mut r, &["HGET", "meta:x", "max"]);
-    assert_eq!(text(&hget).as_deref(), Some("2"));
+    assert_eq!(try_text(&hget).as_deref(), Some("2"));
     for call in [
         vec!["HSET", "meta:x", "max", "100"],
         vec!["RL.ADMIT", "meta:x", "LIMIT", "5", "WINDOW", "1000"],
@@ -1442,7 +1424,10 @@ return out";
 
 fn thrice_replies(v: &Value) -> Vec<Vec<i64>> {
     match v {
-        Value::Array(items) => items.iter().map(|i| ints(i).expect("a reply")).collect(),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| try_ints(i).expect("a reply"))
+            .collect(),
         other => panic!("expected three replies, got {other:?}"),
     }
 }
@@ -1454,7 +1439,7 @@ fn transactions_and_scripts_see_frozen_time_and_replicate_their_effects() {
     replica.replica_of(&primary);
     let mut con = primary.client();
     let loaded = cmd_raw(&mut con, &["FUNCTION", "LOAD", FUNCTION_LIB]);
-    assert_eq!(text(&loaded).as_deref(), Some("rltest"), "{loaded:?}");
+    assert_eq!(try_text(&loaded).as_deref(), Some("rltest"), "{loaded:?}");
 
     let policies: Vec<Vec<&str>> = vec![
         vec![
@@ -1547,7 +1532,7 @@ fn transactions_and_scripts_see_frozen_time_and_replicate_their_effects() {
     };
     assert_eq!(items[0], Value::Int(1), "{v:?}");
     assert_eq!(items[1], Value::Int(0), "{v:?}");
-    assert!(text(&items[2]).unwrap().contains("LIMIT"), "{v:?}");
+    assert!(try_text(&items[2]).unwrap().contains("LIMIT"), "{v:?}");
     // A MULTI whose RL call fails at run time still applies the rest.
     let replies = pipeline(
         &mut con,
@@ -1565,9 +1550,9 @@ fn transactions_and_scripts_see_frozen_time_and_replicate_their_effects() {
     let Value::Array(exec) = replies.last().unwrap() else {
         panic!("{replies:?}")
     };
-    assert_eq!(ints(&exec[0]).unwrap()[..3], [1, 2, 1]);
+    assert_eq!(try_ints(&exec[0]).unwrap()[..3], [1, 2, 1]);
     assert!(is_err(&exec[1]), "{exec:?}");
-    assert_eq!(ints(&exec[2]).unwrap()[..3], [1, 2, 0]);
+    assert_eq!(try_ints(&exec[2]).unwrap()[..3], [1, 2, 0]);
 
     wait_replica_offset(&primary, &replica);
     let c = assert_same_keyspace(&[("primary", &primary), ("replica", &replica)]);
@@ -1612,9 +1597,9 @@ fn hammer(server: &Server, threads: usize, run_for: Duration, call: Vec<String>)
                     let Value::Array(t) = &exec[0] else {
                         panic!("{exec:?}")
                     };
-                    let secs: i64 = text(&t[0]).unwrap().parse().unwrap();
-                    let micros: i64 = text(&t[1]).unwrap().parse().unwrap();
-                    let reply = ints(&exec[1]).unwrap_or_else(|| panic!("{exec:?}"));
+                    let secs: i64 = try_text(&t[0]).unwrap().parse().unwrap();
+                    let micros: i64 = try_text(&t[1]).unwrap().parse().unwrap();
+                    let reply = try_ints(&exec[1]).unwrap_or_else(|| panic!("{exec:?}"));
                     out.push(Sample {
                         time_us: secs * 1_000_000 + micros,
                         reply,
@@ -1859,7 +1844,7 @@ fn far_future_state_gives_a_bounded_back_off_and_no_error() {
         set_state(&mut con, &key, &state);
         let mut call = words(&["RL.ADMIT", &key]);
         call.extend(policy.clone());
-        let r = ints(&run(&mut con, &call)).unwrap_or_else(|| panic!("{key}: an error"));
+        let r = try_ints(&run(&mut con, &call)).unwrap_or_else(|| panic!("{key}: an error"));
         assert!(
             r[3] >= 0 && r[3] <= bound,
             "{key} ({state}): retry_after {}",
@@ -1955,7 +1940,7 @@ fn far_future_state_is_admitted_again_after_the_back_off() {
         let mut admitted = false;
         // Do as told: wait the back-off, then call again; a few rounds.
         for _ in 0..4 {
-            let r = ints(&run(&mut con, call)).unwrap();
+            let r = try_ints(&run(&mut con, call)).unwrap();
             let (ok, wait_ms) = if call[0] == "RL.THROTTLE" {
                 (r[0] == 0, r[3] * 1000)
             } else {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
-use crate::common::{cmd_raw, info_field, wait_until, Server};
+use crate::common::{cmd_raw, info_field, try_ints, try_text, wait_until, Server};
 
 const SLOTS: u16 = 16384;
 
@@ -176,7 +176,7 @@ impl Cluster {
     /// `route`, for a command that must answer an array of integers.
     pub fn route_ints(&self, key: &str, args: &[&str]) -> Vec<i64> {
         let (v, _) = self.route(key, args);
-        ints(&v).unwrap_or_else(|| panic!("{args:?}: {v:?}"))
+        try_ints(&v).unwrap_or_else(|| panic!("{args:?}: {v:?}"))
     }
 
     /// Every migration this node knows of, as field -> value maps.
@@ -198,7 +198,7 @@ impl Cluster {
                 };
                 pairs
                     .into_iter()
-                    .map(|(k, v)| (text(&k).unwrap_or_default(), value_text(&v)))
+                    .map(|(k, v)| (try_text(&k).unwrap_or_default(), value_text(&v)))
                     .collect()
             })
             .collect()
@@ -226,33 +226,11 @@ pub fn redirect(v: &Value, kind: &str) -> Option<u16> {
     detail.rsplit(':').next()?.trim().parse().ok()
 }
 
-pub fn ints(v: &Value) -> Option<Vec<i64>> {
-    match v {
-        Value::Array(items) => items
-            .iter()
-            .map(|i| match i {
-                Value::Int(n) => Some(*n),
-                _ => None,
-            })
-            .collect(),
-        _ => None,
-    }
-}
-
-pub fn text(v: &Value) -> Option<String> {
-    match v {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        Value::Okay => Some("OK".into()),
-        _ => None,
-    }
-}
-
 fn value_text(v: &Value) -> String {
     match v {
         Value::Int(n) => n.to_string(),
         Value::Nil => String::new(),
-        other => text(other).unwrap_or_else(|| format!("{other:?}")),
+        other => try_text(other).unwrap_or_else(|| format!("{other:?}")),
     }
 }
 

@@ -576,6 +576,32 @@ pub fn text(v: &redis::Value) -> Option<String> {
     }
 }
 
+/// An array of integers, or `None` for any other reply (an error included).
+#[allow(dead_code)]
+pub fn try_ints(v: &Value) -> Option<Vec<i64>> {
+    match v {
+        Value::Array(items) => items
+            .iter()
+            .map(|i| match i {
+                Value::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect(),
+        _ => None,
+    }
+}
+
+/// A string-like reply (bulk, simple, OK), or `None` for any other.
+#[allow(dead_code)]
+pub fn try_text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        Value::Okay => Some("OK".into()),
+        _ => None,
+    }
+}
+
 /// Primary options for tests that watch the replication offset: the
 /// primary's replication PINGs would move it on their own.
 #[allow(dead_code)]
