@@ -10,39 +10,8 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{info_field, Server};
+use common::{info_field, Rng, Server};
 use redis::{Connection, ConnectionLike, Value};
-
-/// xorshift64*: small, deterministic, replayable from the printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-
-    fn pct(&mut self, p: usize) -> bool {
-        self.below(100) < p
-    }
-
-    fn pick<'a>(&mut self, items: &[&'a str]) -> &'a str {
-        items[self.below(items.len())]
-    }
-
-    fn bytes(&mut self, max_len: usize) -> Vec<u8> {
-        let len = self.below(max_len + 1);
-        (0..len).map(|_| self.next() as u8).collect()
-    }
-}
 
 const COMMANDS: &[&str] = &[
     "RL.ADMIT",
@@ -461,7 +430,7 @@ fn fuzz(want_malformed: usize) {
                 .as_nanos() as u64
         });
     println!("bad input at scale: RL_SEED={seed}");
-    let mut rng = Rng(seed.max(1));
+    let mut rng = Rng::new(seed);
 
     let server = Server::start();
     let mut con = server.client();

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, try_ints, try_text, wait_replica_offset,
-    Server, QUIET,
+    Rng, Server, QUIET,
 };
 use redis::{Connection, ConnectionLike, Value};
 
@@ -24,37 +24,6 @@ const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
 // ---------------------------------------------------------------------------
 // Small shared helpers
 // ---------------------------------------------------------------------------
-
-/// xorshift64*: a tiny deterministic generator, so that a failing run can
-/// be replayed from its printed seed.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.max(1))
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    fn pct(&mut self, p: u64) -> bool {
-        self.below(100) < p
-    }
-
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len() as u64) as usize]
-    }
-}
 
 /// `$RL_SEED`, or a fresh one; printed either way.
 fn seed(test: &str) -> u64 {
@@ -245,7 +214,7 @@ fn assert_same_keyspace(nodes: &[(&str, &Server)]) -> Compared {
 // ---------------------------------------------------------------------------
 
 const WINDOWS: [i64; 6] = [50, 200, 1_000, 5_000, 60_000, 600_000];
-const KEYS_PER_ALGO: u64 = 60;
+const KEYS_PER_ALGO: usize = 60;
 
 #[derive(Default, Debug)]
 struct Tally {
@@ -293,9 +262,9 @@ fn limiter(rng: &mut Rng, algo: usize) -> (String, Vec<String>) {
     let i = rng.below(KEYS_PER_ALGO);
     let key = format!("w:{}:{i}", ALGOS[algo]);
     let (limit, window) = if rng.pct(90) {
-        (1 + i % 7, WINDOWS[i as usize % WINDOWS.len()])
+        (1 + i % 7, WINDOWS[i % WINDOWS.len()])
     } else {
-        (1 + rng.below(10), *rng.pick(&WINDOWS))
+        (1 + rng.below(10), rng.pick(&WINDOWS))
     };
     let mut policy = words(&[
         "ALGO",
@@ -323,7 +292,7 @@ fn cost(rng: &mut Rng) -> String {
 
 /// One random call of the workload.
 fn random_call(rng: &mut Rng) -> Vec<String> {
-    let algo = rng.below(5) as usize;
+    let algo = rng.below(5);
     match rng.below(100) {
         0..=39 => {
             let (key, policy) = limiter(rng, algo);
@@ -369,11 +338,11 @@ fn random_call(rng: &mut Rng) -> Vec<String> {
             c
         }
         71..=80 => {
-            let n = 2 + rng.below(2) as usize;
+            let n = 2 + rng.below(2);
             let mut keys = Vec::new();
             let mut policies = Vec::new();
             while keys.len() < n {
-                let a = rng.below(5) as usize;
+                let a = rng.below(5);
                 let (key, policy) = limiter(rng, a);
                 if !keys.contains(&key) {
                     keys.push(key);
@@ -428,7 +397,7 @@ fn random_call(rng: &mut Rng) -> Vec<String> {
         94..=96 => {
             // Another algorithm's state, or a hash, as a counter: an error.
             let (key, _) = limiter(rng, algo);
-            let other = ALGOS[(algo + 1 + rng.below(4) as usize) % 5];
+            let other = ALGOS[(algo + 1 + rng.below(4)) % 5];
             if rng.pct(50) {
                 words(&[
                     "RL.ADMIT", &key, "ALGO", other, "LIMIT", "3", "WINDOW", "1000",

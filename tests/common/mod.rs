@@ -602,6 +602,47 @@ pub fn try_text(v: &Value) -> Option<String> {
     }
 }
 
+/// xorshift64*: a tiny deterministic generator, so that a failing run can
+/// be replayed from its seed.
+#[allow(dead_code)]
+pub struct Rng(u64);
+
+#[allow(dead_code)]
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.max(1))
+    }
+
+    pub fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform enough in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n.max(1) as u64) as usize
+    }
+
+    /// True `p` percent of the time.
+    pub fn pct(&mut self, p: usize) -> bool {
+        self.below(100) < p
+    }
+
+    pub fn pick<T: Copy>(&mut self, items: &[T]) -> T {
+        items[self.below(items.len())]
+    }
+
+    /// Up to `max_len` random bytes.
+    pub fn bytes(&mut self, max_len: usize) -> Vec<u8> {
+        let len = self.below(max_len + 1);
+        (0..len).map(|_| self.next() as u8).collect()
+    }
+}
+
 /// Primary options for tests that watch the replication offset: the
 /// primary's replication PINGs would move it on their own.
 #[allow(dead_code)]
