@@ -10,7 +10,8 @@ mod common;
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, wait_replica_offset, Server, QUIET,
+    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, repl_offset, snapshot,
+    wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 
@@ -102,13 +103,6 @@ fn raw_state(con: &mut Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)>
     keys.iter()
         .map(|k| (dump(con, k), pexpiretime(con, k)))
         .collect()
-}
-
-fn offset(con: &mut Connection) -> i64 {
-    common::info_field(con, "replication", "master_repl_offset")
-        .expect("master_repl_offset")
-        .parse()
-        .expect("an integer offset")
 }
 
 /// One limiter of each algorithm.
@@ -243,7 +237,7 @@ fn a_refusal_by_any_member_changes_no_key_and_replicates_nothing() {
         assert_eq!(hit.get_payload::<String>().unwrap(), *key);
         wait_replica_offset(&primary, &replica);
         let before = raw_state(&mut con, &keys);
-        let offset_before = offset(&mut con);
+        let offset_before = repl_offset(&mut con);
 
         let mut ttl = c!["RL.TTL", key];
         ttl.extend_from_slice(&policies[i]);
@@ -264,7 +258,7 @@ fn a_refusal_by_any_member_changes_no_key_and_replicates_nothing() {
         );
         assert_eq!(raw_state(&mut con, &keys), before, "{key}: a key changed");
         assert_eq!(
-            offset(&mut con),
+            repl_offset(&mut con),
             offset_before,
             "{key}: something was propagated"
         );
@@ -282,18 +276,16 @@ fn a_refusal_by_any_member_changes_no_key_and_replicates_nothing() {
     for k in keys {
         cmd_raw(&mut con, &["RL.RESET", k]);
     }
-    let offset_before = offset(&mut con);
+    let offset_before = repl_offset(&mut con);
     assert_eq!(all(&run(&mut con, &call)).admitted, 1);
-    assert!(offset(&mut con) > offset_before);
+    assert!(repl_offset(&mut con) > offset_before);
     wait_replica_offset(&primary, &replica);
-    let mut rcon = replica.client();
-    for k in keys {
-        let p: Option<String> = con.get(k).unwrap();
-        let r: Option<String> = rcon.get(k).unwrap();
-        assert!(p.is_some(), "{k}");
-        assert_eq!(p, r, "{k}");
-        assert_eq!(pexpiretime(&mut con, k), pexpiretime(&mut rcon, k), "{k}");
-    }
+    let on_primary = snapshot(&mut con, &keys);
+    assert_eq!(on_primary, snapshot(&mut replica.client(), &keys));
+    assert!(
+        on_primary.iter().all(|(_, v, _)| v.is_some()),
+        "{on_primary:?}"
+    );
 }
 
 #[test]
@@ -713,9 +705,9 @@ fn a_replica_holds_the_same_state_after_any_mix_of_calls() {
         chosen.rotate_left(by);
         let ks: Vec<&str> = chosen.iter().map(|&i| keys[i]).collect();
         let ps: Vec<Vec<String>> = chosen.iter().map(|&i| policies[i].clone()).collect();
-        let before = offset(&mut con);
+        let before = repl_offset(&mut con);
         let reply = all(&run(&mut con, &admit_all(&ks, Some(cost), &ps)));
-        let moved = offset(&mut con) != before;
+        let moved = repl_offset(&mut con) != before;
         if reply.admitted == 1 && cost > 0 {
             assert!(moved, "round {round}: an admission propagates");
             writes += 1;
@@ -736,14 +728,12 @@ fn a_replica_holds_the_same_state_after_any_mix_of_calls() {
         "{writes} writes, {quiet} quiet of which {refusals} refusals"
     );
     wait_replica_offset(&primary, &replica);
-    let mut rcon = replica.client();
-    for k in keys {
-        let p: Option<String> = con.get(k).unwrap();
-        let r: Option<String> = rcon.get(k).unwrap();
-        assert!(p.is_some(), "{k} was never written");
-        assert_eq!(p, r, "{k}");
-        assert_eq!(pexpiretime(&mut con, k), pexpiretime(&mut rcon, k), "{k}");
-    }
+    let on_primary = snapshot(&mut con, &keys);
+    assert_eq!(on_primary, snapshot(&mut replica.client(), &keys));
+    assert!(
+        on_primary.iter().all(|(_, v, _)| v.is_some()),
+        "a key was never written: {on_primary:?}"
+    );
 }
 
 /// WATCH sees an admission (every key was written) but not a refusal.

@@ -13,8 +13,8 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, dump, exec, int, ints, pexpiretime, server_time_ms, text, timed,
-    wait_replica_offset, Server, QUIET,
+    cmd_err, cmd_ints, cmd_raw, dump, exec, int, ints, pexpiretime, repl_offset, server_time_ms,
+    snapshot, text, timed, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 use serial_test::serial;
@@ -39,20 +39,7 @@ fn exists(con: &mut Connection, key: &str) -> bool {
     con.exists(key).unwrap()
 }
 
-fn offset(con: &mut Connection) -> i64 {
-    common::info_field(con, "replication", "master_repl_offset")
-        .expect("master_repl_offset")
-        .parse()
-        .expect("an integer offset")
-}
-
 /// (value, PEXPIRETIME) of each key.
-fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(String, Option<String>, i64)> {
-    keys.iter()
-        .map(|k| (k.clone(), get(con, k), pexpiretime(con, k)))
-        .collect()
-}
-
 /// DUMP and PEXPIRETIME of each key, for "nothing changed" checks.
 fn raw_state(con: &mut Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
     keys.iter()
@@ -1656,7 +1643,7 @@ fn refusals_peeks_reads_and_empty_refunds_replicate_nothing() {
         cmd_ints_strs(&mut con, &admit);
     }
     wait_replica_offset(&primary, &replica);
-    let before = offset(&mut con);
+    let before = repl_offset(&mut con);
     for _ in 0..5 {
         for (name, opts, _, _) in two_of_each() {
             let admit = with(c!["RL.ADMIT", name], &opts);
@@ -1678,7 +1665,7 @@ fn refusals_peeks_reads_and_empty_refunds_replicate_nothing() {
             cmd_err_strs(&mut con, &wrong);
         }
     }
-    assert_eq!(offset(&mut con), before, "nothing was propagated");
+    assert_eq!(repl_offset(&mut con), before, "nothing was propagated");
     assert!(!exists(&mut con, "fresh") && !exists(&mut con, "missing"));
 }
 
@@ -1692,11 +1679,14 @@ fn refunds_and_resets_reach_the_replica() {
     for (name, opts, lim, _) in two_of_each() {
         let admit = with(c!["RL.ADMIT", name], &opts);
         cmd_ints_strs(&mut con, &with(admit.clone(), c!["COST", 2]));
-        let before = offset(&mut con);
+        let before = repl_offset(&mut con);
         let refund = with(c!["RL.REFUND", name], &opts);
         let after = cmd_ints_strs(&mut con, &refund);
         assert_eq!(after[..2], [1, lim], "{name}");
-        assert!(offset(&mut con) > before, "{name}: a refund propagates");
+        assert!(
+            repl_offset(&mut con) > before,
+            "{name}: a refund propagates"
+        );
         wait_replica_offset(&primary, &replica);
         let keys = [name.to_string()];
         assert_eq!(

@@ -420,17 +420,7 @@ fn two_hundred_thousand_malformed_calls_change_nothing_and_never_crash() {
 }
 
 fn fuzz(want_malformed: usize) {
-    let seed = std::env::var("RL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("bad input at scale: RL_SEED={seed}");
-    let mut rng = Rng::new(seed);
+    let mut rng = Rng::new(common::seed("bad input at scale"));
 
     let server = Server::start();
     let mut con = server.client();

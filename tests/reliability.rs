@@ -14,8 +14,8 @@ use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, try_ints, try_text, wait_replica_offset,
-    Rng, Server, QUIET,
+    cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, seed, try_ints, try_text,
+    wait_replica_offset, Rng, Server, QUIET,
 };
 use redis::{Connection, ConnectionLike, Value};
 
@@ -24,21 +24,6 @@ const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
 // ---------------------------------------------------------------------------
 // Small shared helpers
 // ---------------------------------------------------------------------------
-
-/// `$RL_SEED`, or a fresh one; printed either way.
-fn seed(test: &str) -> u64 {
-    let seed = std::env::var("RL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
-    println!("{test}: RL_SEED={seed}");
-    seed
-}
 
 /// RESP encoding of one command.
 fn pack(args: &[String]) -> Vec<u8> {

@@ -6,24 +6,8 @@ mod common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{cmd_ints, pexpiretime, wait_replica_offset, Server, QUIET};
+use common::{cmd_ints, pexpiretime, repl_offset, snapshot, wait_replica_offset, Server, QUIET};
 use redis::Commands;
-
-fn offset(con: &mut redis::Connection) -> i64 {
-    common::info_field(con, "replication", "master_repl_offset")
-        .expect("master_repl_offset")
-        .parse()
-        .expect("an integer offset")
-}
-
-fn snapshot(con: &mut redis::Connection, keys: &[String]) -> Vec<(String, Option<String>, i64)> {
-    keys.iter()
-        .map(|k| {
-            let value: Option<String> = con.get(k).unwrap();
-            (k.clone(), value, pexpiretime(con, k))
-        })
-        .collect()
-}
 
 #[test]
 fn a_replica_holds_the_same_values_and_expiries() {
@@ -91,7 +75,7 @@ fn refusals_peeks_and_reads_replicate_nothing() {
     }
     wait_replica_offset(&primary, &replica);
 
-    let before = offset(&mut con);
+    let before = repl_offset(&mut con);
     for _ in 0..20 {
         assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
         cmd_ints(&mut con, &["RL.ADMIT", "k", "META", "m"]);
@@ -141,13 +125,16 @@ fn refusals_peeks_and_reads_replicate_nothing() {
             .arg(&["k", "LIMIT", "x"])
             .query::<redis::Value>(&mut con);
     }
-    assert_eq!(offset(&mut con), before, "nothing was propagated");
+    assert_eq!(repl_offset(&mut con), before, "nothing was propagated");
     let admitted = cmd_ints(
         &mut con,
         &["RL.ADMIT", "other", "LIMIT", "2", "WINDOW", "60000"],
     );
     assert_eq!(admitted[0], 1);
-    assert!(offset(&mut con) > before, "an admission does propagate");
+    assert!(
+        repl_offset(&mut con) > before,
+        "an admission does propagate"
+    );
 }
 
 #[test]

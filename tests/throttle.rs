@@ -9,8 +9,8 @@
 mod common;
 
 use common::{
-    assert_refused_naming, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, server_time_ms, text,
-    timed, wait_replica_offset, Server, QUIET,
+    assert_refused_naming, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
+    server_time_ms, snapshot, text, timed, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 
@@ -23,13 +23,6 @@ macro_rules! c {
 
 fn throttle(key: &str, burst: i64, count: i64, period: i64, quantity: i64) -> Vec<String> {
     c!["RL.THROTTLE", key, burst, count, period, quantity]
-}
-
-fn offset(con: &mut Connection) -> i64 {
-    common::info_field(con, "replication", "master_repl_offset")
-        .expect("master_repl_offset")
-        .parse()
-        .expect("an integer offset")
 }
 
 fn ceil_s(ns: i128) -> i64 {
@@ -398,17 +391,11 @@ fn limited_calls_fire_rl_hit_and_only_allowed_ones_replicate() {
         );
     }
     wait_replica_offset(&primary, &replica);
-    let keys = ["t".to_string()];
-    let snapshot = |con: &mut Connection| -> Vec<(Option<String>, i64)> {
-        keys.iter()
-            .map(|k| (con.get(k).unwrap(), pexpiretime(con, k)))
-            .collect()
-    };
-    let on_primary = snapshot(&mut con);
-    assert_eq!(on_primary, snapshot(&mut replica.client()));
-    assert!(on_primary[0].0.as_deref().unwrap().starts_with("gcra:"));
+    let on_primary = snapshot(&mut con, &["t"]);
+    assert_eq!(on_primary, snapshot(&mut replica.client(), &["t"]));
+    assert!(on_primary[0].1.as_deref().unwrap().starts_with("gcra:"));
 
-    let before = offset(&mut con);
+    let before = repl_offset(&mut con);
     for _ in 0..10 {
         assert_eq!(
             cmd_ints(&mut con, &["RL.THROTTLE", "t", "2", "1", "60"])[0],
@@ -419,7 +406,7 @@ fn limited_calls_fire_rl_hit_and_only_allowed_ones_replicate() {
         cmd_ints(&mut con, &["RL.THROTTLE", "t", "2", "1", "60", "9"]);
         let _ = cmd_raw(&mut con, &["RL.THROTTLE", "t", "2", "0", "60"]);
     }
-    assert_eq!(offset(&mut con), before, "nothing was propagated");
+    assert_eq!(repl_offset(&mut con), before, "nothing was propagated");
     for _ in 0..10 {
         let msg = pubsub.get_message().unwrap();
         assert_eq!(msg.get_channel_name(), "__keyevent@0__:rl.hit");
@@ -432,16 +419,13 @@ fn limited_calls_fire_rl_hit_and_only_allowed_ones_replicate() {
         cmd_ints(&mut con, &["RL.THROTTLE", "u", "2", "1", "60"])[0],
         0
     );
-    assert!(offset(&mut con) > before, "an allowed call propagates");
+    assert!(repl_offset(&mut con) > before, "an allowed call propagates");
     wait_replica_offset(&primary, &replica);
     let keys = ["t", "u"];
-    let mut rcon = replica.client();
-    for k in keys {
-        let p: Option<String> = con.get(k).unwrap();
-        let r: Option<String> = rcon.get(k).unwrap();
-        assert_eq!(p, r, "{k}");
-        assert_eq!(pexpiretime(&mut con, k), pexpiretime(&mut rcon, k), "{k}");
-    }
+    assert_eq!(
+        snapshot(&mut con, &keys),
+        snapshot(&mut replica.client(), &keys)
+    );
 }
 
 /// The TAT is kept in ns since the epoch, and i64 ns end in April 2262. A

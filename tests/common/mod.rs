@@ -643,6 +643,49 @@ impl Rng {
     }
 }
 
+/// The primary's `master_repl_offset`: it moves only when something is
+/// propagated.
+#[allow(dead_code)]
+pub fn repl_offset(con: &mut Connection) -> i64 {
+    info_field(con, "replication", "master_repl_offset")
+        .expect("master_repl_offset")
+        .parse()
+        .expect("an integer offset")
+}
+
+/// Each key with its value (GET) and PEXPIRETIME, to compare a replica with
+/// its primary.
+#[allow(dead_code)]
+pub fn snapshot<K: AsRef<str>>(
+    con: &mut Connection,
+    keys: &[K],
+) -> Vec<(String, Option<String>, i64)> {
+    keys.iter()
+        .map(|k| {
+            let k = k.as_ref();
+            let value = redis::cmd("GET").arg(k).query(con).expect("GET");
+            (k.to_string(), value, pexpiretime(con, k))
+        })
+        .collect()
+}
+
+/// `$RL_SEED`, or a fresh one; printed either way, so a failing random run
+/// can be replayed.
+#[allow(dead_code)]
+pub fn seed(test: &str) -> u64 {
+    let seed = std::env::var("RL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
+    println!("{test}: RL_SEED={seed}");
+    seed
+}
+
 /// Primary options for tests that watch the replication offset: the
 /// primary's replication PINGs would move it on their own.
 #[allow(dead_code)]
