@@ -204,25 +204,22 @@ impl Key {
             // A new key gets a compact string (the server copies it, embedded
             // in the key's object); it turns into an updatable one on its
             // first update in place.
-            let created = match bytes {
+            let (value, owned) = match bytes {
                 // A new counter at 1: the shared string (the server keeps its
                 // own copy, and unshares a shared value before any write).
-                b"1" => Created {
-                    ctx,
-                    value: shared(&ONE),
-                    owned: false,
-                },
-                _ => Created {
-                    ctx,
-                    value: unsafe {
-                        let ptr = bytes.as_ptr().cast::<c_char>();
-                        api!(RedisModule_CreateString)(ctx, ptr, bytes.len())
-                    },
-                    owned: true,
-                },
+                b"1" => (shared(&ONE), false),
+                _ => {
+                    let ptr = bytes.as_ptr().cast::<c_char>();
+                    let value = unsafe { api!(RedisModule_CreateString)(ctx, ptr, bytes.len()) };
+                    (value, true)
+                }
             };
-            unsafe { api!(RedisModule_StringSet)(key, created.value) };
-            return Some(created);
+            // Never a null string into the API: without one, the key is
+            // written through the general path below.
+            if !value.is_null() {
+                unsafe { api!(RedisModule_StringSet)(key, value) };
+                return Some(Created { ctx, value, owned });
+            }
         }
         let dest = self.string_bytes_mut();
         if dest.len() == bytes.len() {
