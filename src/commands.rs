@@ -218,6 +218,12 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
                 apply(ctx, key, m.name, m.outcome.write, m.found);
             }
         } else if !m.outcome.decision.admitted {
+            // A refusal consumes nothing, but still makes the one repair
+            // RL.ADMIT would (an expiry for a TTL-less counter, a stored
+            // time pulled back), or a corrupt state would block for good.
+            if let Some((key, _)) = &mut m.key {
+                apply(ctx, key, m.name, m.outcome.write, m.found);
+            }
             notify_hit(ctx, m.name, request.cost);
             if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
                 refused_by = i + 1;

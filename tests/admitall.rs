@@ -288,6 +288,67 @@ fn a_refusal_by_any_member_changes_no_key_and_replicates_nothing() {
     );
 }
 
+/// A refusal consumes nothing, but a refusing limiter whose stored state
+/// would block for good gets the same one repair RL.ADMIT makes, on the
+/// replica too; the members that would have passed are left as they are.
+#[test]
+fn a_refusing_member_with_foreign_state_is_repaired_as_alone() {
+    let primary = Server::start_with(QUIET);
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+    let now = common::server_time_ms(&mut con);
+    let far_ns = (now + 100_000_000) as i128 * 1_000_000;
+    // A counter over its limit with no TTL; one with far more time left
+    // than its window; a GCRA time far in the future; and one that passes.
+    let _: () = con.set("r:nottl", 100).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg("r:long")
+        .arg(9)
+        .arg("PX")
+        .arg(100_000_000)
+        .query(&mut con)
+        .unwrap();
+    let _: () = con.set("r:gcra", format!("gcra:{far_ns}")).unwrap();
+    let keys = ["r:nottl", "r:long", "r:gcra", "r:ok"];
+    let policies = vec![
+        c!["LIMIT", 5, "WINDOW", 1_000],
+        c!["LIMIT", 3, "WINDOW", 500],
+        c!["ALGO", "gcra", "LIMIT", 10, "WINDOW", 1_000],
+        c!["LIMIT", 5, "WINDOW", 60_000],
+    ];
+    let reply = all(&run(&mut con, &admit_all(&keys, None, &policies)));
+    assert_eq!(reply.admitted, 0, "{reply:?}");
+    assert_eq!(reply.each[3][0], 1, "the last one would pass: {reply:?}");
+    let now = common::server_time_ms(&mut con);
+    let nottl = pexpiretime(&mut con, "r:nottl");
+    assert!(nottl > now && nottl <= now + 1_000, "TTL-less: {nottl}");
+    let long = pexpiretime(&mut con, "r:long");
+    assert!(long > now && long <= now + 500, "too long: {long}");
+    let gcra: String = con.get("r:gcra").unwrap();
+    let tat: i128 = gcra.strip_prefix("gcra:").unwrap().parse().unwrap();
+    assert!(tat < far_ns, "the future time was pulled back: {gcra}");
+    // Their values (the counts) are untouched; nothing was consumed.
+    assert_eq!(con.get::<_, i64>("r:nottl").unwrap(), 100);
+    assert_eq!(con.get::<_, i64>("r:long").unwrap(), 9);
+    assert_eq!(
+        dump(&mut con, "r:ok"),
+        None,
+        "the passing member is unwritten"
+    );
+    wait_replica_offset(&primary, &replica);
+    assert_eq!(
+        snapshot(&mut con, &keys),
+        snapshot(&mut replica.client(), &keys)
+    );
+    // Each blocks no longer than it said.
+    let back_off = reply.each[..3].iter().map(|d| d[3]).max().unwrap();
+    assert!(back_off <= 1_000, "{reply:?}");
+    std::thread::sleep(Duration::from_millis(back_off as u64 + 50));
+    let again = all(&run(&mut con, &admit_all(&keys, None, &policies)));
+    assert_eq!(again.admitted, 1, "{again:?}");
+}
+
 #[test]
 fn the_longest_backoff_decides_and_never_beats_any_wait() {
     let server = Server::start();
