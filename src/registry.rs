@@ -164,12 +164,17 @@ pub struct Command {
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
 const SINCE: &CStr = c"0.1.0";
 
-/// Registers the ACL category, where the server supports custom ones.
+/// Registers the ACL category, where the server supports custom ones. The
+/// server keeps a category after MODULE UNLOAD, so on a reload it already
+/// exists, and is just as usable. Called from OnLoad, the only EBUSY the
+/// server gives is "already exists".
 pub fn add_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
-    match unsafe { raw::RedisModule_AddACLCategory } {
-        Some(add) => unsafe { add(ctx, ACL_CATEGORY.as_ptr()) == raw::REDISMODULE_OK as c_int },
-        None => false,
-    }
+    let Some(add) = (unsafe { raw::RedisModule_AddACLCategory }) else {
+        return false;
+    };
+    let added = unsafe { add(ctx, ACL_CATEGORY.as_ptr()) } == raw::REDISMODULE_OK as c_int;
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    added || matches!(errno, Some(libc::EBUSY | libc::EEXIST))
 }
 
 /// Whether the server must ask the command itself where its keys are

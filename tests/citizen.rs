@@ -421,3 +421,43 @@ fn resp3_clients_get_maps_and_resp2_clients_arrays() {
         .unwrap();
     assert_eq!(ttl, Value::Int(0));
 }
+
+/// The server keeps an ACL category after MODULE UNLOAD: a reloaded module
+/// finds `ratelimit` already there and still files every command under it.
+#[test]
+fn a_reloaded_module_keeps_its_commands_in_its_acl_category() {
+    let server = Server::start_with(&["--enable-module-command", "local"]);
+    let mut con = server.client();
+    let module = module_path();
+    let module = module.to_str().unwrap();
+    for _ in 0..2 {
+        let _: () = redis::cmd("MODULE")
+            .arg(&["UNLOAD", "ratelimit"])
+            .query(&mut con)
+            .unwrap();
+        let _: () = redis::cmd("MODULE")
+            .arg(&["LOAD", module])
+            .query(&mut con)
+            .unwrap();
+        let listed: Vec<String> = redis::cmd("ACL")
+            .arg(&["CAT", "ratelimit"])
+            .query(&mut con)
+            .unwrap();
+        let mut listed: Vec<String> = listed.iter().map(|c| c.to_lowercase()).collect();
+        listed.sort();
+        let mut expected: Vec<&str> = TABLE.iter().map(|row| row.0).collect();
+        expected.sort();
+        assert_eq!(listed, expected);
+    }
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "svc", "on", "nopass", "+@ratelimit", "~*"])
+        .query(&mut con)
+        .unwrap();
+    let mut svc = server.client();
+    let _: () = redis::cmd("AUTH")
+        .arg(&["svc", "x"])
+        .query(&mut svc)
+        .unwrap();
+    let reply = cmd_ints(&mut svc, &["RL.ADMIT", "z", "LIMIT", "1", "WINDOW", "1000"]);
+    assert_eq!(reply[0], 1);
+}
