@@ -142,9 +142,12 @@ impl Schedule {
         let meter = Meter::of(policy);
         let now_ns = i128::from(now_ms) * NS_PER_MS;
         let tat = (self.read)(state);
-        let after = meter.forgive(debt(tat, now_ns, meter.capacity), amount);
+        let before = debt(tat, now_ns, meter.capacity);
+        let after = meter.forgive(before, amount);
         let write = match (tat, after) {
+            // No debt to forgive: no write.
             (None, _) => Write::Nothing,
+            (Some(_), _) if before == 0 => Write::Nothing,
             (Some(_), 0) => Write::Delete,
             (Some(_), _) => Write::State {
                 state: (self.make)(now_ns + after),

@@ -141,7 +141,9 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
         current: after,
         previous,
     };
-    let write = match (state.is_some(), after, previous) {
+    // Nothing to give back (no state, or an empty current window) writes
+    // nothing, even where the state would be re-based onto a new window.
+    let write = match (state.is_some() && current > 0, after, previous) {
         (false, _, _) => Write::Nothing,
         (true, 0, 0) => Write::Delete,
         (true, 0, _) => Write::State {
@@ -175,6 +177,20 @@ mod tests {
             *state = Some(s);
         }
         out.decision
+    }
+
+    #[test]
+    fn a_refund_with_nothing_in_the_current_window_writes_nothing() {
+        let p = policy(5, 1_000);
+        // Three in the previous window, none in this one.
+        let s = Some(State::Sliding {
+            window_start: 0,
+            current: 3,
+            previous: 0,
+        });
+        let out = refund(s, &p, 2, 1_500);
+        assert_eq!(out.write, Write::Nothing);
+        assert_eq!(out.decision, admit(s, &p, 0, 1_500).decision);
     }
 
     #[test]

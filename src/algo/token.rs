@@ -83,9 +83,11 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
         };
     };
     let after = meter.capacity - meter.forgive(meter.capacity - level, amount);
-    let write = match after == meter.capacity {
-        true => Write::Delete,
-        false => stored(after, now_ms, meter.capacity),
+    let write = match (level == meter.capacity, after == meter.capacity) {
+        // A full bucket has nothing to take back: no write.
+        (true, _) => Write::Nothing,
+        (false, true) => Write::Delete,
+        (false, false) => stored(after, now_ms, meter.capacity),
     };
     let peek_state = State::Token {
         credit_ns: after,
@@ -105,6 +107,37 @@ mod tests {
 
     fn policy(algo: Algo, limit: i64, window_ms: i64, burst: i64) -> Policy {
         Policy::new(algo, limit, window_ms, Some(burst), 0).unwrap()
+    }
+
+    #[test]
+    fn a_refund_with_no_debt_writes_nothing() {
+        for algo in [Algo::Token, Algo::Gcra] {
+            let p = policy(algo, 4, 1_000, 2);
+            // One taken at 0; by 1000 the bucket is full again.
+            let taken = match admit_any(None, &p, 1, 0).write {
+                Write::State { state, .. } => Some(state),
+                other => panic!("{other:?}"),
+            };
+            let out = refund_any(taken, &p, 1, 1_000);
+            assert_eq!(out.write, Write::Nothing, "{algo:?}");
+            assert_eq!(out.decision.remaining, 2, "{algo:?}");
+            // With some debt left, it is written.
+            assert_ne!(refund_any(taken, &p, 1, 100).write, Write::Nothing);
+        }
+    }
+
+    fn admit_any(s: Option<State>, p: &Policy, cost: i64, now: i64) -> Outcome {
+        match p.algo {
+            Algo::Token => admit(s, p, cost, now),
+            _ => gcra::admit(s, p, cost, now),
+        }
+    }
+
+    fn refund_any(s: Option<State>, p: &Policy, amount: i64, now: i64) -> Outcome {
+        match p.algo {
+            Algo::Token => refund(s, p, amount, now),
+            _ => gcra::refund(s, p, amount, now),
+        }
     }
 
     #[test]
