@@ -363,9 +363,10 @@ fn ttl(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
         store::reply_int(ctx, 0);
         return Ok(());
     };
-    // The fixed window's back-off is the counter's PTTL: no window needed.
-    let policy = match resolved.algo {
-        Algo::Fixed => None,
+    // The fixed window's back-off is the counter's PTTL, so it needs no
+    // window; given one, foreign state reads as RL.ADMIT reads it.
+    let policy = match (resolved.algo, resolved.window) {
+        (Algo::Fixed, None) => None,
         _ => Some(resolved.policy(now)?),
     };
     let key = Key::read(ctx, argv[1]);

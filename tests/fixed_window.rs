@@ -178,8 +178,9 @@ fn cost_spends_several_and_zero_peeks() {
     let base = ["RL.ADMIT", "k", "LIMIT", "10", "WINDOW", "60000", "COST"];
     let with_cost = |c: &'static str| -> Vec<&str> { base.iter().copied().chain([c]).collect() };
 
-    // A peek on an empty limiter: full budget, nothing written.
-    assert_eq!(cmd_ints(&mut con, &with_cost("0"))[..4], [1, 10, 10, 0]);
+    // A peek on an empty limiter: full budget, no window to reset, nothing
+    // written.
+    assert_eq!(cmd_ints(&mut con, &with_cost("0")), [1, 10, 10, 0, 0]);
     assert!(!con.exists::<_, bool>("k").unwrap());
 
     assert_eq!(cmd_ints(&mut con, &with_cost("4"))[..3], [1, 10, 6]);
@@ -240,6 +241,73 @@ fn rl_ttl_answers_the_backoff_only_at_or_over_the_limit() {
         0
     );
     assert_eq!(cmd_ints_one(&mut con, &["RL.TTL", "k", "LIMIT", "0"]), 0);
+}
+
+/// Given a window, RL.TTL reads foreign state as RL.ADMIT does: a counter
+/// at its limit without a TTL, or with more time left than one window,
+/// blocks one window, not for ever or for its whole TTL.
+#[test]
+fn rl_ttl_with_a_window_agrees_with_rl_admit_on_foreign_counters() {
+    let server = Server::start();
+    let mut con = server.client();
+    let _: () = con.set("nottl", 100).unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&["long", "9", "PX", "100000000"])
+        .query(&mut con)
+        .unwrap();
+    for (key, limit, window) in [("nottl", "5", "1000"), ("long", "3", "500")] {
+        let policy = ["LIMIT", limit, "WINDOW", window];
+        let ttl: Vec<&str> = ["RL.TTL", key].iter().chain(&policy).copied().collect();
+        let admit: Vec<&str> = ["RL.ADMIT", key].iter().chain(&policy).copied().collect();
+        // One MULTI: the server's clock stands still inside it.
+        let (told, refused): (i64, Vec<i64>) = redis::pipe()
+            .atomic()
+            .cmd(ttl[0])
+            .arg(&ttl[1..])
+            .cmd(admit[0])
+            .arg(&admit[1..])
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(refused[0], 0, "{key}");
+        assert_eq!(
+            told, refused[3],
+            "{key}: RL.TTL {told} vs RL.ADMIT {refused:?}"
+        );
+        assert_eq!(told.to_string(), window, "{key}");
+    }
+    // Without a window, RL.TTL is the key's PTTL at the limit, as before.
+    let _: () = redis::cmd("SET")
+        .arg(&["plain", "3", "PX", "100000000"])
+        .query(&mut con)
+        .unwrap();
+    assert!(cmd_ints_one(&mut con, &["RL.TTL", "plain", "LIMIT", "3"]) > 99_000_000);
+}
+
+/// A refund that empties a fixed window deletes its counter, as for every
+/// other algorithm, and the reply is that of no state.
+#[test]
+fn a_refund_to_empty_deletes_the_counter() {
+    let server = Server::start();
+    let mut con = server.client();
+    let policy = ["LIMIT", "5", "WINDOW", "60000"];
+    let with = |cmd: &'static str, extra: &[&'static str]| -> Vec<&'static str> {
+        [cmd, "k"]
+            .iter()
+            .chain(&policy)
+            .chain(extra)
+            .copied()
+            .collect()
+    };
+    cmd_ints(&mut con, &with("RL.ADMIT", &["COST", "2"]));
+    let left = cmd_ints(&mut con, &with("RL.REFUND", &[]));
+    assert_eq!(left[..3], [1, 5, 4]);
+    assert!(left[4] > 59_000, "the window stays: {left:?}");
+    assert_eq!(con.get::<_, i64>("k").unwrap(), 1);
+    assert_eq!(
+        cmd_ints(&mut con, &with("RL.REFUND", &["COST", "3"])),
+        [1, 5, 5, 0, 0]
+    );
+    assert!(!con.exists::<_, bool>("k").unwrap());
 }
 
 #[test]

@@ -60,7 +60,9 @@ end
 
 local new = count + cost
 if new <= limit then
-  if pttl < 0 or adopted then
+  if not raw and cost == 0 then
+    left = 0  -- a peek at no state opens no window
+  elseif pttl < 0 or adopted then
     left = window
   end
   if cost > 0 then

@@ -57,7 +57,11 @@ pub fn admit(
                 limit,
                 remaining: remaining_after(next),
                 retry_after_ms: 0,
-                reset_after_ms: left_ms(Some(expires_at)),
+                // A peek at no state opens no window.
+                reset_after_ms: match (cost, found) {
+                    (0, None) => 0,
+                    _ => left_ms(Some(expires_at)),
+                },
             };
             let write = if cost == 0 {
                 Write::Nothing
@@ -127,6 +131,13 @@ pub fn refund(
         c if c <= 0 => c,
         c => c.saturating_sub(amount).max(0),
     };
+    if count == 0 && counter.count > 0 {
+        // Refunded to empty: the limiter is gone, as for the other algorithms.
+        return Outcome {
+            decision: peek(None),
+            write: Write::Delete,
+        };
+    }
     let expires_at = counter
         .expires_at
         .unwrap_or_else(|| now_ms.saturating_add(policy.window_ms));
@@ -235,15 +246,37 @@ mod tests {
     }
 
     #[test]
+    fn a_refund_to_empty_deletes_the_counter() {
+        let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
+        let found = Some((State::Fixed { count: 2 }, Some(10_500)));
+        let out = refund(found, &p, 5, 10_000);
+        assert_eq!(out.write, Write::Delete);
+        assert_eq!(
+            (out.decision.remaining, out.decision.reset_after_ms),
+            (3, 0)
+        );
+        let out = refund(found, &p, 1, 10_000);
+        assert_eq!(
+            out.write,
+            Write::State {
+                state: State::Fixed { count: 1 },
+                expires_at: 10_500
+            }
+        );
+        assert_eq!(out.decision.reset_after_ms, 500);
+    }
+
+    #[test]
     fn peek_changes_nothing() {
         let (d, w) = admit(counter(2, 11_000), 3, W, 0, 10_000);
         assert!(d.admitted);
         assert_eq!((d.remaining, d.reset_after_ms), (1, 1_000));
         assert_eq!(w, Write::Nothing);
 
+        // No state: nothing to reset, as for every other algorithm.
         let (d, w) = admit(None, 3, W, 0, 10_000);
         assert!(d.admitted);
-        assert_eq!((d.remaining, d.reset_after_ms), (3, W));
+        assert_eq!((d.remaining, d.reset_after_ms), (3, 0));
         assert_eq!(w, Write::Nothing);
     }
 
