@@ -2,7 +2,7 @@
 //! fuzzer and the unit tests drive it without a server.
 
 use crate::algo::Algo;
-use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
 use crate::keyword::Keyword;
 use crate::num::parse_i64;
 
@@ -95,7 +95,11 @@ impl Options {
             }
             Opt::Limit => self.limit.replace(int_in(value, opt, 0)?).is_some(),
             Opt::Window => self.window.replace(int_in(value, opt, 1)?).is_some(),
-            Opt::Burst => self.burst.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Burst => {
+                let burst = parse_i64(value).filter(|&b| b >= 0);
+                let burst = burst.ok_or(RlError::BadValue("BURST", BURST_RANGE))?;
+                self.burst.replace(burst).is_some()
+            }
             Opt::Cost => self.cost.replace(int_in(value, opt, 0)?).is_some(),
             Opt::Meta => self.meta.replace(at).is_some(),
         };
@@ -181,7 +185,7 @@ mod tests {
                 &["ALGO", "token", "algo", "gcra"],
                 RlError::Repeated("ALGO"),
             ),
-            (&["BURST", "-1"], RlError::BadValue("BURST", NON_NEGATIVE)),
+            (&["BURST", "-1"], RlError::BadValue("BURST", BURST_RANGE)),
         ];
         for (tail, want) in cases {
             let mut words = vec!["rl.admit", "k"];

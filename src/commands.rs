@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::algo::{self, fixed, state, throttle, Algo, Decision, Policy, State, Write};
 use crate::args::{int_arg, parse_options, unknown, Opt, Options, MAX_ARGS, POLICY};
 use crate::config;
-use crate::error::{RlError, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
 use crate::num::parse_i64;
 use crate::stats;
 use crate::store::{self, arg_bytes, Ctx, Key, KeyKind, Str};
@@ -489,7 +489,8 @@ struct Resolved {
     algo: Algo,
     limit: i64,
     window: Option<(i64, &'static str)>,
-    burst: Option<i64>,
+    /// The burst, and whether it came from the META hash.
+    burst: Option<(i64, bool)>,
 }
 
 impl Resolved {
@@ -498,7 +499,17 @@ impl Resolved {
         if now.checked_add(window).is_none() {
             return Err(RlError::WindowOverflow(source));
         }
-        Policy::new(self.algo, self.limit, window, self.burst, now)
+        match self.burst {
+            Some((b, true)) if b < self.algo.min_burst() => {
+                return Err(RlError::BadMetaField("burst", BURST_RANGE))
+            }
+            Some((b, false)) if b < self.algo.min_burst() => {
+                return Err(RlError::BadValue("BURST", BURST_RANGE))
+            }
+            _ => {}
+        }
+        let burst = self.burst.map(|(b, _)| b);
+        Policy::new(self.algo, self.limit, window, burst, now)
     }
 }
 
@@ -528,8 +539,8 @@ fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved>, R
         None => meta.duration()?.map(|d| (d, "META field 'duration'")),
     };
     let burst = match (opts.burst, algo.uses_burst()) {
-        (Some(b), _) => Some(b),
-        (None, true) => meta.burst()?,
+        (Some(b), _) => Some((b, false)),
+        (None, true) => meta.burst()?.map(|b| (b, true)),
         (None, false) => None,
     };
     Ok(Some(Resolved {
@@ -580,7 +591,11 @@ impl Meta {
     }
 
     fn burst(&self) -> Result<Option<i64>, RlError> {
-        int_field(self.burst, "burst", 0)
+        match self.burst {
+            None => Ok(None),
+            Some(Some(b)) if b >= 0 => Ok(Some(b)),
+            Some(_) => Err(RlError::BadMetaField("burst", BURST_RANGE)),
+        }
     }
 
     fn algorithm(&self) -> Result<Option<Algo>, RlError> {

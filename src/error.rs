@@ -21,6 +21,8 @@ pub enum RlError {
     BadState(&'static str),
     /// Times this policy implies do not fit the clock.
     PolicyTooLarge,
+    /// One argument makes the policy impossible: (argument, why).
+    TooLarge(&'static str, &'static str),
     /// An option the chosen algorithm does not use: (option, algorithm).
     NotForAlgo(&'static str, &'static str),
     DuplicateKeys,
@@ -34,6 +36,8 @@ pub enum RlError {
 
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
 pub const POSITIVE: &str = "an integer from 1 to 9223372036854775807";
+/// A leaky queue may be empty; a bucket must hold at least one request.
+pub const BURST_RANGE: &str = "an integer from 1 (0 for ALGO leaky) to 9223372036854775807";
 
 impl fmt::Display for RlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -57,6 +61,7 @@ impl fmt::Display for RlError {
             WrongType => write!(f, "WRONGTYPE Operation against a key holding the wrong kind of value"),
             BadState(algo) => write!(f, "ERR limiter key does not hold {algo} state"),
             PolicyTooLarge => write!(f, "ERR the policy is too large: its times overflow the clock"),
+            TooLarge(arg, why) => write!(f, "ERR {arg} is too large: {why}"),
             NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
             DuplicateKeys => write!(f, "ERR every key must be distinct"),
             PolicyFirst => write!(f, "ERR policy options must follow a POLICY keyword"),

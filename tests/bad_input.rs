@@ -52,6 +52,17 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
             ],
         )
         .unwrap();
+    let _: () = con
+        .hset_multiple(
+            "zeroburst",
+            &[
+                ("max", "3"),
+                ("duration", "1000"),
+                ("algorithm", "gcra"),
+                ("burst", "0"),
+            ],
+        )
+        .unwrap();
     let _: () = con.set("text", "hello").unwrap();
     let _: () = con.rpush("list", "x").unwrap();
     let keys = [
@@ -202,6 +213,23 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
         ),
         (&["RL.ADMIT", "c", "META", "badalgo"], "'algorithm'"),
         (&["RL.ADMIT", "new", "META", "badburst"], "'burst'"),
+        // A bucket holds at least one request: a 0 from META names the field.
+        (
+            &["RL.ADMIT", "new", "META", "zeroburst"],
+            "META hash field 'burst' must be an integer from 1 (0 for ALGO leaky)",
+        ),
+        (
+            &[
+                "RL.ADMIT", "new", "ALGO", "token", "LIMIT", "3", "WINDOW", "9", "BURST", "0",
+            ],
+            "BURST must be an integer from 1 (0 for ALGO leaky)",
+        ),
+        (
+            &[
+                "RL.ADMIT", "new", "ALGO", "leaky", "LIMIT", "3", "WINDOW", "9", "BURST", "-1",
+            ],
+            "BURST must be an integer from 1 (0 for ALGO leaky)",
+        ),
         (
             &["RL.REFUND", "c", "LIMIT", "5", "WINDOW", "10", "COST", "-2"],
             "COST",

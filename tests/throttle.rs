@@ -337,14 +337,30 @@ fn bad_input_is_an_error_that_changes_nothing() {
         (&["RL.THROTTLE", "ok", "4", "1", "10", "one"], "quantity"),
         (&["RL.THROTTLE", "ok", "4", "1", "10", ""], "quantity"),
         (&["RL.THROTTLE", "ok", " 4", "1", "10"], "max_burst"),
-        (&["RL.THROTTLE", "new", max, "1", "1"], "too large"),
+        (
+            &["RL.THROTTLE", "new", max, "1", "1"],
+            "max_burst is too large",
+        ),
         (
             &["RL.THROTTLE", "new", "9223372036854775806", "1", "1"],
-            "too large",
+            "max_burst is too large",
         ),
-        (&["RL.THROTTLE", "new", "1", max, "1"], "too large"),
-        (&["RL.THROTTLE", "new", "1", "1", max], "too large"),
-        (&["RL.THROTTLE", "new", max, max, max], "too large"),
+        (
+            &["RL.THROTTLE", "new", "1", max, "1"],
+            "count_per_period is too large",
+        ),
+        (
+            &["RL.THROTTLE", "new", "0", "2000000000", "1"],
+            "count_per_period is too large",
+        ),
+        (
+            &["RL.THROTTLE", "new", "1", "1", max],
+            "period is too large",
+        ),
+        (
+            &["RL.THROTTLE", "new", max, max, max],
+            "max_burst is too large",
+        ),
         (
             &["RL.THROTTLE", "new", "99999999999999999999", "1", "1"],
             "max_burst",

@@ -49,6 +49,11 @@ impl Algo {
     pub fn uses_burst(self) -> bool {
         matches!(self, Algo::Token | Algo::Gcra | Algo::Leaky)
     }
+
+    /// The least BURST: a leaky queue may be empty, a bucket holds one.
+    pub fn min_burst(self) -> i64 {
+        i64::from(self != Algo::Leaky)
+    }
 }
 
 /// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.
@@ -79,9 +84,8 @@ impl Policy {
             window_ms,
             burst,
         };
-        let min_burst = if algo == Algo::Leaky { 0 } else { 1 };
-        if burst < min_burst {
-            return Err(RlError::BadValue("BURST", crate::error::POSITIVE));
+        if burst < algo.min_burst() {
+            return Err(RlError::BadValue("BURST", crate::error::BURST_RANGE));
         }
         // The longest span of state: two windows (sliding) or a full bucket.
         // The buckets store absolute times in ns, which must fit an i64

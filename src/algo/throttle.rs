@@ -8,6 +8,9 @@ use crate::error::RlError;
 
 const NS_PER_S: i128 = 1_000_000_000;
 
+/// Bucket times are absolute ns, which must fit an i64.
+const PAST_THE_CLOCK: &str = "its times would pass the ns clock (the year 2262)";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Params {
     pub max_burst: i64,
@@ -53,17 +56,22 @@ impl Params {
         // Integer division like redis-cell's; sub-ns intervals are refused.
         let interval = i128::from(self.period_s) * NS_PER_S / i128::from(self.count);
         if interval == 0 {
-            return Err(RlError::PolicyTooLarge);
+            return Err(RlError::TooLarge(
+                "count_per_period",
+                "more than one request per ns",
+            ));
         }
-        let limit = self
-            .max_burst
-            .checked_add(1)
-            .ok_or(RlError::PolicyTooLarge)?;
+        if !super::policy::fits_ns(now_ms, interval) {
+            return Err(RlError::TooLarge("period", PAST_THE_CLOCK));
+        }
+        // The bucket, (max_burst + 1) intervals, must fit too.
+        let too_big = RlError::TooLarge("max_burst", PAST_THE_CLOCK);
+        let limit = self.max_burst.checked_add(1).ok_or(too_big.clone())?;
         let tolerance = interval
             .checked_mul(i128::from(limit))
-            .ok_or(RlError::PolicyTooLarge)?;
+            .ok_or(too_big.clone())?;
         if !super::policy::fits_ns(now_ms, tolerance) {
-            return Err(RlError::PolicyTooLarge);
+            return Err(too_big);
         }
         Ok(Meter {
             interval,
