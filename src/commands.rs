@@ -62,6 +62,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
         }
         return redis_module::raw::REDISMODULE_OK as c_int;
     }
+    stats::call(ctx);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         if argc > MAX_ARGS {
             return Err(RlError::TooManyArguments);

@@ -214,6 +214,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         log(ctx, c"warning", &e);
         return err;
     }
+    stats::init(COMMANDS.iter().map(|cmd| cmd.name));
     config::watch_resetstat(ctx);
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
@@ -252,7 +253,12 @@ const OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 /// Major * 10000 + minor * 100 + patch, as `MODULE LIST` shows it.
 const MODULE_VERSION: c_int = 100;
 
-extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
+extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
+    // A crash report reads nothing more from the server. INFO may run inside
+    // an EXEC whose RESETSTAT is still to come: a command stops the check.
+    if for_crash_report == 0 {
+        stats::settle_pending(false);
+    }
     stats::add_info(ctx);
 }
 

@@ -63,7 +63,12 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ReplyWithSimpleString,
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,
-        RedisModule_WrongArity
+        RedisModule_WrongArity,
+        RedisModule_GetServerInfo,
+        RedisModule_ServerInfoGetFieldC,
+        RedisModule_FreeServerInfo,
+        RedisModule_GetClientInfoById,
+        RedisModule_CommandFilterGetClientId
     );
     Ok(())
 }
@@ -415,6 +420,57 @@ pub fn reply_ints(ctx: Ctx, values: &[i64]) {
             api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
         }
     }
+}
+
+/// Inside an EXEC (also in a script it runs).
+pub fn in_exec(ctx: Ctx) -> bool {
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_MULTI != 0
+}
+
+/// The `calls=` of `fields` in `INFO commandstats`, summed (a missing field
+/// is a command not called yet); `None` when the server gives no info.
+/// No context is passed: no auto memory, and INFO callbacks have none.
+pub fn command_calls(fields: &[std::ffi::CString]) -> Option<u64> {
+    let section = c"commandstats".as_ptr();
+    let info = unsafe { api!(RedisModule_GetServerInfo)(ptr::null_mut(), section) };
+    if info.is_null() {
+        return None;
+    }
+    let mut sum = Some(0u64);
+    for field in fields {
+        let value = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, field.as_ptr()) };
+        if value.is_null() {
+            continue;
+        }
+        // "calls=12,usec=..."
+        let value = unsafe { CStr::from_ptr(value) }.to_bytes();
+        let calls = value
+            .strip_prefix(b"calls=")
+            .and_then(|v| v.split(|&b| b == b',').next())
+            .and_then(crate::num::parse_i64)
+            .and_then(|n| u64::try_from(n).ok());
+        sum = sum.zip(calls).map(|(a, b)| a + b);
+    }
+    unsafe { api!(RedisModule_FreeServerInfo)(ptr::null_mut(), info) };
+    sum
+}
+
+/// A connected client's `REDISMODULE_CLIENTINFO_FLAG_*`, or `None` for an
+/// id no connection has (gone, or a script's or module's own client).
+pub fn client_flags(id: u64) -> Option<u32> {
+    // SAFETY: plain integers and bytes; all zero is a valid value.
+    let mut info: raw::RedisModuleClientInfo = unsafe { std::mem::zeroed() };
+    info.version = u64::from(raw::REDISMODULE_CLIENTINFO_VERSION);
+    let ci = (&mut info as *mut raw::RedisModuleClientInfo).cast();
+    let found =
+        unsafe { api!(RedisModule_GetClientInfoById)(ci, id) } == raw::REDISMODULE_OK as c_int;
+    found.then_some(info.flags as u32)
+}
+
+/// The client that sent a command a command filter sees.
+pub fn filter_client_id(fctx: *mut raw::RedisModuleCommandFilterCtx) -> u64 {
+    unsafe { api!(RedisModule_CommandFilterGetClientId)(fctx) }
 }
 
 /// RESP3 clients get maps with named fields; RESP2 keeps positional arrays.

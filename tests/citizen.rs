@@ -206,6 +206,174 @@ fn info_counts_per_algorithm_and_resets_with_config_resetstat() {
         "{:?}",
         info(&mut con)
     );
+    // Counting goes on from zero.
+    cmd_ints(&mut con, &ADMIT);
+    assert_eq!(admitted_and_calls(&mut con), (1, 1));
+}
+
+/// A limiter that admits every call of the tests below.
+const ADMIT: [&str; 6] = ["RL.ADMIT", "a", "LIMIT", "1000", "WINDOW", "60000"];
+
+/// `ratelimit_calls_admitted`, and the server's own count of RL.ADMIT calls
+/// (`INFO commandstats`, under the name as registered), which only a CONFIG
+/// RESETSTAT that runs zeroes.
+fn admitted_and_calls(con: &mut redis::Connection) -> (i64, i64) {
+    let admitted = info(con)["ratelimit_calls_admitted"];
+    let calls = common::info_field(con, "commandstats", "cmdstat_RL.ADMIT").map_or(0, |v| {
+        let calls = v.split(',').find_map(|f| f.strip_prefix("calls="));
+        calls.unwrap().parse().unwrap()
+    });
+    (admitted, calls)
+}
+
+fn admit(con: &mut redis::Connection, times: usize) {
+    for _ in 0..times {
+        assert_eq!(cmd_ints(con, &ADMIT)[0], 1);
+    }
+}
+
+fn words(cmds: &[&[&str]]) -> Vec<Vec<String>> {
+    let word = |w: &&str| w.to_string();
+    cmds.iter().map(|c| c.iter().map(word).collect()).collect()
+}
+
+#[test]
+fn a_config_resetstat_that_does_not_run_leaves_info_ratelimit() {
+    let server = Server::start();
+    let mut con = server.client();
+    admit(&mut con, 3);
+    assert_eq!(admitted_and_calls(&mut con), (3, 3));
+
+    // Refused by ACL: NOPERM, nothing reset.
+    let acl = [
+        "ACL", "SETUSER", "u", "on", "nopass", "+@all", "-config", "~*",
+    ];
+    assert_eq!(common::cmd_raw(&mut con, &acl), Value::Okay);
+    let mut limited = server.client();
+    assert_eq!(
+        common::cmd_raw(&mut limited, &["AUTH", "u", "x"]),
+        Value::Okay
+    );
+    let err = cmd_err(&mut limited, &["CONFIG", "RESETSTAT"]);
+    assert!(err.starts_with("NOPERM"), "{err}");
+    // Read from INFO first, then from a command.
+    assert_eq!(admitted_and_calls(&mut con), (3, 3));
+    admit(&mut con, 1);
+    assert_eq!(admitted_and_calls(&mut con), (4, 4));
+
+    // Queued, then discarded.
+    assert_eq!(common::cmd_raw(&mut con, &["MULTI"]), Value::Okay);
+    let queued = common::cmd_raw(&mut con, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(queued, Value::SimpleString("QUEUED".into()));
+    assert_eq!(common::cmd_raw(&mut con, &["DISCARD"]), Value::Okay);
+    assert_eq!(admitted_and_calls(&mut con), (4, 4));
+    admit(&mut con, 1);
+    assert_eq!(admitted_and_calls(&mut con), (5, 5));
+
+    // Not allowed from a script.
+    let script = "return redis.pcall('config','resetstat')";
+    let reply = common::cmd_raw(&mut con, &["EVAL", script, "0"]);
+    assert!(matches!(reply, Value::ServerError(_)), "{reply:?}");
+    assert_eq!(admitted_and_calls(&mut con), (5, 5));
+    admit(&mut con, 1);
+    assert_eq!(admitted_and_calls(&mut con), (6, 6));
+
+    // Queued by a client without +config: EXECABORT.
+    assert_eq!(common::cmd_raw(&mut limited, &["MULTI"]), Value::Okay);
+    let err = cmd_err(&mut limited, &["CONFIG", "RESETSTAT"]);
+    assert!(err.starts_with("NOPERM"), "{err}");
+    let err = cmd_err(&mut limited, &["EXEC"]);
+    assert!(err.starts_with("EXECABORT"), "{err}");
+    assert_eq!(admitted_and_calls(&mut con), (6, 6));
+    admit(&mut con, 1);
+    assert_eq!(admitted_and_calls(&mut con), (7, 7));
+}
+
+#[test]
+fn config_resetstat_in_a_transaction_clears_info_ratelimit_when_it_runs() {
+    let server = Server::start();
+    let mut con = server.client();
+    admit(&mut con, 3);
+    common::exec(&mut con, &words(&[&["CONFIG", "RESETSTAT"]]));
+    assert_eq!(admitted_and_calls(&mut con), (0, 0));
+    admit(&mut con, 2);
+    assert_eq!(admitted_and_calls(&mut con), (2, 2));
+
+    // Only the calls after the reset count, whatever runs between them.
+    let info_cmd: &[&str] = &["INFO", "ratelimit"];
+    let replies = common::exec(
+        &mut con,
+        &words(&[
+            &ADMIT,
+            &["CONFIG", "RESETSTAT"],
+            &ADMIT,
+            info_cmd,
+            &ADMIT,
+            &["CONFIG", "RESETSTAT"],
+            &ADMIT,
+        ]),
+    );
+    let Value::BulkString(text) = &replies[3] else {
+        panic!("{replies:?}")
+    };
+    let text = String::from_utf8_lossy(text);
+    assert!(text.contains("ratelimit_calls_admitted:1\r\n"), "{text}");
+    assert_eq!(admitted_and_calls(&mut con), (1, 1));
+
+    // Another client's calls between the queueing and EXEC lose nothing.
+    assert_eq!(common::cmd_raw(&mut con, &["MULTI"]), Value::Okay);
+    let queued = common::cmd_raw(&mut con, &["CONFIG", "RESETSTAT"]);
+    assert_eq!(queued, Value::SimpleString("QUEUED".into()));
+    let mut other = server.client();
+    admit(&mut other, 2);
+    assert_eq!(admitted_and_calls(&mut other), (3, 3));
+    assert!(matches!(
+        common::cmd_raw(&mut con, &["EXEC"]),
+        Value::Array(_)
+    ));
+    assert_eq!(admitted_and_calls(&mut other), (0, 0));
+    admit(&mut other, 1);
+    assert_eq!(admitted_and_calls(&mut other), (1, 1));
+}
+
+#[test]
+fn config_resetstat_in_a_postponed_exec_still_clears_info_ratelimit() {
+    let server = Server::start();
+    let mut con = server.client();
+    admit(&mut con, 2);
+    let mut client = server.client();
+    assert_eq!(common::cmd_raw(&mut client, &["MULTI"]), Value::Okay);
+    for cmd in [&ADMIT[..], &["CONFIG", "RESETSTAT"]] {
+        let queued = common::cmd_raw(&mut client, cmd);
+        assert_eq!(queued, Value::SimpleString("QUEUED".into()));
+    }
+    // An EXEC with a write waits out CLIENT PAUSE WRITE; reads go on.
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "10000", "WRITE"])
+        .query(&mut con)
+        .unwrap();
+    let waiting = std::thread::spawn(move || common::cmd_raw(&mut client, &["EXEC"]));
+    common::wait_until(
+        std::time::Duration::from_secs(5),
+        "EXEC to be postponed",
+        || common::info_field(&mut con, "clients", "blocked_clients").as_deref() == Some("1"),
+    );
+    // RL.TTL (read-only) runs meanwhile.
+    let ttl: i64 = redis::cmd("RL.TTL")
+        .arg(&ADMIT[1..])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(ttl, 0);
+    assert_eq!(admitted_and_calls(&mut con), (2, 2));
+    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut con).unwrap();
+    let replies = waiting.join().unwrap();
+    assert!(
+        matches!(&replies, Value::Array(r) if r.len() == 2),
+        "{replies:?}"
+    );
+    assert_eq!(admitted_and_calls(&mut con), (0, 0));
+    admit(&mut con, 1);
+    assert_eq!(admitted_and_calls(&mut con), (1, 1));
 }
 
 #[test]
