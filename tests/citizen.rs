@@ -482,12 +482,14 @@ fn events_for_hits_refunds_and_resets() {
         let key: String = msg.get_payload().unwrap();
         (msg.get_channel_name().to_string(), key)
     };
-    let admit = ["RL.ADMIT", "e", "LIMIT", "1", "WINDOW", "60000"];
+    let admit = ["RL.ADMIT", "e", "LIMIT", "2", "WINDOW", "60000"];
+    cmd_ints(&mut con, &admit);
     cmd_ints(&mut con, &admit);
     assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
+    // One of two back: the counter stays, for RL.RESET to delete.
     cmd_ints(
         &mut con,
-        &["RL.REFUND", "e", "LIMIT", "1", "WINDOW", "60000"],
+        &["RL.REFUND", "e", "LIMIT", "2", "WINDOW", "60000"],
     );
     let _: i64 = redis::cmd("RL.RESET").arg("e").query(&mut con).unwrap();
     assert_eq!(
@@ -508,6 +510,7 @@ fn events_for_hits_refunds_and_resets() {
         .arg(&["SET", "ratelimit.hit-events", "no"])
         .query(&mut con)
         .unwrap();
+    cmd_ints(&mut con, &admit);
     cmd_ints(&mut con, &admit);
     assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
     let _: i64 = redis::cmd("RL.RESET").arg("e").query(&mut con).unwrap();
