@@ -215,7 +215,6 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         return err;
     }
     stats::init(COMMANDS.iter().map(|cmd| cmd.name));
-    config::watch_resetstat(ctx);
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
         log(
@@ -254,10 +253,9 @@ const OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 const MODULE_VERSION: c_int = 100;
 
 extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
-    // A crash report reads nothing more from the server. INFO may run inside
-    // an EXEC whose RESETSTAT is still to come: a command stops the check.
+    // A crash report asks the server nothing more.
     if for_crash_report == 0 {
-        stats::settle_pending(false);
+        stats::settle_reset();
     }
     stats::add_info(ctx);
 }

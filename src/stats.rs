@@ -1,15 +1,22 @@
 //! Counters behind `INFO ratelimit`. Commands run on the main thread, but
 //! INFO may be asked from a crash report, so plain relaxed atomics.
+//!
+//! `CONFIG RESETSTAT` clears them too. No hook says when one runs (a command
+//! filter sees it before ACL, MULTI and script checks, and not at all when
+//! CONFIG is renamed), so the server's own count is the witness: `INFO
+//! commandstats` counts our calls as we do, and only a reset that ran brings
+//! its sum below ours. What each recent call counted is kept, so after a
+//! reset the counters are rebuilt exactly from the calls since. A look at
+//! each INFO, and every `RECENT` calls, keeps those within reach.
 
 use std::ffi::{CStr, CString};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
 use redis_module::raw;
 
 use crate::algo::Algo;
-use crate::config;
-use crate::store::{self, Ctx};
+use crate::store;
 
 /// Per algorithm, then one slot for calls with no single algorithm
 /// (RL.THROTTLE, RL.ADMITALL, unlimited calls).
@@ -33,23 +40,62 @@ static COUNTERS: Counters = Counters {
     errors: ZERO,
 };
 
-fn slot(algo: Option<Algo>) -> usize {
-    algo.map_or(OTHER, |a| a as usize)
+/// What one call counted, in one word: a kind in the top bits (none,
+/// admitted or refused per slot, error) and a refusal's back-off below.
+type Entry = u64;
+const KIND_SHIFT: u32 = 60;
+const BACKOFF_MASK: u64 = (1 << KIND_SHIFT) - 1;
+const NOTHING: Entry = 0;
+const ADMITTED: u64 = 1;
+const REFUSED: u64 = ADMITTED + SLOTS as u64;
+const ERROR: u64 = REFUSED + SLOTS as u64;
+
+/// The entries of the last `RECENT` calls, by call number.
+const RECENT: usize = 1 << 14;
+#[allow(clippy::declare_interior_mutable_const)]
+static HISTORY: [AtomicU64; RECENT] = [ZERO; RECENT];
+/// Calls since load: the next entry's number.
+static NUMBERED: AtomicU64 = AtomicU64::new(0);
+/// Calls since the last reset we know of; the server's count, unless a
+/// reset ran since.
+static CALLS: AtomicU64 = AtomicU64::new(0);
+/// What the call in progress counted.
+static CURRENT: AtomicU64 = AtomicU64::new(NOTHING);
+/// `cmdstat_<name>` of each of our commands, in the case they were
+/// registered with, as the server spells them.
+static CMDSTAT_FIELDS: OnceLock<Vec<CString>> = OnceLock::new();
+
+fn slot(algo: Option<Algo>) -> u64 {
+    algo.map_or(OTHER, |a| a as usize) as u64
 }
 
 pub fn admitted(algo: Option<Algo>) {
-    COUNTERS.admitted[slot(algo)].fetch_add(1, Relaxed);
+    CURRENT.store((ADMITTED + slot(algo)) << KIND_SHIFT, Relaxed);
 }
 
 pub fn refused(algo: Option<Algo>, backoff_ms: i64) {
-    COUNTERS.refused[slot(algo)].fetch_add(1, Relaxed);
-    COUNTERS
-        .backoff_ms
-        .fetch_add(backoff_ms.max(0) as u64, Relaxed);
+    let backoff = (backoff_ms.max(0) as u64).min(BACKOFF_MASK);
+    CURRENT.store((REFUSED + slot(algo)) << KIND_SHIFT | backoff, Relaxed);
 }
 
 pub fn error() {
-    COUNTERS.errors.fetch_add(1, Relaxed);
+    CURRENT.store(ERROR << KIND_SHIFT, Relaxed);
+}
+
+/// Adds one call's entry to the counters. Only the main thread writes, so
+/// a load and a store do (no locked read-modify-write).
+fn count(entry: Entry) {
+    let bump = |c: &AtomicU64, by: u64| c.store(c.load(Relaxed).wrapping_add(by), Relaxed);
+    let kind = entry >> KIND_SHIFT;
+    match kind {
+        NOTHING => {}
+        k if k < REFUSED => bump(&COUNTERS.admitted[(k - ADMITTED) as usize], 1),
+        k if k < ERROR => {
+            bump(&COUNTERS.refused[(k - REFUSED) as usize], 1);
+            bump(&COUNTERS.backoff_ms, entry & BACKOFF_MASK);
+        }
+        _ => bump(&COUNTERS.errors, 1),
+    }
 }
 
 fn clear() {
@@ -59,16 +105,6 @@ fn clear() {
     COUNTERS.backoff_ms.store(0, Relaxed);
     COUNTERS.errors.store(0, Relaxed);
 }
-
-/// Our command calls since the counters were cleared. The server counts the
-/// same calls in `INFO commandstats`, and only a CONFIG RESETSTAT that runs
-/// brings its sum below this: a refused one changes nothing.
-static CALLS: AtomicU64 = AtomicU64::new(0);
-/// A CONFIG RESETSTAT may have run: compare at the next command or INFO.
-static RESET_PENDING: AtomicBool = AtomicBool::new(false);
-/// `cmdstat_<name>` of each of our commands, in the case they were
-/// registered with, as the server spells them.
-static CMDSTAT_FIELDS: OnceLock<Vec<CString>> = OnceLock::new();
 
 /// At load. The server's stats of commands just registered start at zero,
 /// and so do ours.
@@ -82,46 +118,46 @@ pub fn init<'a>(names: impl Iterator<Item = &'a CStr>) {
     });
     clear();
     CALLS.store(0, Relaxed);
-    RESET_PENDING.store(false, Relaxed);
+    NUMBERED.store(0, Relaxed);
 }
 
-/// Each call of one of our commands (not a getkeys request), before it runs.
-#[inline]
-pub fn call(ctx: Ctx) {
-    if RESET_PENDING.load(Relaxed) {
-        // A RESETSTAT queued later in the same EXEC may still run.
-        settle_reset(!store::in_exec(ctx));
+/// Before each call of one of our commands (not a getkeys request).
+pub fn begin_call() {
+    CURRENT.store(NOTHING, Relaxed);
+}
+
+/// After each call: what it counted joins the counters and the history.
+/// Every `RECENT` calls, first a look for a reset, so that the calls since
+/// one are always still in the history.
+pub fn end_call() {
+    let number = NUMBERED.load(Relaxed);
+    if number > 0 && number.is_multiple_of(RECENT as u64) {
+        settle_reset();
     }
-    // Commands run one at a time: no locked read-modify-write needed.
+    let entry = CURRENT.load(Relaxed);
+    HISTORY[number as usize % RECENT].store(entry, Relaxed);
+    count(entry);
+    NUMBERED.store(number + 1, Relaxed);
     CALLS.store(CALLS.load(Relaxed) + 1, Relaxed);
 }
 
-pub fn reset_pending() {
-    RESET_PENDING.store(true, Relaxed);
-}
-
-/// `settle_reset` when a check is pending.
-pub fn settle_pending(done: bool) {
-    if RESET_PENDING.load(Relaxed) {
-        settle_reset(done);
-    }
-}
-
-/// Clears our counters if a CONFIG RESETSTAT ran since the last look.
-/// `done`: no RESETSTAT already sent can still run, so stop looking.
-fn settle_reset(done: bool) {
+/// If a CONFIG RESETSTAT ran since the last look, the counters become what
+/// the calls since it counted. Not from a crash report: it asks the server.
+pub fn settle_reset() {
     let fields = CMDSTAT_FIELDS.get().map_or(&[][..], Vec::as_slice);
-    let Some(calls) = store::command_calls(fields) else {
-        RESET_PENDING.store(false, Relaxed);
+    let Some(server) = store::command_calls(fields) else {
         return;
     };
-    if calls < CALLS.load(Relaxed) {
-        clear();
-        CALLS.store(calls, Relaxed);
+    if server >= CALLS.load(Relaxed) {
+        return;
     }
-    if done {
-        RESET_PENDING.store(config::exec_postponed(), Relaxed);
+    clear();
+    let number = NUMBERED.load(Relaxed);
+    let since = server.min(number).min(RECENT as u64);
+    for n in number - since..number {
+        count(HISTORY[n as usize % RECENT].load(Relaxed));
     }
+    CALLS.store(server, Relaxed);
 }
 
 fn total(counters: &[AtomicU64; SLOTS]) -> u64 {

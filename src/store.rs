@@ -66,9 +66,7 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_WrongArity,
         RedisModule_GetServerInfo,
         RedisModule_ServerInfoGetFieldC,
-        RedisModule_FreeServerInfo,
-        RedisModule_GetClientInfoById,
-        RedisModule_CommandFilterGetClientId
+        RedisModule_FreeServerInfo
     );
     Ok(())
 }
@@ -422,12 +420,6 @@ pub fn reply_ints(ctx: Ctx, values: &[i64]) {
     }
 }
 
-/// Inside an EXEC (also in a script it runs).
-pub fn in_exec(ctx: Ctx) -> bool {
-    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
-    flags & raw::REDISMODULE_CTX_FLAGS_MULTI != 0
-}
-
 /// The `calls=` of `fields` in `INFO commandstats`, summed (a missing field
 /// is a command not called yet); `None` when the server gives no info.
 /// No context is passed: no auto memory, and INFO callbacks have none.
@@ -454,23 +446,6 @@ pub fn command_calls(fields: &[std::ffi::CString]) -> Option<u64> {
     }
     unsafe { api!(RedisModule_FreeServerInfo)(ptr::null_mut(), info) };
     sum
-}
-
-/// A connected client's `REDISMODULE_CLIENTINFO_FLAG_*`, or `None` for an
-/// id no connection has (gone, or a script's or module's own client).
-pub fn client_flags(id: u64) -> Option<u32> {
-    // SAFETY: plain integers and bytes; all zero is a valid value.
-    let mut info: raw::RedisModuleClientInfo = unsafe { std::mem::zeroed() };
-    info.version = u64::from(raw::REDISMODULE_CLIENTINFO_VERSION);
-    let ci = (&mut info as *mut raw::RedisModuleClientInfo).cast();
-    let found =
-        unsafe { api!(RedisModule_GetClientInfoById)(ci, id) } == raw::REDISMODULE_OK as c_int;
-    found.then_some(info.flags as u32)
-}
-
-/// The client that sent a command a command filter sees.
-pub fn filter_client_id(fctx: *mut raw::RedisModuleCommandFilterCtx) -> u64 {
-    unsafe { api!(RedisModule_CommandFilterGetClientId)(fctx) }
 }
 
 /// RESP3 clients get maps with named fields; RESP2 keeps positional arrays.

@@ -376,6 +376,78 @@ fn config_resetstat_in_a_postponed_exec_still_clears_info_ratelimit() {
     assert_eq!(admitted_and_calls(&mut con), (1, 1));
 }
 
+/// Under a renamed CONFIG the reset is still seen, by the server's count,
+/// even after more calls than the module keeps a record of; a CONFIG
+/// RESETSTAT that names no command changes nothing.
+#[test]
+fn a_renamed_config_resetstat_still_clears_info_ratelimit_exactly() {
+    let server = Server::start_with(&["--rename-command", "CONFIG", "cfg"]);
+    let mut con = server.client();
+    admit(&mut con, 3);
+    assert_eq!(
+        common::cmd_raw(&mut con, &["cfg", "RESETSTAT"]),
+        Value::Okay
+    );
+    assert_eq!(admitted_and_calls(&mut con), (0, 0));
+    admit(&mut con, 1);
+    let err = cmd_err(&mut con, &["CONFIG", "RESETSTAT"]);
+    assert!(err.contains("unknown command"), "{err}");
+    assert_eq!(admitted_and_calls(&mut con), (1, 1));
+
+    // A reset, then 40,000 calls (more than the module keeps) before the
+    // next look from INFO: all of them, and only them, are counted.
+    assert_eq!(
+        common::cmd_raw(&mut con, &["cfg", "RESETSTAT"]),
+        Value::Okay
+    );
+    let refuse = [
+        "RL.ADMIT", "full", "LIMIT", "1", "WINDOW", "60000", "COST", "2",
+    ];
+    let pass = ["RL.ADMIT", "many", "LIMIT", "1000000", "WINDOW", "60000"];
+    for _ in 0..20 {
+        let mut pipe = redis::pipe();
+        for i in 0..2_000 {
+            let cmd = if i % 4 == 0 { &refuse[..] } else { &pass[..] };
+            pipe.cmd(cmd[0]).arg(&cmd[1..]).ignore();
+        }
+        let () = pipe.query(&mut con).unwrap();
+    }
+    let calls = common::info_field(&mut con, "commandstats", "cmdstat_RL.ADMIT").unwrap();
+    assert!(calls.starts_with("calls=40000,"), "{calls}");
+    let stats = info(&mut con);
+    assert_eq!(stats["ratelimit_calls_admitted"], 30_000);
+    assert_eq!(stats["ratelimit_calls_refused"], 10_000);
+    assert_eq!(
+        stats["ratelimit_backoff_ms_total"], 0,
+        "never: -1 adds none"
+    );
+}
+
+/// CLIENT PAUSE ALL holds a RESETSTAT behind an RL.ADMIT sent before it:
+/// the RL.ADMIT runs first and the reset, run after, still clears it.
+#[test]
+fn a_config_resetstat_held_by_client_pause_clears_info_ratelimit_when_it_runs() {
+    let server = Server::start();
+    let mut con = server.client();
+    admit(&mut con, 3);
+    let _: () = redis::cmd("CLIENT")
+        .arg(&["PAUSE", "1500", "ALL"])
+        .query(&mut con)
+        .unwrap();
+    // Every client is paused, UNPAUSE too: the order is set by waiting, and
+    // the pause ends by itself.
+    let (mut first, mut second) = (server.client(), server.client());
+    let held_admit = std::thread::spawn(move || cmd_ints(&mut first, &ADMIT));
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let held_reset =
+        std::thread::spawn(move || common::cmd_raw(&mut second, &["CONFIG", "RESETSTAT"]));
+    assert_eq!(held_admit.join().unwrap()[0], 1);
+    assert_eq!(held_reset.join().unwrap(), Value::Okay);
+    assert_eq!(admitted_and_calls(&mut con), (0, 0));
+    admit(&mut con, 1);
+    assert_eq!(admitted_and_calls(&mut con), (1, 1));
+}
+
 #[test]
 fn configuration_is_validated_and_applied() {
     let server = Server::start_with(&[
