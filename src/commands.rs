@@ -62,7 +62,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
         }
         return redis_module::raw::REDISMODULE_OK as c_int;
     }
-    stats::begin_call();
+    let outer = stats::begin_call();
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         if argc > MAX_ARGS {
             return Err(RlError::TooManyArguments);
@@ -92,7 +92,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
             );
         }
     }
-    stats::end_call();
+    stats::end_call(outer);
     redis_module::raw::REDISMODULE_OK as c_int
 }
 

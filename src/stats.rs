@@ -42,7 +42,7 @@ static COUNTERS: Counters = Counters {
 
 /// What one call counted, in one word: a kind in the top bits (none,
 /// admitted or refused per slot, error) and a refusal's back-off below.
-type Entry = u64;
+pub type Entry = u64;
 const KIND_SHIFT: u32 = 60;
 const BACKOFF_MASK: u64 = (1 << KIND_SHIFT) - 1;
 const NOTHING: Entry = 0;
@@ -121,15 +121,19 @@ pub fn init<'a>(names: impl Iterator<Item = &'a CStr>) {
     NUMBERED.store(0, Relaxed);
 }
 
-/// Before each call of one of our commands (not a getkeys request).
-pub fn begin_call() {
+/// Before each call of one of our commands (not a getkeys request). Calls
+/// nest (a keyspace-event subscriber may call one of ours from inside one),
+/// so this hands back the outer call's entry for `end_call` to restore.
+pub fn begin_call() -> Entry {
+    let outer = CURRENT.load(Relaxed);
     CURRENT.store(NOTHING, Relaxed);
+    outer
 }
 
 /// After each call: what it counted joins the counters and the history.
 /// Every `RECENT` calls, first a look for a reset, so that the calls since
 /// one are always still in the history.
-pub fn end_call() {
+pub fn end_call(outer: Entry) {
     let number = NUMBERED.load(Relaxed);
     if number > 0 && number.is_multiple_of(RECENT as u64) {
         settle_reset();
@@ -139,6 +143,7 @@ pub fn end_call() {
     count(entry);
     NUMBERED.store(number + 1, Relaxed);
     CALLS.store(CALLS.load(Relaxed) + 1, Relaxed);
+    CURRENT.store(outer, Relaxed);
 }
 
 /// If a CONFIG RESETSTAT ran since the last look, the counters become what
@@ -198,5 +203,28 @@ pub fn add_info(ctx: *mut raw::RedisModuleInfoCtx) {
     for (admitted, refused, i) in per_algo {
         put(admitted, COUNTERS.admitted[i].load(Relaxed));
         put(refused, COUNTERS.refused[i].load(Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nested_call_keeps_each_calls_entry() {
+        let refused_before = total(&COUNTERS.refused);
+        let admitted_before = total(&COUNTERS.admitted);
+        let backoff_before = COUNTERS.backoff_ms.load(Relaxed);
+        let outer = begin_call();
+        refused(Some(Algo::Fixed), 250);
+        // A keyspace-event subscriber calls one of ours from inside this one.
+        let inner = begin_call();
+        admitted(None);
+        end_call(inner);
+        end_call(outer);
+        assert_eq!(total(&COUNTERS.refused) - refused_before, 1);
+        assert_eq!(total(&COUNTERS.admitted) - admitted_before, 1);
+        assert_eq!(COUNTERS.backoff_ms.load(Relaxed) - backoff_before, 250);
+        assert_eq!(CURRENT.load(Relaxed), NOTHING);
     }
 }
