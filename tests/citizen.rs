@@ -704,3 +704,64 @@ fn a_reloaded_module_keeps_its_commands_in_its_acl_category() {
     let reply = cmd_ints(&mut svc, &["RL.ADMIT", "z", "LIMIT", "1", "WINDOW", "1000"]);
     assert_eq!(reply[0], 1);
 }
+
+/// tests/fixtures/nested_caller.rs, built as an example cdylib (`cargo
+/// build`, same profile as the module, reusing an up-to-date build).
+fn nested_caller_module() -> std::path::PathBuf {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = std::process::Command::new(cargo)
+        .args([
+            "build",
+            "--quiet",
+            "--release",
+            "--example",
+            "nested_caller",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("cargo build --example nested_caller");
+    assert!(
+        status.success(),
+        "building the nested_caller fixture failed"
+    );
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/examples");
+    dir.join("libnested_caller.so").canonicalize().unwrap()
+}
+
+/// Another module calls ours from inside our own keyspace events (RL.TTL on
+/// rl.hit, a peeking RL.ADMIT on rl.refund): each call still lands in its
+/// own INFO counter.
+#[test]
+fn a_call_nested_in_another_counts_as_itself() {
+    let fixture = nested_caller_module();
+    let server = Server::start_with(&[
+        "--notify-keyspace-events",
+        "Ed",
+        "--loadmodule",
+        fixture.to_str().unwrap(),
+    ]);
+    let mut con = server.client();
+    let admit = ["RL.ADMIT", "nk", "LIMIT", "2", "WINDOW", "100000"];
+    let replies: Vec<i64> = (0..5).map(|_| cmd_ints(&mut con, &admit)[3]).collect();
+    assert_eq!(replies[..2], [0, 0]);
+    let stats = info(&mut con);
+    assert_eq!(stats["ratelimit_calls_admitted"], 2);
+    assert_eq!(stats["ratelimit_calls_refused"], 3);
+    assert_eq!(
+        stats["ratelimit_backoff_ms_total"],
+        replies[2..].iter().sum::<i64>()
+    );
+    // The three RL.TTL calls the fixture made count as calls, not as
+    // decisions.
+    let ttl = common::info_field(&mut con, "commandstats", "cmdstat_RL.TTL").unwrap();
+    assert!(ttl.starts_with("calls=3,"), "{ttl}");
+
+    // A refund fires rl.refund, and the fixture peeks from inside it: one
+    // more admission (the peek), the refund itself none.
+    let refund = ["RL.REFUND", "nk", "LIMIT", "2", "WINDOW", "100000"];
+    assert_eq!(cmd_ints(&mut con, &refund)[..3], [1, 2, 1]);
+    let stats = info(&mut con);
+    assert_eq!(stats["ratelimit_calls_admitted"], 3);
+    assert_eq!(stats["ratelimit_calls_refused"], 3);
+    assert_eq!(stats["ratelimit_errors"], 0);
+}
