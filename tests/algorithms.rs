@@ -488,7 +488,14 @@ fn sliding_matches_the_model_on_crafted_states() {
             }
             None => {
                 assert_eq!(text(&r[2]), state.map(Sliding::encode), "unchanged: {what}");
-                assert_eq!(int(&r[3]), if state.is_some() { -1 } else { -2 }, "{what}");
+                // A crafted state has no TTL: a real refusal gives it one
+                // that lasts until its reset.
+                let expiry = match state {
+                    None => -2,
+                    Some(_) if want[0] == 0 && cost > 0 && want[4] > 0 => now + want[4],
+                    Some(_) => -1,
+                };
+                assert_eq!(int(&r[3]), expiry, "{what}");
             }
         }
         let left = now - now.rem_euclid(w) + w - now;
@@ -1016,6 +1023,14 @@ fn buckets_match_the_model_on_crafted_states() {
                     _ => Some((Some(kind.encode(&meter, debt, now)), now + want[4])),
                 };
                 beyond = false;
+            } else if want[0] == 0 && cost > 0 && want[4] > 0 {
+                // A state that would expire before its reset (a crafted one
+                // has no TTL) is given that expiry by a real refusal.
+                let unset = if stored.is_some() { -1 } else { -2 };
+                let (value, at) = written.clone().unwrap_or((stored.clone(), unset));
+                if at < now + want[4] {
+                    written = Some((value, now + want[4]));
+                }
             }
             seen[match (want[0], cost, want[3]) {
                 (1, 0, _) => 1,
@@ -1753,4 +1768,48 @@ fn only_real_changes_break_a_watch() {
     );
     cmd_ints_strs(&mut con, &with(c!["RL.ADMIT", "k"], &opts));
     assert!(watched(&mut con, c!["RL.RESET", "k"], "k"), "a reset");
+}
+
+/// A refusal reports when the limiter is full again, and the state lives
+/// that long, even when it was written under another policy: a token
+/// bucket whose rate was slowed, a sliding window widened (here a state
+/// whose TTL is from a narrower window).
+#[test]
+fn a_refused_state_lives_until_the_reset_it_reports() {
+    let server = Server::start();
+    let mut con = server.client();
+    let fast = c!["ALGO", "token", "LIMIT", 10, "WINDOW", 1_000, "BURST", 1];
+    let slow = c!["ALGO", "token", "LIMIT", 1, "WINDOW", 1_000, "BURST", 1];
+    assert_eq!(
+        cmd_ints_strs(&mut con, &with(c!["RL.ADMIT", "t"], &fast))[0],
+        1
+    );
+
+    let now0 = server_time_ms(&mut con);
+    let w = 10_000;
+    let start = now0 - now0.rem_euclid(w);
+    let _: () = redis::cmd("SET")
+        .arg(&["s", &format!("sliding:{start}:3:0"), "PX", "50"])
+        .query(&mut con)
+        .unwrap();
+    let sliding = c!["ALGO", "sliding", "LIMIT", 3, "WINDOW", w];
+
+    for (key, policy) in [("t", &slow), ("s", &sliding)] {
+        let call = with(c!["RL.ADMIT", key], policy);
+        let (now, r) = timed(&mut con, &[call.clone(), c!["PEXPIRETIME", key]]);
+        let refused = ints(&r[0]);
+        assert_eq!(refused[0], 0, "{key}: {refused:?}");
+        assert!(refused[4] > 500, "{key}: {refused:?}");
+        assert_eq!(int(&r[1]), now + refused[4], "{key}: lives until its reset");
+        // A second refusal has nothing more to write.
+        let (_, r) = timed(&mut con, &[call.clone(), c!["PEXPIRETIME", key]]);
+        assert_eq!(ints(&r[0])[0], 0);
+        assert_eq!(int(&r[1]), now + refused[4]);
+    }
+    // Past the old policy's expiry, both still refuse, as they said.
+    sleep(Duration::from_millis(200));
+    for (key, policy) in [("t", &slow), ("s", &sliding)] {
+        let again = cmd_ints_strs(&mut con, &with(c!["RL.ADMIT", key], policy));
+        assert_eq!(again[0], 0, "{key}: forgot early: {again:?}");
+    }
 }

@@ -52,7 +52,8 @@ pub enum Write {
         state: State,
         expires_at: i64,
     },
-    /// Keep the value; only give the key its missing expiry (fixed window).
+    /// Keep the value; only give the key an expiry: one it lacked, or a
+    /// later one its state needs (see `outcome_outlives_its_reset`).
     Expiry {
         expires_at: i64,
     },
@@ -83,12 +84,38 @@ pub fn admit(
     cost: i64,
     now_ms: i64,
 ) -> Outcome {
-    match policy.algo {
-        Algo::Fixed => fixed::decide(found, policy, cost, now_ms),
-        Algo::Sliding => sliding::admit(found.map(|f| f.0), policy, cost, now_ms),
-        Algo::Token => token::admit(found.map(|f| f.0), policy, cost, now_ms),
-        Algo::Gcra => gcra::admit(found.map(|f| f.0), policy, cost, now_ms),
-        Algo::Leaky => leaky::admit(found.map(|f| f.0), policy, cost, now_ms),
+    let state = found.map(|f| f.0);
+    let outcome = match policy.algo {
+        Algo::Fixed => return fixed::decide(found, policy, cost, now_ms),
+        Algo::Sliding => sliding::admit(state, policy, cost, now_ms),
+        Algo::Token => token::admit(state, policy, cost, now_ms),
+        Algo::Gcra => gcra::admit(state, policy, cost, now_ms),
+        Algo::Leaky => leaky::admit(state, policy, cost, now_ms),
+    };
+    outcome_outlives_its_reset(outcome, found.and_then(|f| f.1), cost, now_ms)
+}
+
+/// A refusal tells the caller when the limiter is full again; the state
+/// must live that long. A key written under another policy (a wider window,
+/// a bigger or slower bucket) or without a TTL may not: a real refusal
+/// gives it that expiry, the one write a refusal can make.
+fn outcome_outlives_its_reset(
+    outcome: Outcome,
+    expires_at: Option<i64>,
+    cost: i64,
+    now_ms: i64,
+) -> Outcome {
+    let d = outcome.decision;
+    if d.admitted || cost == 0 || d.reset_after_ms == 0 || outcome.write != Write::Nothing {
+        return outcome;
+    }
+    let needed = now_ms.saturating_add(d.reset_after_ms);
+    match expires_at {
+        Some(at) if at >= needed => outcome,
+        _ => Outcome {
+            write: Write::Expiry { expires_at: needed },
+            ..outcome
+        },
     }
 }
 
