@@ -96,9 +96,9 @@ pub fn admit(
 }
 
 /// A refusal tells the caller when the limiter is full again; the state
-/// must live that long. A key written under another policy (a wider window,
-/// a bigger or slower bucket) or without a TTL may not: a real refusal
-/// gives it that expiry, the one write a refusal can make.
+/// must live that long. A key written under another policy (a narrower
+/// window, a faster rate, a smaller bucket) or without a TTL may not: a
+/// real refusal gives it that expiry, the one write a refusal can make.
 fn outcome_outlives_its_reset(
     outcome: Outcome,
     expires_at: Option<i64>,
