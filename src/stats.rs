@@ -56,9 +56,9 @@ const RECENT: usize = 1 << 14;
 static HISTORY: [AtomicU64; RECENT] = [ZERO; RECENT];
 /// Calls since load: the next entry's number.
 static NUMBERED: AtomicU64 = AtomicU64::new(0);
-/// Calls since the last reset we know of; the server's count, unless a
-/// reset ran since.
-static CALLS: AtomicU64 = AtomicU64::new(0);
+/// The call number at which the server's count was last zero: calls since
+/// then are the server's count, unless a reset ran since.
+static COUNTED_FROM: AtomicU64 = AtomicU64::new(0);
 /// What the call in progress counted.
 static CURRENT: AtomicU64 = AtomicU64::new(NOTHING);
 /// `cmdstat_<name>` of each of our commands, in the case they were
@@ -117,8 +117,8 @@ pub fn init<'a>(names: impl Iterator<Item = &'a CStr>) {
         names.map(field).collect()
     });
     clear();
-    CALLS.store(0, Relaxed);
     NUMBERED.store(0, Relaxed);
+    COUNTED_FROM.store(0, Relaxed);
 }
 
 /// Before each call of one of our commands (not a getkeys request). Calls
@@ -142,7 +142,6 @@ pub fn end_call(outer: Entry) {
     HISTORY[number as usize % RECENT].store(entry, Relaxed);
     count(entry);
     NUMBERED.store(number + 1, Relaxed);
-    CALLS.store(CALLS.load(Relaxed) + 1, Relaxed);
     CURRENT.store(outer, Relaxed);
 }
 
@@ -153,16 +152,16 @@ pub fn settle_reset() {
     let Some(server) = store::command_calls(fields) else {
         return;
     };
-    if server >= CALLS.load(Relaxed) {
+    let number = NUMBERED.load(Relaxed);
+    if server >= number - COUNTED_FROM.load(Relaxed) {
         return;
     }
     clear();
-    let number = NUMBERED.load(Relaxed);
     let since = server.min(number).min(RECENT as u64);
     for n in number - since..number {
         count(HISTORY[n as usize % RECENT].load(Relaxed));
     }
-    CALLS.store(server, Relaxed);
+    COUNTED_FROM.store(number.saturating_sub(server), Relaxed);
 }
 
 fn total(counters: &[AtomicU64; SLOTS]) -> u64 {
