@@ -442,7 +442,7 @@ pub fn command_calls(fields: &[std::ffi::CString]) -> Option<u64> {
             .and_then(|v| v.split(|&b| b == b',').next())
             .and_then(crate::num::parse_i64)
             .and_then(|n| u64::try_from(n).ok());
-        sum = sum.zip(calls).map(|(a, b)| a + b);
+        sum = sum.zip(calls).and_then(|(a, b)| a.checked_add(b));
     }
     unsafe { api!(RedisModule_FreeServerInfo)(ptr::null_mut(), info) };
     sum
