@@ -96,8 +96,7 @@ impl Options {
             Opt::Limit => self.limit.replace(int_in(value, opt, 0)?).is_some(),
             Opt::Window => self.window.replace(int_in(value, opt, 1)?).is_some(),
             Opt::Burst => {
-                let burst = parse_i64(value).filter(|&b| b >= 0);
-                let burst = burst.ok_or(RlError::BadValue("BURST", BURST_RANGE))?;
+                let burst = int_must(value, opt.name(), 0, BURST_RANGE)?;
                 self.burst.replace(burst).is_some()
             }
             Opt::Cost => self.cost.replace(int_in(value, opt, 0)?).is_some(),
@@ -122,12 +121,20 @@ pub fn unknown(word: &[u8]) -> RlError {
 
 /// A positional integer argument, named in the error.
 pub fn int_arg(value: &[u8], name: &'static str, min: i64) -> Result<i64, RlError> {
+    let must = if min == 0 { NON_NEGATIVE } else { POSITIVE };
+    int_must(value, name, min, must)
+}
+
+/// An integer of at least `min`; `must` says the range when it is not.
+fn int_must(
+    value: &[u8],
+    name: &'static str,
+    min: i64,
+    must: &'static str,
+) -> Result<i64, RlError> {
     match parse_i64(value) {
         Some(v) if v >= min => Ok(v),
-        _ => Err(RlError::BadValue(
-            name,
-            if min == 0 { NON_NEGATIVE } else { POSITIVE },
-        )),
+        _ => Err(RlError::BadValue(name, must)),
     }
 }
 

@@ -501,14 +501,12 @@ impl Resolved {
         if now.checked_add(window).is_none() {
             return Err(RlError::WindowOverflow(source));
         }
-        match self.burst {
-            Some((b, true)) if b < self.algo.min_burst() => {
-                return Err(RlError::BadMetaField("burst", BURST_RANGE))
-            }
-            Some((b, false)) if b < self.algo.min_burst() => {
-                return Err(RlError::BadValue("BURST", BURST_RANGE))
-            }
-            _ => {}
+        // Named as given: the BURST option or the META field.
+        if let Some((_, from_meta)) = self.burst.filter(|&(b, _)| b < self.algo.min_burst()) {
+            return Err(match from_meta {
+                true => RlError::BadMetaField("burst", BURST_RANGE),
+                false => RlError::BadValue("BURST", BURST_RANGE),
+            });
         }
         let burst = self.burst.map(|(b, _)| b);
         Policy::new(self.algo, self.limit, window, burst, now)
@@ -585,19 +583,15 @@ impl Meta {
     }
 
     fn max(&self) -> Result<Option<i64>, RlError> {
-        int_field(self.max, "max", 0)
+        int_field(self.max, "max", 0, NON_NEGATIVE)
     }
 
     fn duration(&self) -> Result<Option<i64>, RlError> {
-        int_field(self.duration, "duration", 1)
+        int_field(self.duration, "duration", 1, POSITIVE)
     }
 
     fn burst(&self) -> Result<Option<i64>, RlError> {
-        match self.burst {
-            None => Ok(None),
-            Some(Some(b)) if b >= 0 => Ok(Some(b)),
-            Some(_) => Err(RlError::BadMetaField("burst", BURST_RANGE)),
-        }
+        int_field(self.burst, "burst", 0, BURST_RANGE)
     }
 
     fn algorithm(&self) -> Result<Option<Algo>, RlError> {
@@ -609,18 +603,17 @@ impl Meta {
     }
 }
 
+/// A META field as found: absent, or an integer of at least `min`.
 fn int_field(
     field: Option<Option<i64>>,
     name: &'static str,
     min: i64,
+    must: &'static str,
 ) -> Result<Option<i64>, RlError> {
     match field {
         None => Ok(None),
         Some(Some(v)) if v >= min => Ok(Some(v)),
-        _ => Err(RlError::BadMetaField(
-            name,
-            if min == 0 { NON_NEGATIVE } else { POSITIVE },
-        )),
+        _ => Err(RlError::BadMetaField(name, must)),
     }
 }
 
