@@ -53,7 +53,9 @@ test-valkey8: build
 example-deps:
 	cd "$(ROOT)" && scripts/example-deps.sh
 
+# Also builds bench/api_floor.rs, the control module the report compares with.
 bench: build
+	cd "$(ROOT)" && cargo build --release --example api_floor
 	cd "$(ROOT)" && scripts/bench.sh
 
 # Only cargo output; .deps (downloaded valkey-server wheels) is kept.

@@ -17,6 +17,9 @@ Environment:
   BENCH_OUT=PATH     where to save the report
   BENCH_STRICT=1     exit 3 when a bar is missed
   VALKEY_SERVER, RL_MODULE   server binary and module .so to use
+  RL_API_FLOOR       the control module bench/api_floor.rs (default
+                     target/release/examples/libapi_floor.so; `make bench`
+                     builds it); without it the FLOOR.ADMIT rows are skipped
   REDIS_BENCHMARK    redis-benchmark binary (default: on PATH)
 
 Exit status: 0 when the run completed (bars may be missed: that is a result),
@@ -130,6 +133,10 @@ ROWS = [
     # key reads nothing, writes nothing, replies 0), to explain the others.
     Row("mfl0", "RL.LIMIT, missing key (module-call floor)", "RL.LIMIT KEY", "info",
         expect="int"),
+    # Not a bar: bench/api_floor.rs makes the module-API calls of RL.ADMIT's
+    # fixed-window admit and nothing else, to show what those calls cost.
+    Row("aflr", "FLOOR.ADMIT: RL.ADMIT fixed's API calls alone (control)",
+        "FLOOR.ADMIT KEY LIMIT %s WINDOW 60000" % BIG, "info", keys="hot rand warm"),
     Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
     Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
         "native", "fixed", lua="lfix", keys="hot rand warm"),
@@ -188,6 +195,8 @@ MEM_ROWS = [
     # place): what a hot limiter costs. Bars too, like the rows above.
     MemRow("fix2", "RL.ADMIT fixed, after a second admit (hot key)",
            ("RL.ADMIT KEY LIMIT 100 WINDOW 60000",) * 2, "fixed"),
+    MemRow("flr2", "FLOOR.ADMIT, after a second call (control: API calls alone)",
+           ("FLOOR.ADMIT KEY LIMIT 100 WINDOW 60000",) * 2),
     MemRow("sld2", "RL.ADMIT ALGO sliding, after a second admit (hot key)",
            ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO sliding",) * 2, "sliding"),
     MemRow("tok2", "RL.ADMIT ALGO token, after a second admit (hot key)",
@@ -572,7 +581,7 @@ def machine_info(srv, version):
         "kernel": platform.release(),
         "server": "valkey-server %s (%s)" % (version, srv.binary),
         "module": "%s (built %s)" % (os.path.relpath(srv.module, vh.REPO), mod_time),
-        "git": (head or "?") + (" + uncommitted changes in src/" if dirty else ""),
+        "git": (head or "?") + (" + uncommitted changes in src/ or Cargo.*" if dirty else ""),
         "rb": sh(REDIS_BENCHMARK, "--version"),
         "python": platform.python_version(),
     }
@@ -770,6 +779,19 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
     return "\n".join(L), misses
 
 
+def floor_note(b, ratio, ps=PIPELINES):
+    """The same ratio for the FLOOR.ADMIT control rows, to quote beside a bar."""
+    items = []
+    for k in KEYMODES:
+        for p in ps:
+            s = b.summary("aflr", k, p)
+            if s:
+                items.append("%s P%d %s" % (k, p, fmt_x(ratio(k, p, s))))
+    if not items:
+        return ""
+    return " (FLOOR.ADMIT control, RL.ADMIT's API calls alone: %s)" % "; ".join(items)
+
+
 def evaluate(b, rows, mem, exp, repl):
     """Each bar: (name, figures, True/False/None for skipped)."""
     bars = []
@@ -797,11 +819,13 @@ def evaluate(b, rows, mem, exp, repl):
         items = [("%s P%d: %.2f/%.2f µs =" % (k, p, s["us"], S("incr", k, p)["us"]), s["x_us"])
                  for k, p, s in configs("fixd")]
         fig, ok = all_ok(items, 2.0)
+        fig += floor_note(b, lambda k, p, s: s["x_us"])
         bars.append(("RL.ADMIT fixed admit: server µs/call ≤ 2.0× INCR's", fig, ok))
         items = [("%s P%d: %s/%s req/s =" % (k, p, fmt_rps(s["rps"]),
                                               fmt_rps(S("incr", k, p)["rps"])), s["x_rps"])
                  for k, p, s in configs("fixd", (16,))]
         fig, ok = all_ok(items, 0.9, le=False)
+        fig += floor_note(b, lambda k, p, s: s["x_rps"], (16,))
         bars.append(("RL.ADMIT fixed admit: P=16 throughput ≥ 0.9× INCR's", fig, ok))
 
     # 2. every algorithm and RL.THROTTLE: ≤ 4× INCR µs, P16 ≥ 3× its Lua script.
@@ -871,6 +895,9 @@ def evaluate(b, rows, mem, exp, repl):
             continue
         x = m["bytes"] / base["bytes"]
         fig = "%d vs %d bytes = %s" % (m["bytes"], base["bytes"], fmt_x(x))
+        floor = next((f for f in mem if f["row"].id == "flr2" and "bytes" in f), None)
+        if m["row"].id == "fix2" and floor:
+            fig += " (FLOOR.ADMIT control after a second call: %d bytes)" % floor["bytes"]
         if fixed_key and m["row"].algo != "fixed":
             fig += " (%s the RL.ADMIT fixed key's %d)" % (
                 fmt_x(m["bytes"] / fixed_key["bytes"]), fixed_key["bytes"])
@@ -888,6 +915,10 @@ def evaluate(b, rows, mem, exp, repl):
                 items.append(("P%d: %s/%s req/s =" % (p, fmt_rps(r["rps"]), fmt_rps(h["rps"])),
                               r["rps"] / h["rps"]))
         fig, ok = all_ok(items, 0.8, le=False)
+        floor = [(p, S("aflr", "hot", p), S("aflr", keymode, p)) for p in PIPELINES]
+        floor = ["P%d %s" % (p, fmt_x(r["rps"] / h["rps"])) for p, h, r in floor if h and r]
+        if floor:
+            fig += " (FLOOR.ADMIT control: %s)" % "; ".join(floor)
         bars.append(("Scale: RL.ADMIT fixed on %s ≥ 0.8× hot key throughput" % what,
                      fig, ok))
     if exp:
@@ -896,6 +927,16 @@ def evaluate(b, rows, mem, exp, repl):
                          exp["before"], exp["after"], exp["waited"], EXPIRY_WINDOW_MS),
                      exp["after"] < exp["before"]))
     return bars
+
+
+def api_floor_args():
+    """--loadmodule for the control module, when it has been built."""
+    path = os.environ.get("RL_API_FLOOR") or os.path.join(
+        vh.REPO, "target", "release", "examples", "libapi_floor.so")
+    if os.path.isfile(path):
+        return ["--loadmodule", os.path.abspath(path)]
+    log("no %s: the FLOOR.ADMIT rows are skipped (`make bench` builds it)" % path)
+    return []
 
 
 def main():
@@ -911,7 +952,7 @@ def main():
     rows = [r for r in ROWS if r.id == "incr" or not only or re.search(only, r.id)]
     assert len({r.id for r in rows}) == len(rows) and all(len(r.id) == 4 for r in rows)
 
-    with vh.Server() as srv:
+    with vh.Server(extra_args=api_floor_args()) as srv:
         version = srv.version()
         log("valkey-server %s on 127.0.0.1:%d (%s)" % (version, srv.port, srv.dir))
         b = Bench(srv)
