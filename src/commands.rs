@@ -211,6 +211,7 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     }
     let all_admitted = members.iter().all(|m| m.outcome.decision.admitted);
     let (mut refused_by, mut longest) = (0, 0i64);
+    let mut hits = Vec::new();
     for (i, m) in members.iter_mut().enumerate() {
         let wait = m.outcome.decision.retry_after_ms;
         if all_admitted {
@@ -226,7 +227,7 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
             if let Some((key, _)) = &mut m.key {
                 apply(ctx, key, m.name, m.outcome.write, m.found);
             }
-            notify_hit(ctx, m.name, request.cost);
+            hits.push(m.name);
             if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
                 refused_by = i + 1;
                 longest = wait;
@@ -237,7 +238,12 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
         }
     }
     let decisions: Vec<Decision> = members.iter().map(|m| m.outcome.decision).collect();
+    // Every key is closed before an event fires: a subscriber may write to
+    // any of them from inside its callback.
     drop(members);
+    for name in hits {
+        notify_hit(ctx, name, request.cost);
+    }
     match all_admitted {
         true => stats::admitted(None),
         false => stats::refused(None, longest),
