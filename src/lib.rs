@@ -37,6 +37,17 @@ const COMMANDS: &[Command] = &[
     RL_THROTTLE,
 ];
 
+/// The commands' names, for their `cmdstat_` fields in `INFO commandstats`.
+const COMMAND_NAMES: [&CStr; COMMANDS.len()] = {
+    let mut names = [c""; COMMANDS.len()];
+    let mut i = 0;
+    while i < names.len() {
+        names[i] = COMMANDS[i].name;
+        i += 1;
+    }
+    names
+};
+
 const ALGORITHMS: &[Arg] = &[
     Arg::word(c"fixed"),
     Arg::word(c"sliding"),
@@ -199,9 +210,15 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
         unsafe { set_options(ctx, MODULE_OPTIONS) };
     }
+    // From here on, a failed load frees what the load made: the server
+    // closes the library and would lose it.
+    let fail = || {
+        store::free_shared_strings();
+        err
+    };
     if let Err(failed) = store::init_shared_strings() {
         log(ctx, c"warning", &format!("{failed} failed at load"));
-        return err;
+        return fail();
     }
     let args: Vec<&[u8]> = match (argv.is_null(), usize::try_from(argc)) {
         (false, Ok(n)) => unsafe { std::slice::from_raw_parts(argv, n) }
@@ -212,9 +229,9 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     };
     if let Err(e) = config::register(ctx, &args) {
         log(ctx, c"warning", &e);
-        return err;
+        return fail();
     }
-    stats::init(COMMANDS.iter().map(|cmd| cmd.name));
+    stats::init(&COMMAND_NAMES);
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
         log(
@@ -227,13 +244,24 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
     for cmd in COMMANDS {
         if let Err(e) = registry::register(ctx, cmd, acl_category, cluster) {
             log(ctx, c"warning", &e);
-            return err;
+            return fail();
         }
     }
     if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
         unsafe { register_info(ctx, Some(info)) };
     }
     ok
+}
+
+/// Called by the server on `MODULE UNLOAD` (and at shutdown): frees what
+/// loading made, so that unloading and loading again leaks nothing.
+///
+/// # Safety
+/// Only the server calls this.
+#[no_mangle]
+pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut raw::RedisModuleCtx) -> c_int {
+    store::free_shared_strings();
+    raw::REDISMODULE_OK as c_int
 }
 
 /// Refusals and peeks must not touch WATCHed keys, so writes are signalled

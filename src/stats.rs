@@ -9,7 +9,7 @@
 //! reset the counters are rebuilt exactly from the calls since. A look at
 //! each INFO, and every `RECENT` calls, keeps those within reach.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::OnceLock;
 
@@ -61,9 +61,10 @@ static NUMBERED: AtomicU64 = AtomicU64::new(0);
 static COUNTED_FROM: AtomicU64 = AtomicU64::new(0);
 /// What the call in progress counted.
 static CURRENT: AtomicU64 = AtomicU64::new(NOTHING);
-/// `cmdstat_<name>` of each of our commands, in the case they were
-/// registered with, as the server spells them.
-static CMDSTAT_FIELDS: OnceLock<Vec<CString>> = OnceLock::new();
+/// Our commands' names, in the case they were registered with, as the
+/// server spells them in `cmdstat_<name>`. Static strings: nothing to free
+/// at unload.
+static COMMAND_NAMES: OnceLock<&'static [&'static CStr]> = OnceLock::new();
 
 fn slot(algo: Option<Algo>) -> u64 {
     algo.map_or(OTHER, |a| a as usize) as u64
@@ -108,14 +109,8 @@ fn clear() {
 
 /// At load. The server's stats of commands just registered start at zero,
 /// and so do ours.
-pub fn init<'a>(names: impl Iterator<Item = &'a CStr>) {
-    CMDSTAT_FIELDS.get_or_init(|| {
-        let field = |name: &CStr| {
-            let text = format!("cmdstat_{}", name.to_string_lossy());
-            CString::new(text).unwrap_or_default()
-        };
-        names.map(field).collect()
-    });
+pub fn init(names: &'static [&'static CStr]) {
+    COMMAND_NAMES.get_or_init(|| names);
     clear();
     NUMBERED.store(0, Relaxed);
     COUNTED_FROM.store(0, Relaxed);
@@ -148,8 +143,8 @@ pub fn end_call(outer: Entry) {
 /// If a CONFIG RESETSTAT ran since the last look, the counters become what
 /// the calls since it counted. Not from a crash report: it asks the server.
 pub fn settle_reset() {
-    let fields = CMDSTAT_FIELDS.get().map_or(&[][..], Vec::as_slice);
-    let Some(server) = store::command_calls(fields) else {
+    let names = COMMAND_NAMES.get().copied().unwrap_or_default();
+    let Some(server) = store::command_calls(names) else {
         return;
     };
     let number = NUMBERED.load(Relaxed);

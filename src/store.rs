@@ -311,6 +311,17 @@ pub fn init_shared_strings() -> Result<(), &'static str> {
     Ok(())
 }
 
+/// Frees the shared arguments: at unload, and when a load fails after
+/// making them (the server then closes the library, and would lose them).
+pub fn free_shared_strings() {
+    for slot in [&PXAT, &KEEPTTL, &ONE] {
+        let s = slot.swap(ptr::null_mut(), Ordering::Relaxed);
+        if !s.is_null() {
+            unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), s) };
+        }
+    }
+}
+
 fn shared(slot: &AtomicPtr<raw::RedisModuleString>) -> Str {
     slot.load(Ordering::Relaxed)
 }
@@ -420,18 +431,29 @@ pub fn reply_ints(ctx: Ctx, values: &[i64]) {
     }
 }
 
-/// The `calls=` of `fields` in `INFO commandstats`, summed (a missing field
-/// is a command not called yet); `None` when the server gives no info.
-/// No context is passed: no auto memory, and INFO callbacks have none.
-pub fn command_calls(fields: &[std::ffi::CString]) -> Option<u64> {
+/// The `calls=` of the commands `names` in `INFO commandstats`, summed (a
+/// missing field is a command not called yet); `None` when the server gives
+/// no info. No context is passed: no auto memory, and INFO callbacks have
+/// none.
+pub fn command_calls(names: &[&CStr]) -> Option<u64> {
     let section = c"commandstats".as_ptr();
     let info = unsafe { api!(RedisModule_GetServerInfo)(ptr::null_mut(), section) };
     if info.is_null() {
         return None;
     }
     let mut sum = Some(0u64);
-    for field in fields {
-        let value = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, field.as_ptr()) };
+    for name in names {
+        // "cmdstat_<name>\0", on the stack.
+        let mut field = [0u8; 64];
+        let name = name.to_bytes();
+        let Some(end) = name.len().checked_add(9).filter(|&end| end <= field.len()) else {
+            sum = None;
+            continue;
+        };
+        field[..8].copy_from_slice(b"cmdstat_");
+        field[8..end - 1].copy_from_slice(name);
+        let field = field.as_ptr().cast::<c_char>();
+        let value = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, field) };
         if value.is_null() {
             continue;
         }
