@@ -302,7 +302,14 @@ impl AdmitAll {
                 at += 2;
                 continue;
             }
-            let opt = Opt::parse(word, POLICY).ok_or_else(|| unknown(word))?;
+            let Some(opt) = Opt::parse(word, POLICY) else {
+                return Err(match unknown(word) {
+                    RlError::UnknownOption(shown) if policies.is_empty() => {
+                        RlError::NoPolicyAfterKeys(keys.len(), shown)
+                    }
+                    err => err,
+                });
+            };
             let group = policies.last_mut().ok_or(RlError::PolicyFirst)?;
             group.set(opt, args, at + 1)?;
             at += 2;

@@ -28,6 +28,9 @@ pub enum RlError {
     DuplicateKeys,
     /// An option before the first POLICY of RL.ADMITALL.
     PolicyFirst,
+    /// RL.ADMITALL: not an option where the first POLICY belongs, after
+    /// `numkeys` keys (numkeys, the word shown): numkeys is likely wrong.
+    NoPolicyAfterKeys(usize, String),
     /// RL.ADMITALL: (keys, policies).
     PolicyCount(usize, usize),
     WrongType,
@@ -65,6 +68,10 @@ impl fmt::Display for RlError {
             NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
             DuplicateKeys => write!(f, "ERR every key must be distinct"),
             PolicyFirst => write!(f, "ERR policy options must follow a POLICY keyword"),
+            NoPolicyAfterKeys(numkeys, word) => write!(
+                f,
+                "ERR expected POLICY after the {numkeys} keys numkeys counts, got '{word}'"
+            ),
             PolicyCount(keys, policies) => {
                 write!(f, "ERR one POLICY per key is needed: {keys} keys, {policies} policies")
             }

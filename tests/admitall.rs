@@ -672,6 +672,10 @@ fn malformed_calls_are_errors_that_change_nothing() {
             "ERR policy options must follow a POLICY keyword",
         ),
         (
+            c!["RL.ADMITALL", 2, "a", "b", "BOGUS", 1, p, "LIMIT", 1],
+            "ERR expected POLICY after the 2 keys numkeys counts, got 'BOGUS'",
+        ),
+        (
             with(
                 c!["RL.ADMITALL", 1, "a", p],
                 with(lim("token"), c!["BOGUS", 1]),

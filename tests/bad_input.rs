@@ -255,6 +255,21 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
         (&["RL.ADMITALL", "0", "a", "POLICY"], "numkeys"),
         (&["RL.ADMITALL", "5", "a", "b", "POLICY"], "numkeys"),
         (&["RL.ADMITALL", "x", "a", "POLICY"], "numkeys"),
+        // numkeys too large for the keys, but not for the arguments: the
+        // options are taken for keys, and the error still says numkeys.
+        (
+            &[
+                "RL.ADMITALL",
+                "5",
+                "a",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "1",
+            ],
+            "numkeys",
+        ),
         (
             &["RL.ADMITALL", "2", "a", "a", "POLICY", "POLICY"],
             "distinct",
