@@ -3,6 +3,8 @@
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
 
 use crate::algo::{self, fixed, state, throttle, Algo, Decision, Policy, State, Write};
 use crate::args::{int_arg, parse_options, unknown, Opt, Options, MAX_ARGS, POLICY};
@@ -46,6 +48,17 @@ type Keys = fn(Ctx, &[Str]);
 /// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
 const INLINE_ARGS: usize = 16;
 
+/// How many of our calls are running (they nest when a keyspace-event
+/// subscriber calls one of ours from inside another).
+static CALLS_RUNNING: AtomicU32 = AtomicU32::new(0);
+
+/// Whether one of our commands is running: the module must not be unloaded
+/// from inside it (a subscriber's `MODULE UNLOAD`), or the server would
+/// return into unmapped code.
+pub fn in_a_call() -> bool {
+    CALLS_RUNNING.load(Relaxed) > 0
+}
+
 fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) -> c_int {
     let argc = usize::try_from(argc).unwrap_or(0);
     let argv: &[Str] = if argv.is_null() || argc == 0 {
@@ -63,6 +76,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
         return redis_module::raw::REDISMODULE_OK as c_int;
     }
     let outer = stats::begin_call();
+    CALLS_RUNNING.store(CALLS_RUNNING.load(Relaxed) + 1, Relaxed);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         if argc > MAX_ARGS {
             return Err(RlError::TooManyArguments);
@@ -92,6 +106,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
             );
         }
     }
+    CALLS_RUNNING.store(CALLS_RUNNING.load(Relaxed) - 1, Relaxed);
     stats::end_call(outer);
     redis_module::raw::REDISMODULE_OK as c_int
 }
@@ -190,7 +205,7 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
         let Some(policy) = policy else {
             members.push(Member {
                 name,
-                key: None,
+                policy: None,
                 found: None,
                 outcome: algo::Outcome {
                     decision: Decision::UNLIMITED,
@@ -199,12 +214,13 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
             });
             continue;
         };
-        let key = Key::write(ctx, name);
-        let found = key.read_state(policy.algo)?;
+        // Each key is closed as soon as it is read: opening the next may
+        // fire an event (`expired`) whose subscriber writes to any of them.
+        let found = Key::write(ctx, name).read_state(policy.algo)?;
         let outcome = algo::admit(found, &policy, request.cost, now);
         members.push(Member {
             name,
-            key: Some((key, policy)),
+            policy: Some(policy),
             found,
             outcome,
         });
@@ -217,30 +233,23 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
         if all_admitted {
             // The caller proceeds after the longest wait (a leaky queue's delay).
             longest = longest.max(wait);
-            if let Some((key, _)) = &mut m.key {
-                apply(ctx, key, m.name, m.outcome.write, m.found);
-            }
+            m.apply(ctx);
         } else if !m.outcome.decision.admitted {
             // A refusal consumes nothing, but still makes the one repair
             // RL.ADMIT would (an expiry for a TTL-less counter, a stored
             // time pulled back), or a corrupt state would block for good.
-            if let Some((key, _)) = &mut m.key {
-                apply(ctx, key, m.name, m.outcome.write, m.found);
-            }
+            m.apply(ctx);
             hits.push(m.name);
             if refused_by == 0 || longest >= 0 && (wait < 0 || wait > longest) {
                 refused_by = i + 1;
                 longest = wait;
             }
-        } else if let Some((_, policy)) = &m.key {
+        } else if let Some(policy) = &m.policy {
             // Nothing was consumed: report this member as it stands.
             m.outcome = algo::admit(m.found, policy, 0, now);
         }
     }
     let decisions: Vec<Decision> = members.iter().map(|m| m.outcome.decision).collect();
-    // Every key is closed before an event fires: a subscriber may write to
-    // any of them from inside its callback.
-    drop(members);
     for name in hits {
         notify_hit(ctx, name, request.cost);
     }
@@ -255,10 +264,28 @@ fn admit_all(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
 /// One limiter of an RL.ADMITALL call.
 struct Member {
     name: Str,
-    /// The open key and its policy; `None` for an unlimited member.
-    key: Option<(Key, Policy)>,
+    /// `None` for an unlimited member.
+    policy: Option<Policy>,
     found: Found,
     outcome: algo::Outcome,
+}
+
+impl Member {
+    /// Applies the member's write on its key, opened again and closed at
+    /// once. Events fired since the key was read (`new` when an earlier
+    /// member's key was created, `expired` when a later one was opened) may
+    /// have let a subscriber change it: then it is left as that made it,
+    /// and nothing is written or propagated for it.
+    fn apply(&self, ctx: Ctx) {
+        let Some(policy) = &self.policy else { return };
+        if self.outcome.write == Write::Nothing {
+            return;
+        }
+        let mut key = Key::write(ctx, self.name);
+        if key.read_state(policy.algo).ok() == Some(self.found) {
+            apply(ctx, &mut key, self.name, self.outcome.write, self.found);
+        }
+    }
 }
 
 struct AdmitAll {

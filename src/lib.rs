@@ -254,12 +254,16 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 }
 
 /// Called by the server on `MODULE UNLOAD` (and at shutdown): frees what
-/// loading made, so that unloading and loading again leaks nothing.
+/// loading made, so that unloading and loading again leaks nothing. Refused
+/// from inside one of our own calls.
 ///
 /// # Safety
 /// Only the server calls this.
 #[no_mangle]
 pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut raw::RedisModuleCtx) -> c_int {
+    if commands::in_a_call() {
+        return raw::REDISMODULE_ERR as c_int;
+    }
     store::free_shared_strings();
     raw::REDISMODULE_OK as c_int
 }

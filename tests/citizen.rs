@@ -890,3 +890,99 @@ fn unloading_and_failed_loads_give_back_what_loading_took() {
         [1, 2, 1]
     );
 }
+
+/// Subscribers that write from the server's own events during RL.ADMITALL:
+/// `new` when a member's key is created deletes a later member, and
+/// `expired` when a member is opened deletes an earlier one. Each key is
+/// open only while it is read or written, and a member changed since it was
+/// read is left as the subscriber made it: no crash, and the replica agrees.
+#[test]
+fn a_subscriber_that_writes_from_new_or_expired_during_admitall_is_safe() {
+    let fixture = nested_caller_module();
+    let primary = Server::start_with(&[
+        "--notify-keyspace-events",
+        "Egx",
+        "--loadmodule",
+        fixture.to_str().unwrap(),
+    ]);
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+    let policy = ["POLICY", "LIMIT", "5", "WINDOW", "100000"];
+    let admit_all = |con: &mut redis::Connection, keys: [&str; 2]| {
+        let mut call = vec!["RL.ADMITALL", "2", keys[0], keys[1]];
+        call.extend_from_slice(&policy);
+        call.extend_from_slice(&policy);
+        common::cmd_raw(con, &call)
+    };
+
+    // `new` for writer:trigger (created first) deletes writer:victim.
+    let _: () = redis::cmd("SET")
+        .arg(&["writer:victim", "2", "PX", "100000"])
+        .query(&mut con)
+        .unwrap();
+    let reply = admit_all(&mut con, ["writer:trigger", "writer:victim"]);
+    assert_eq!(common::int(&items(&reply)[0]), 1, "{reply:?}");
+    let victim: Option<String> = con.get("writer:victim").unwrap();
+    assert_eq!(victim, None, "deleted by the subscriber, and left deleted");
+    let trigger: String = con.get("writer:trigger").unwrap();
+    assert_eq!(trigger, "1");
+    assert!(common::pttl(&mut con, "writer:trigger") > 0);
+
+    // `expired` for writer:expiring (opened second) deletes writer:victim,
+    // which was read first.
+    let _: () = redis::cmd("DEBUG")
+        .arg(&["SET-ACTIVE-EXPIRE", "0"])
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&["writer:victim", "2", "PX", "100000"])
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(&["writer:expiring", "1", "PX", "1"])
+        .query(&mut con)
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let reply = admit_all(&mut con, ["writer:victim", "writer:expiring"]);
+    assert_eq!(common::int(&items(&reply)[0]), 1, "{reply:?}");
+    let victim: Option<String> = con.get("writer:victim").unwrap();
+    assert_eq!(victim, None, "deleted by the subscriber, and left deleted");
+    let expiring: String = con.get("writer:expiring").unwrap();
+    assert_eq!(expiring, "1", "a new window after the expired one");
+
+    common::wait_replica_offset(&primary, &replica);
+    let keys = ["writer:trigger", "writer:victim", "writer:expiring"];
+    assert_eq!(
+        common::snapshot(&mut replica.client(), &keys),
+        common::snapshot(&mut con, &keys)
+    );
+}
+
+/// A subscriber that unloads the module from inside one of its calls (on
+/// `rl.hit`) is refused: the server would otherwise return into unmapped
+/// code. The module stays loaded and keeps working.
+#[test]
+fn the_module_cannot_be_unloaded_from_inside_its_own_call() {
+    let fixture = nested_caller_module();
+    let server = Server::start_with(&[
+        "--enable-module-command",
+        "yes",
+        "--notify-keyspace-events",
+        "Ed",
+        "--loadmodule",
+        fixture.to_str().unwrap(),
+    ]);
+    let mut con = server.client();
+    let admit = ["RL.ADMIT", "unload:me", "LIMIT", "1", "WINDOW", "100000"];
+    assert_eq!(cmd_ints(&mut con, &admit)[0], 1);
+    assert_eq!(cmd_ints(&mut con, &admit)[0], 0, "refused: rl.hit fired");
+    assert_eq!(cmd_ints(&mut con, &admit)[0], 0);
+    let modules = format!("{:?}", common::cmd_raw(&mut con, &["MODULE", "LIST"]));
+    assert!(modules.contains("ratelimit"), "{modules}");
+    // Outside a call, unloading still works.
+    let _: () = redis::cmd("MODULE")
+        .arg(&["UNLOAD", "ratelimit"])
+        .query(&mut con)
+        .unwrap();
+}
