@@ -25,7 +25,9 @@ use std::os::raw::c_int;
 use redis_module::raw;
 
 use commands::{rl_admit, rl_admitall, rl_limit, rl_refund, rl_reset, rl_throttle, rl_ttl};
-use registry::{Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RO, COUNTER_RW, METAS_RO, META_RO};
+use registry::{
+    Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW, METAS_RO, META_RO,
+};
 
 const COMMANDS: &[Command] = &[
     RL_ADMIT,
@@ -155,7 +157,7 @@ const RL_RESET: Command = Command {
     handler: rl_reset,
     flags: c"write fast",
     arity: 2,
-    keys: &[COUNTER_RW],
+    keys: &[COUNTER_RM],
     key_range: (1, 1, 1),
     args: &[Arg::key(c"key", 0)],
     summary: c"Clears a limiter's state",

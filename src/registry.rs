@@ -26,6 +26,8 @@ pub enum Access {
     /// Read and updated in place.
     ReadWrite,
     ReadOnly,
+    /// Deleted, as DEL does: an ACL user with write-only access may.
+    Remove,
 }
 
 #[derive(Clone, Copy)]
@@ -39,6 +41,11 @@ pub struct KeySpec {
 pub const COUNTER_RW: KeySpec = KeySpec {
     at: KeyAt::Index(1),
     access: Access::ReadWrite,
+    incomplete: false,
+};
+pub const COUNTER_RM: KeySpec = KeySpec {
+    at: KeyAt::Index(1),
+    access: Access::Remove,
     incomplete: false,
 };
 pub const COUNTER_RO: KeySpec = KeySpec {
@@ -328,6 +335,7 @@ fn key_spec(spec: &KeySpec) -> raw::RedisModuleCommandKeySpec {
                     | raw::REDISMODULE_CMD_KEY_UPDATE
             }
             Access::ReadOnly => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
+            Access::Remove => raw::REDISMODULE_CMD_KEY_RM | raw::REDISMODULE_CMD_KEY_DELETE,
         });
     match spec.at {
         KeyAt::Index(pos) => {

@@ -1228,6 +1228,21 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         let v = cmd_raw(&mut a, call);
         assert!(!is_err(&v), "{call:?}: {v:?}");
     }
+    // RL.RESET only deletes, as DEL does: write-only access is enough.
+    let rule = "ACL SETUSER w on >pw resetkeys %W~lim:* +@ratelimit";
+    let parts: Vec<&str> = rule.split(' ').collect();
+    assert_eq!(cmd_raw(&mut admin, &parts), Value::Okay);
+    cmd_ints(
+        &mut admin,
+        &["RL.ADMIT", "lim:w", "LIMIT", "5", "WINDOW", "60000"],
+    );
+    let mut w = login(&server, "w");
+    assert_eq!(common::int(&cmd_raw(&mut w, &["RL.RESET", "lim:w"])), 1);
+    let e = cmd_err(
+        &mut w,
+        &["RL.ADMIT", "lim:w", "LIMIT", "5", "WINDOW", "60000"],
+    );
+    assert!(e.starts_with("NOPERM"), "RL.ADMIT reads the counter: {e}");
     let after: Vec<_> = b_keys
         .iter()
         .map(|k| (common::dump(&mut admin, k), pexpiretime(&mut admin, k)))
