@@ -471,7 +471,7 @@ fn reset(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     Ok(())
 }
 
-/// RL.THROTTLE key max_burst count_per_period period_seconds [quantity]
+/// RL.THROTTLE key max_burst count_per_period period [quantity]
 fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
     if !(5..=6).contains(&args.len()) {
         return Err(RlError::WrongArity("rl.throttle"));

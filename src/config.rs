@@ -1,6 +1,8 @@
 //! Module configuration: `CONFIG SET/GET ratelimit.*`, `ratelimit.*` lines
-//! in the config file, and `loadmodule <path> [name value ...]` arguments
-//! (applied last, so they win).
+//! in the config file, and `loadmodule <path> [name value ...]` arguments.
+//! The arguments are the configs' defaults: config lines and `CONFIG SET`
+//! override them, so a `CONFIG REWRITE` keeps what `CONFIG GET` shows (the
+//! server writes a line for every value that differs from the default).
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
@@ -60,9 +62,12 @@ unsafe extern "C" fn set_hit_events(
     OK
 }
 
-/// Registers the configs, loads config-file values, then applies the
-/// `loadmodule` arguments (pairs of name and value).
+/// Reads the `loadmodule` arguments (pairs of name and value) as defaults,
+/// registers the configs with them, then loads config-file values.
 pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), String> {
+    let defaults = Defaults::from_module_args(args)?;
+    DEFAULT_ALGO.store(defaults.algo as u8, Relaxed);
+    HIT_EVENTS.store(defaults.hit_events, Relaxed);
     let (Some(enum_config), Some(bool_config), Some(load)) = (
         unsafe { raw::RedisModule_RegisterEnumConfig },
         unsafe { raw::RedisModule_RegisterBoolConfig },
@@ -77,7 +82,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
         enum_config(
             ctx,
             c"default-algorithm".as_ptr(),
-            Algo::Fixed as c_int,
+            defaults.algo as c_int,
             flags,
             names.as_mut_ptr(),
             values.as_ptr(),
@@ -95,7 +100,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
         bool_config(
             ctx,
             c"hit-events".as_ptr(),
-            1,
+            c_int::from(defaults.hit_events),
             flags,
             Some(get_hit_events),
             Some(set_hit_events),
@@ -109,40 +114,46 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     if unsafe { load(ctx) } != OK {
         return Err("loading ratelimit.* configuration failed".into());
     }
-    apply_module_args(args)
+    Ok(())
 }
 
 const ALGO_NAMES: [&CStr; 5] = [c"fixed", c"sliding", c"token", c"gcra", c"leaky"];
 
-/// `loadmodule <path> default-algorithm sliding hit-events no`.
-fn apply_module_args(args: &[&[u8]]) -> Result<(), String> {
-    if !args.len().is_multiple_of(2) {
-        return Err("module arguments come in pairs: <name> <value>".into());
-    }
-    for pair in args.chunks(2) {
-        let (name, value) = (pair[0], pair[1]);
-        let name = name.strip_prefix(b"ratelimit.").unwrap_or(name);
-        match name {
-            b"default-algorithm" => {
-                let algo = Algo::parse(value)
-                    .ok_or_else(|| format!("default-algorithm must be {}", Algo::NAMES))?;
-                DEFAULT_ALGO.store(algo as u8, Relaxed);
-            }
-            b"hit-events" => {
-                let on = match value {
-                    b"yes" => true,
-                    b"no" => false,
-                    _ => return Err("hit-events must be yes or no".into()),
-                };
-                HIT_EVENTS.store(on, Relaxed);
-            }
-            _ => {
-                return Err(format!(
-                    "unknown module argument '{}'",
-                    String::from_utf8_lossy(name)
-                ))
+/// The configs' defaults: built in, or given as module arguments.
+struct Defaults {
+    algo: Algo,
+    hit_events: bool,
+}
+
+impl Defaults {
+    /// `loadmodule <path> default-algorithm sliding hit-events no`.
+    fn from_module_args(args: &[&[u8]]) -> Result<Defaults, String> {
+        if !args.len().is_multiple_of(2) {
+            return Err("module arguments come in pairs: <name> <value>".into());
+        }
+        let mut defaults = Defaults {
+            algo: Algo::Fixed,
+            hit_events: true,
+        };
+        for pair in args.chunks(2) {
+            let (name, value) = (pair[0], pair[1]);
+            let name = name.strip_prefix(b"ratelimit.").unwrap_or(name);
+            match name {
+                b"default-algorithm" => {
+                    defaults.algo = Algo::parse(value)
+                        .ok_or_else(|| format!("default-algorithm must be {}", Algo::NAMES))?;
+                }
+                b"hit-events" if value.eq_ignore_ascii_case(b"yes") => defaults.hit_events = true,
+                b"hit-events" if value.eq_ignore_ascii_case(b"no") => defaults.hit_events = false,
+                b"hit-events" => return Err("hit-events must be yes or no".into()),
+                _ => {
+                    return Err(format!(
+                        "unknown module argument '{}'",
+                        String::from_utf8_lossy(name)
+                    ))
+                }
             }
         }
+        Ok(defaults)
     }
-    Ok(())
 }

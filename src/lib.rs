@@ -164,7 +164,7 @@ const RL_RESET: Command = Command {
     complexity: c"O(1)",
 };
 
-/// RL.THROTTLE key max_burst count_per_period period_seconds [quantity]
+/// RL.THROTTLE key max_burst count_per_period period [quantity]
 const RL_THROTTLE: Command = Command {
     name: c"RL.THROTTLE",
     handler: rl_throttle,

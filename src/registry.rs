@@ -291,10 +291,13 @@ fn arg_array(
             raw::REDISMODULE_CMD_ARG_OPTIONAL
         } else {
             0
-        } | if arg.multiple {
-            raw::REDISMODULE_CMD_ARG_MULTIPLE
-        } else {
-            0
+        } | match (arg.multiple, arg.token) {
+            // A repeated option repeats its keyword too (POLICY ... POLICY ...).
+            (true, Some(_)) => {
+                raw::REDISMODULE_CMD_ARG_MULTIPLE | raw::REDISMODULE_CMD_ARG_MULTIPLE_TOKEN
+            }
+            (true, None) => raw::REDISMODULE_CMD_ARG_MULTIPLE,
+            (false, _) => 0,
         }) as c_int;
         c.type_ = match arg.kind {
             ArgKind::Key(spec) => {

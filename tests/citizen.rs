@@ -128,6 +128,19 @@ fn command_docs_describe_every_command() {
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
         .iter()
         .any(|f| text(f) == "optional")));
+    // RL.ADMITALL's POLICY block repeats with its keyword: clients and
+    // valkey-cli hints must show `POLICY ... [POLICY ...]`.
+    let docs: Value = redis::cmd("COMMAND")
+        .arg("DOCS")
+        .arg("rl.admitall")
+        .query(&mut con)
+        .unwrap();
+    let args = items(&pairs(&items(&docs)[1])["arguments"]);
+    let policy = pairs(args.last().unwrap());
+    assert_eq!(text(&policy["token"]), "POLICY");
+    let flags: Vec<String> = items(&policy["flags"]).iter().map(text).collect();
+    assert!(flags.contains(&"multiple".to_string()), "{flags:?}");
+    assert!(flags.contains(&"multiple_token".to_string()), "{flags:?}");
 }
 
 #[test]
@@ -525,6 +538,36 @@ fn configuration_is_validated_and_applied() {
         [
             "ratelimit.default-algorithm=leaky",
             "ratelimit.hit-events=no"
+        ]
+    );
+    // Module arguments are defaults: a config value (here LOADEX CONFIG,
+    // as a config-file line) overrides them, so CONFIG REWRITE, which
+    // writes the values that differ from the defaults, keeps what CONFIG
+    // GET shows. Module argument values take any case, as CONFIG SET's.
+    let _: () = redis::cmd("MODULE")
+        .arg(&["UNLOAD", "ratelimit"])
+        .query(&mut con)
+        .unwrap();
+    let _: () = redis::cmd("MODULE")
+        .arg(&[
+            "LOADEX",
+            module,
+            "CONFIG",
+            "ratelimit.hit-events",
+            "yes",
+            "ARGS",
+            "hit-events",
+            "NO",
+            "default-algorithm",
+            "token",
+        ])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        module_configs(&mut con),
+        [
+            "ratelimit.default-algorithm=token",
+            "ratelimit.hit-events=yes"
         ]
     );
 }
