@@ -13,8 +13,8 @@ use redis_module::raw;
 
 use crate::algo::Algo;
 
-static DEFAULT_ALGO: AtomicU8 = AtomicU8::new(Algo::Fixed as u8);
-static HIT_EVENTS: AtomicBool = AtomicBool::new(true);
+static DEFAULT_ALGO: AtomicU8 = AtomicU8::new(BUILT_IN.algo as u8);
+static HIT_EVENTS: AtomicBool = AtomicBool::new(BUILT_IN.hit_events);
 
 /// The algorithm used when neither ALGO nor the META hash names one.
 pub fn default_algo() -> Algo {
@@ -125,16 +125,19 @@ struct Defaults {
     hit_events: bool,
 }
 
+/// The defaults when no module argument sets them.
+const BUILT_IN: Defaults = Defaults {
+    algo: Algo::Fixed,
+    hit_events: true,
+};
+
 impl Defaults {
     /// `loadmodule <path> default-algorithm sliding hit-events no`.
     fn from_module_args(args: &[&[u8]]) -> Result<Defaults, String> {
         if !args.len().is_multiple_of(2) {
             return Err("module arguments come in pairs: <name> <value>".into());
         }
-        let mut defaults = Defaults {
-            algo: Algo::Fixed,
-            hit_events: true,
-        };
+        let mut defaults = BUILT_IN;
         for pair in args.chunks(2) {
             let (name, value) = (pair[0], pair[1]);
             let name = name.strip_prefix(b"ratelimit.").unwrap_or(name);
