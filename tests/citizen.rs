@@ -809,21 +809,28 @@ fn a_call_nested_in_another_counts_as_itself() {
     assert_eq!(stats["ratelimit_errors"], 0);
 }
 
+/// A primary with the nested_caller fixture loaded and keyspace events
+/// `events` on, and its replica.
+fn fixture_primary_and_replica(events: &str) -> (Server, Server) {
+    let fixture = nested_caller_module();
+    let primary = Server::start_with(&[
+        "--notify-keyspace-events",
+        events,
+        "--loadmodule",
+        fixture.to_str().unwrap(),
+    ]);
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    (primary, replica)
+}
+
 /// A subscriber that writes from inside our `rl.hit` (the fixture deletes
 /// `writer:victim` when `writer:trigger` is refused): RL.ADMITALL has closed
 /// every key before it fires, so the server neither crashes nor writes into
 /// a freed key, and the replica agrees.
 #[test]
 fn a_subscriber_that_writes_from_an_admitall_event_is_safe() {
-    let fixture = nested_caller_module();
-    let primary = Server::start_with(&[
-        "--notify-keyspace-events",
-        "Ed",
-        "--loadmodule",
-        fixture.to_str().unwrap(),
-    ]);
-    let replica = Server::start();
-    replica.replica_of(&primary);
+    let (primary, replica) = fixture_primary_and_replica("Ed");
     let mut con = primary.client();
     let policy = ["POLICY", "LIMIT", "1", "WINDOW", "100000"];
     let trigger = [
@@ -941,15 +948,7 @@ fn unloading_and_failed_loads_give_back_what_loading_took() {
 /// read is left as the subscriber made it: no crash, and the replica agrees.
 #[test]
 fn a_subscriber_that_writes_from_new_or_expired_during_admitall_is_safe() {
-    let fixture = nested_caller_module();
-    let primary = Server::start_with(&[
-        "--notify-keyspace-events",
-        "Egx",
-        "--loadmodule",
-        fixture.to_str().unwrap(),
-    ]);
-    let replica = Server::start();
-    replica.replica_of(&primary);
+    let (primary, replica) = fixture_primary_and_replica("Egx");
     let mut con = primary.client();
     let policy = ["POLICY", "LIMIT", "5", "WINDOW", "100000"];
     let admit_all = |con: &mut redis::Connection, keys: [&str; 2]| {
