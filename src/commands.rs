@@ -500,7 +500,7 @@ fn throttle(ctx: Ctx, argv: &[Str], args: &[&[u8]]) -> Result<(), RlError> {
         },
     };
     let before = found.map(|state| (state, key.expires_at()));
-    let (answer, write) = throttle::throttle(found, &meter, quantity, now);
+    let (answer, write) = throttle::throttle(before, &meter, quantity, now);
     apply(ctx, &mut key, name, write, before);
     drop(key);
     record(

@@ -472,3 +472,54 @@ fn a_period_beyond_the_ns_clock_is_refused_or_exact() {
         text(&r[3])
     );
 }
+
+/// A limited call's state lives until the reset it reports, as for RL.ADMIT
+/// ALGO gcra on the same state: a foreign key (redis-cell's plain ns
+/// integer, or `gcra:`) left without a TTL, or expiring before its TAT, is
+/// given that expiry by the refusal, so it neither lives for ever nor is
+/// forgotten early (which would admit before the retry it told).
+#[test]
+fn a_limited_call_gives_foreign_state_the_expiry_of_its_reset() {
+    let server = Server::start();
+    let mut con = server.client();
+    let now0 = server_time_ms(&mut con);
+    // 1 per 10 s, no burst: a TAT 8 s ahead is limited for 8 s.
+    let tat = i128::from(now0) * NS_PER_MS + 8 * NS_PER_S;
+    let keys = [
+        ("cell-nottl", tat.to_string(), None),
+        ("gcra-nottl", format!("gcra:{tat}"), None),
+        ("cell-short", tat.to_string(), Some("1000")),
+    ];
+    for (key, value, px) in &keys {
+        let mut set = redis::cmd("SET");
+        set.arg(key).arg(value);
+        if let Some(px) = px {
+            set.arg("PX").arg(px);
+        }
+        let _: () = set.query(&mut con).unwrap();
+    }
+    for (key, value, _) in &keys {
+        let (now, r) = timed(
+            &mut con,
+            &[
+                throttle(key, 0, 1, 10, 1),
+                c!["GET", key],
+                c!["PEXPIRETIME", key],
+            ],
+        );
+        assert_eq!(ints(&r[0])[0], 1, "{key}: limited");
+        assert_eq!(text(&r[1]).as_deref(), Some(value.as_str()), "{key}");
+        assert_eq!(
+            int(&r[2]),
+            now + ceil_ms(tat - i128::from(now) * NS_PER_MS),
+            "{key}: expires at its TAT"
+        );
+    }
+    // A peek still writes nothing.
+    let _: () = con.set("peeked", tat.to_string()).unwrap();
+    assert_eq!(
+        cmd_ints(&mut con, &["RL.THROTTLE", "peeked", "0", "1", "10", "0"])[0],
+        0
+    );
+    assert_eq!(pexpiretime(&mut con, "peeked"), -1);
+}

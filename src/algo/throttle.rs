@@ -86,10 +86,17 @@ fn ceil_s(ns: i128) -> i64 {
     i64::try_from(s).unwrap_or(i64::MAX)
 }
 
-pub fn throttle(state: Option<State>, meter: &Meter, quantity: i64, now_ms: i64) -> (Reply, Write) {
+/// Decides one call. `found` is the stored state and the key's absolute
+/// expiry (`None`: no TTL), as for `algo::admit`.
+pub fn throttle(
+    found: Option<(State, Option<i64>)>,
+    meter: &Meter,
+    quantity: i64,
+    now_ms: i64,
+) -> (Reply, Write) {
     let now = i128::from(now_ms) * NS_PER_MS;
-    let stored = match state {
-        Some(State::Gcra { tat_ns }) => Some(tat_ns),
+    let stored = match found {
+        Some((State::Gcra { tat_ns }, _)) => Some(tat_ns),
         _ => None,
     };
     let tat = stored.map_or(now, |t| t.clamp(now, now + meter.tolerance));
@@ -120,6 +127,21 @@ pub fn throttle(state: Option<State>, meter: &Meter, quantity: i64, now_ms: i64)
             (tat - now, write)
         }
         None => (tat - now, Write::Nothing),
+    };
+    // As for RL.ADMIT (`algo::outcome_outlives_its_reset`): a real refusal's
+    // state must live until the reset it reports. A foreign key (redis-cell's,
+    // a hand-written one) without a TTL, or expiring before its TAT, is given
+    // that expiry: the one write a refusal can make. State this module wrote
+    // always expires at its TAT already, so its refusals still write nothing.
+    let write = match write {
+        Write::Nothing if allowed.is_none() && quantity > 0 && ttl > 0 => {
+            let needed = now_ms.saturating_add(super::ceil_ms(ttl));
+            match found.and_then(|f| f.1) {
+                Some(at) if at >= needed => Write::Nothing,
+                _ => Write::Expiry { expires_at: needed },
+            }
+        }
+        write => write,
     };
     let next = meter.tolerance - ttl;
     let remaining = if next > -meter.interval {
@@ -178,8 +200,8 @@ mod tests {
         for (i, &(at, quantity, limited, remaining, reset, retry)) in cases.iter().enumerate() {
             let now = start + at;
             // The server expires the key at its TTL.
-            if let Some(State::Gcra { tat_ns }) = state {
-                if tat_ns <= i128::from(now) * NS_PER_MS {
+            if let Some((_, Some(at))) = state {
+                if at <= now {
                     state = None;
                 }
             }
@@ -195,8 +217,14 @@ mod tests {
                 (limited, 5, remaining, reset, retry),
                 "case {i}"
             );
-            if let Write::State { state: s, .. } = write {
-                state = Some(s);
+            match write {
+                Write::State {
+                    state: s,
+                    expires_at,
+                } => state = Some((s, Some(expires_at))),
+                // State written here expires at its TAT: a refusal has
+                // nothing to repair.
+                other => assert_eq!(other, Write::Nothing, "case {i}"),
             }
         }
     }
@@ -221,10 +249,43 @@ mod tests {
             } = write
             {
                 assert!(expires_at > 1_000, "the state outlives the call");
-                state = Some(s);
+                state = Some((s, Some(expires_at)));
             }
         }
         assert_eq!(limited, 7_000 - 6_001);
+    }
+
+    #[test]
+    fn a_refusal_gives_foreign_state_the_expiry_of_its_reset() {
+        // 1 per 10 s, no burst; a TAT 8.0000005 s ahead: limited.
+        let meter = Params {
+            max_burst: 0,
+            count: 1,
+            period_s: 10,
+        }
+        .meter(1_000)
+        .unwrap();
+        let tat = 9_000 * NS_PER_MS + 500;
+        let gcra = State::Gcra { tat_ns: tat };
+        let needed = Write::Expiry { expires_at: 9_001 };
+        for (expires_at, quantity, want) in [
+            (None, 1, needed),
+            (Some(2_000), 1, needed),
+            (Some(9_000), 1, needed),
+            (Some(9_001), 1, Write::Nothing),
+            (Some(60_000), 1, Write::Nothing),
+            (None, 0, Write::Nothing),
+            // Never allowed: still a refusal the state must outlive.
+            (None, 5, needed),
+        ] {
+            let (reply, write) = throttle(Some((gcra, expires_at)), &meter, quantity, 1_000);
+            assert_eq!(reply.limited, quantity > 0, "a peek passes");
+            assert_eq!(write, want, "{expires_at:?} quantity {quantity}");
+        }
+        // A TAT already past is no debt: nothing to keep.
+        let past = State::Gcra { tat_ns: 0 };
+        let (reply, write) = throttle(Some((past, None)), &meter, 5, 1_000);
+        assert_eq!((reply.limited, write), (true, Write::Nothing));
     }
 
     #[test]
