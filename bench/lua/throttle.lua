@@ -16,7 +16,8 @@
 --     tolerance (never allowed), else the time until allowed; reset_after_s =
 --     time until TAT; both in whole seconds rounded up;
 --   * remaining = whole cells left under the tolerance; quantity 0 is a peek
---     and writes nothing, and so does a limited call.
+--     and writes nothing, and so does a limited call (the module also gives
+--     a key it did not write the expiry of its reset: see bench/README.md).
 --
 -- State: the module's own format, `gcra:<TAT in ns>` in one string key (a bare
 -- ns integer, as redis-cell writes it, is read too). Lua numbers are doubles
