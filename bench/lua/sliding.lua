@@ -16,7 +16,9 @@
 --     next window, when it is out of view;
 --   * refused: retry_after_ms = the exact wait until it fits (within this
 --     window as the previous one slides out, else early in the next window),
---     -1 when cost > limit; a refusal or a peek (cost 0) writes nothing;
+--     -1 when cost > limit; a refusal or a peek (cost 0) writes nothing,
+--     except that a window starting after now (the clock went back), read
+--     as the current window, is written back as such by a refusal;
 --   * remaining = whole requests that fit; reset_after_ms = time until the
 --     estimate is 0; limit 0: {1, 0, 0, 0, 0}.
 --
@@ -53,6 +55,7 @@ local start = now - math.fmod(now, window)
 local left = start + window - now -- also the previous window's weight
 
 local current, previous = 0, 0
+local future = false
 local raw = redis.call('GET', key)
 if raw then
   local s, c, p = string.match(raw, '^sliding:(%d+):(%d+):(%d+)$')
@@ -60,7 +63,8 @@ if raw then
     return redis.error_reply('ERR limiter key does not hold sliding state')
   end
   s = tonumber(s)
-  if s == start then
+  future = s > now
+  if s == start or future then
     current, previous = tonumber(c), tonumber(p)
   elseif s == start - window then
     previous = tonumber(c)
@@ -83,7 +87,19 @@ local function reset(c, p)
   return left + window
 end
 
+-- Stores the counts as now's window, expiring once none is in view.
+local function store(c, p)
+  if c == 0 and p == 0 then
+    redis.call('DEL', key)
+  elseif c == 0 then
+    redis.call('SET', key, string.format('sliding:%d:%d:%d', start, c, p), 'PXAT', start + window)
+  else
+    redis.call('SET', key, string.format('sliding:%d:%d:%d', start, c, p), 'PXAT', start + 2 * window)
+  end
+end
+
 if cost > limit or used(current, previous) + cost * window > limit * window then
+  if future and cost > 0 then store(current, previous) end
   local retry = -1
   if cost <= limit then
     retry = nil
@@ -109,8 +125,5 @@ if cost > limit or used(current, previous) + cost * window > limit * window then
 end
 
 local after = current + cost
-if cost > 0 then
-  redis.call('SET', key, string.format('sliding:%d:%d:%d', start, after, previous),
-    'PXAT', start + 2 * window)
-end
+if cost > 0 then store(after, previous) end
 return {1, limit, room(after, previous), 0, reset(after, previous)}

@@ -14,17 +14,45 @@ use super::{Decision, Outcome, Policy, State, Write};
 fn in_view(state: Option<State>, window: i64, now_ms: i64) -> (i64, i64, i64) {
     let start = now_ms - now_ms.rem_euclid(window);
     match state {
+        // A window stamped after now (a clock that went back) is read as
+        // the current one: forgetting it would admit a whole fresh budget
+        // on top of what it counted.
         Some(State::Sliding {
             window_start,
             current,
             previous,
-        }) if window_start == start => (start, current, previous),
+        }) if window_start == start || from_the_future(state, now_ms) => (start, current, previous),
         Some(State::Sliding {
             window_start,
             current,
             ..
         }) if window_start == start - window => (start, 0, current),
         _ => (start, 0, 0),
+    }
+}
+
+/// Whether the stored window starts after `now_ms`.
+fn from_the_future(state: Option<State>, now_ms: i64) -> bool {
+    matches!(state, Some(State::Sliding { window_start, .. }) if window_start > now_ms)
+}
+
+/// The state for these counts, expiring once nothing of it is in view.
+fn stored(start: i64, current: i64, previous: i64, window: i64) -> Write {
+    let state = State::Sliding {
+        window_start: start,
+        current,
+        previous,
+    };
+    match (current, previous) {
+        (0, 0) => Write::Delete,
+        (0, _) => Write::State {
+            state,
+            expires_at: start + window,
+        },
+        _ => Write::State {
+            state,
+            expires_at: start + 2 * window,
+        },
     }
 }
 
@@ -106,7 +134,12 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 retry_after_ms: retry,
                 reset_after_ms: v.reset(current, previous),
             },
-            write: Write::Nothing,
+            // Read as now's window, a future one is written back as such
+            // by a real call, or it would be read so again next window.
+            write: match cost > 0 && from_the_future(state, now_ms) {
+                true => stored(start, current, previous, policy.window_ms),
+                false => Write::Nothing,
+            },
         };
     }
     let after = current + cost;
@@ -143,17 +176,9 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
     };
     // Nothing to give back (no state, or an empty current window) writes
     // nothing, even where the state would be re-based onto a new window.
-    let write = match (state.is_some() && current > 0, after, previous) {
-        (false, _, _) => Write::Nothing,
-        (true, 0, 0) => Write::Delete,
-        (true, 0, _) => Write::State {
-            state: next,
-            expires_at: start + policy.window_ms,
-        },
-        (true, _, _) => Write::State {
-            state: next,
-            expires_at: start + 2 * policy.window_ms,
-        },
+    let write = match state.is_some() && current > 0 {
+        false => Write::Nothing,
+        true => stored(start, after, previous, policy.window_ms),
     };
     Outcome {
         decision: admit(Some(next), policy, 0, now_ms).decision,
@@ -233,6 +258,59 @@ mod tests {
     fn a_cost_above_the_limit_never_fits() {
         let d = admit(None, &policy(5, 1_000), 6, 0).decision;
         assert_eq!((d.admitted, d.retry_after_ms, d.remaining), (false, -1, 5));
+    }
+
+    #[test]
+    fn a_clock_that_went_back_does_not_forget_the_window() {
+        // The limit spent at 2500; the clock then goes back 1.2 windows.
+        let p = policy(10, 1_000);
+        let mut s = None;
+        for _ in 0..10 {
+            assert!(step(&mut s, &p, 1, 2_500).admitted);
+        }
+        let out = admit(s, &p, 1, 1_300);
+        assert!(
+            !out.decision.admitted,
+            "a fresh budget on top of the spent one"
+        );
+        // Read as now's window (1000..2000); written back as such, so the
+        // next windows see it fade out as usual.
+        assert_eq!(
+            (out.decision.retry_after_ms, out.decision.reset_after_ms),
+            (800, 1_700)
+        );
+        let written = State::Sliding {
+            window_start: 1_000,
+            current: 10,
+            previous: 0,
+        };
+        assert_eq!(
+            out.write,
+            Write::State {
+                state: written,
+                expires_at: 3_000
+            }
+        );
+        assert!(admit(Some(written), &p, 1, 2_100).decision.admitted);
+        assert_eq!(
+            admit(s, &p, 0, 1_300).write,
+            Write::Nothing,
+            "a peek never writes"
+        );
+        // A refund gives back from it, re-based the same way.
+        let back = refund(s, &p, 4, 1_300);
+        assert_eq!(
+            back.write,
+            Write::State {
+                state: State::Sliding {
+                    window_start: 1_000,
+                    current: 6,
+                    previous: 0
+                },
+                expires_at: 3_000
+            }
+        );
+        assert_eq!(back.decision.remaining, 4);
     }
 
     proptest! {
