@@ -138,9 +138,13 @@ pub fn refund(
             write: Write::Delete,
         };
     }
+    // As `admit` reads it: a counter without a TTL, or with more time left
+    // than one window, gets one window, the reset the reply reports.
+    let fresh_expiry = now_ms.saturating_add(policy.window_ms);
     let expires_at = counter
         .expires_at
-        .unwrap_or_else(|| now_ms.saturating_add(policy.window_ms));
+        .filter(|&at| at <= fresh_expiry)
+        .unwrap_or(fresh_expiry);
     let after = Counter {
         count,
         expires_at: Some(expires_at),
@@ -264,6 +268,23 @@ mod tests {
             }
         );
         assert_eq!(out.decision.reset_after_ms, 500);
+    }
+
+    #[test]
+    fn a_refund_cuts_a_window_longer_than_the_policy() {
+        // Written under a longer window, or before the clock went back.
+        let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
+        let found = Some((State::Fixed { count: 5 }, Some(10_000 + 100 * W)));
+        let out = refund(found, &p, 1, 10_000);
+        assert_eq!(out.decision.reset_after_ms, W);
+        assert_eq!(
+            out.write,
+            Write::State {
+                state: State::Fixed { count: 4 },
+                expires_at: 11_000
+            },
+            "the key expires when the reply says it resets"
+        );
     }
 
     #[test]
