@@ -264,15 +264,41 @@ pub fn register(
     if unsafe { set_info(command, &info) } != raw::REDISMODULE_OK as c_int {
         return Err(fail("SetCommandInfo"));
     }
-    if with_acl_category {
-        if let Some(set_acl) = unsafe { raw::RedisModule_SetCommandACLCategories } {
-            let categories = CString::from(ACL_CATEGORY);
-            if unsafe { set_acl(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
-                return Err(fail("SetCommandACLCategories"));
-            }
+    if let Some(set_acl) = unsafe { raw::RedisModule_SetCommandACLCategories } {
+        let Ok(categories) = CString::new(acl_categories(cmd.flags, with_acl_category)) else {
+            return Err(fail("ACL categories"));
+        };
+        if unsafe { set_acl(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
+            return Err(fail("SetCommandACLCategories"));
         }
     }
     Ok(())
+}
+
+/// The ACL categories of a command with server flags `flags`: the ones the
+/// server gives its own commands by their flags (`@write`, `@read`, `@fast`,
+/// else `@slow`), which it does not give module commands, so that rules such
+/// as `+@all -@write` or `+@read` cover ours as they cover SET and GET; plus
+/// `@ratelimit` where the server supports custom categories.
+fn acl_categories(flags: &CStr, with_acl_category: bool) -> String {
+    let has = |flag: &str| {
+        flags
+            .to_bytes()
+            .split(|&b| b == b' ')
+            .any(|f| f == flag.as_bytes())
+    };
+    let mut categories = Vec::new();
+    if with_acl_category {
+        categories.push(ACL_CATEGORY.to_str().unwrap_or("ratelimit"));
+    }
+    if has("write") {
+        categories.push("write");
+    }
+    if has("readonly") {
+        categories.push("read");
+    }
+    categories.push(if has("fast") { "fast" } else { "slow" });
+    categories.join(" ")
 }
 
 /// Lays `args` out as the server's zero-terminated C arrays; `arrays` owns

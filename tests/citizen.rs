@@ -8,24 +8,64 @@ use std::collections::HashMap;
 use common::{cmd_err, cmd_ints, module_path, Server};
 use redis::{Commands, Value};
 
-/// (name, arity, flags that must be present, key-specs)
-const TABLE: &[(&str, i64, &[&str], usize)] = &[
-    ("rl.admit", -2, &["write", "denyoom", "fast", "module"], 2),
+/// (name, arity, flags that must be present, key-specs, ACL categories)
+type Row = (
+    &'static str,
+    i64,
+    &'static [&'static str],
+    usize,
+    &'static [&'static str],
+);
+
+const TABLE: &[Row] = &[
+    (
+        "rl.admit",
+        -2,
+        &["write", "denyoom", "fast", "module"],
+        2,
+        &["@ratelimit", "@write", "@fast"],
+    ),
     (
         "rl.admitall",
         -4,
         &["write", "denyoom", "module", "movablekeys"],
         2,
+        &["@ratelimit", "@write", "@slow"],
     ),
-    ("rl.ttl", -2, &["readonly", "fast", "module"], 2),
-    ("rl.limit", 2, &["readonly", "fast", "module"], 1),
-    ("rl.refund", -2, &["write", "denyoom", "fast", "module"], 2),
-    ("rl.reset", 2, &["write", "fast", "module"], 1),
+    (
+        "rl.ttl",
+        -2,
+        &["readonly", "fast", "module"],
+        2,
+        &["@ratelimit", "@read", "@fast"],
+    ),
+    (
+        "rl.limit",
+        2,
+        &["readonly", "fast", "module"],
+        1,
+        &["@ratelimit", "@read", "@fast"],
+    ),
+    (
+        "rl.refund",
+        -2,
+        &["write", "denyoom", "fast", "module"],
+        2,
+        &["@ratelimit", "@write", "@fast"],
+    ),
+    (
+        "rl.reset",
+        2,
+        &["write", "fast", "module"],
+        1,
+        &["@ratelimit", "@write", "@fast"],
+    ),
     (
         "rl.throttle",
         -5,
         &["write", "denyoom", "fast", "module"],
         1,
+        &["@ratelimit", "@write", "@fast"],
     ),
 ];
 
@@ -58,7 +98,7 @@ fn pairs(v: &Value) -> HashMap<String, Value> {
 fn command_info_matches_the_registration_table() {
     let server = Server::start();
     let mut con = server.client();
-    for &(name, arity, flags, specs) in TABLE {
+    for &(name, arity, flags, specs, wanted) in TABLE {
         let info: Value = redis::cmd("COMMAND")
             .arg("INFO")
             .arg(name)
@@ -74,11 +114,13 @@ fn command_info_matches_the_registration_table() {
                 "{name} lacks flag {flag}: {got:?}"
             );
         }
-        let categories: Vec<String> = items(&entry[6]).iter().map(text).collect();
-        assert!(
-            categories.contains(&"@ratelimit".to_string()),
-            "{name}: {categories:?}"
-        );
+        // As the server files its own commands by their flags (@write,
+        // @read, @fast or @slow), plus our own category.
+        let mut categories: Vec<String> = items(&entry[6]).iter().map(text).collect();
+        categories.sort();
+        let mut wanted: Vec<&str> = wanted.to_vec();
+        wanted.sort();
+        assert_eq!(categories, wanted, "{name} ACL categories");
         assert_eq!(items(&entry[8]).len(), specs, "{name} key-specs");
     }
 }
@@ -141,6 +183,60 @@ fn command_docs_describe_every_command() {
     let flags: Vec<String> = items(&policy["flags"]).iter().map(text).collect();
     assert!(flags.contains(&"multiple".to_string()), "{flags:?}");
     assert!(flags.contains(&"multiple_token".to_string()), "{flags:?}");
+}
+
+/// ACL rules written with the server's categories cover our commands as
+/// they cover SET and GET: a user without @write can neither spend a budget
+/// nor delete a key with RL.RESET, and a @read user may read limiters.
+#[test]
+fn acl_rules_by_read_and_write_categories_cover_every_command() {
+    let server = Server::start();
+    let mut admin = server.client();
+    for rule in [
+        &[
+            "ACL", "SETUSER", "nowrite", "on", "nopass", "+@all", "-@write", "~*",
+        ][..],
+        &["ACL", "SETUSER", "reader", "on", "nopass", "+@read", "~*"],
+    ] {
+        assert_eq!(common::cmd_raw(&mut admin, rule), Value::Okay, "{rule:?}");
+    }
+    let _: () = admin.set("victim", "app data").unwrap();
+    let _: () = redis::cmd("HSET")
+        .arg(&["m", "max", "5", "duration", "60000"])
+        .query(&mut admin)
+        .unwrap();
+    let login = |user: &str| {
+        let mut con = server.client();
+        let _: () = redis::cmd("AUTH")
+            .arg(&[user, "x"])
+            .query(&mut con)
+            .unwrap();
+        con
+    };
+    let p = ["LIMIT", "5", "WINDOW", "60000"];
+    let writes: Vec<Vec<&str>> = vec![
+        [&["RL.ADMIT", "k"][..], &p].concat(),
+        [&["RL.REFUND", "k"][..], &p].concat(),
+        [&["RL.ADMITALL", "1", "k", "POLICY"][..], &p].concat(),
+        vec!["RL.THROTTLE", "t", "1", "1", "60"],
+        vec!["RL.RESET", "victim"],
+    ];
+    let reads: Vec<Vec<&str>> = vec![vec!["RL.TTL", "k", "META", "m"], vec!["RL.LIMIT", "m"]];
+    for user in ["nowrite", "reader"] {
+        let mut con = login(user);
+        for call in &writes {
+            let e = cmd_err(&mut con, call);
+            assert!(e.starts_with("NOPERM"), "{user}: {call:?}: {e}");
+        }
+        for call in &reads {
+            let v = common::cmd_raw(&mut con, call);
+            assert!(matches!(v, Value::Int(_)), "{user}: {call:?}: {v:?}");
+        }
+    }
+    let victim: String = admin.get("victim").unwrap();
+    assert_eq!(victim, "app data");
+    let dbsize: i64 = redis::cmd("DBSIZE").query(&mut admin).unwrap();
+    assert_eq!(dbsize, 2, "nothing written");
 }
 
 #[test]
