@@ -7,6 +7,10 @@
 //! (`make example-deps`; `.ci/run` runs it). Without them these tests fail
 //! when `$CI` is set and are skipped, with a note on stderr, otherwise.
 
+// Only part of the cluster helpers is used here.
+#[allow(dead_code)]
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::io::Read;
@@ -424,6 +428,54 @@ fn python_example_with_the_cluster_client() {
 #[test]
 fn node_example_with_the_cluster_client() {
     cluster(Lang::Node);
+}
+
+/// valkey-py's cluster client on three primaries, given only the first node:
+/// each client's limiter lands on the node that owns its slot, and no call is
+/// redirected (the client found every key's slot itself, through COMMAND
+/// GETKEYS, which the module answers with its getkeys-api).
+#[test]
+fn python_cluster_client_routes_by_key_on_three_primaries() {
+    if python().is_none() {
+        return;
+    }
+    let c = cluster::Cluster::start(3);
+    // Tenants whose limiters live on every node.
+    let mut tenants: Vec<(String, usize)> = Vec::new();
+    for i in 0.. {
+        let tenant = format!("tenant-{i}");
+        let owner = c.owner_seen_by(0, c.keyslot(&format!("rl:{{{tenant}}}:default")));
+        if tenants.iter().filter(|(_, o)| *o == owner).count() < 2 {
+            tenants.push((tenant, owner));
+        }
+        if tenants.len() == 6 {
+            break;
+        }
+    }
+    for node in 0..3 {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query(&mut c.client(node))
+            .unwrap();
+    }
+    for (tenant, owner) in &tenants {
+        let args = ["--cluster", "--client", tenant, "--limit", "2", "-n", "3"];
+        let responses = Lang::Python.run(c.nodes[0].port, &args).unwrap();
+        check_limited(Lang::Python, &responses, 2, tenant);
+        let count: String = c
+            .client(*owner)
+            .get(format!("rl:{{{tenant}}}:default"))
+            .unwrap();
+        assert_eq!(count, "2", "{tenant} on node {owner}");
+    }
+    for node in 0..3 {
+        let mut con = c.client(node);
+        let moved = common::info_field(&mut con, "errorstats", "errorstat_MOVED");
+        assert_eq!(moved, None, "node {node} redirected calls");
+        let calls = common::info_field(&mut con, "commandstats", "cmdstat_RL.ADMIT");
+        let calls = calls.unwrap_or_default();
+        assert!(calls.starts_with("calls=6,"), "node {node}: {calls}");
+    }
 }
 
 /// All three build the same key, so they share one limiter: a client's

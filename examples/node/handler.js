@@ -95,8 +95,10 @@ function makeClient(host, port, cluster) {
   // on the first command (quit() before any is then immediate).
   const options = { maxRetriesPerRequest: 1, connectTimeout: 5000, lazyConnect: true };
   if (cluster) {
-    // Any node will do: the client discovers the others and routes each
-    // command to the node owning its key's slot, following MOVED/ASK.
+    // Any node will do: the client discovers the others and follows
+    // MOVED/ASK. It knows the keys of built-in commands only: a module
+    // command such as RL.ADMIT goes to any node first and is redirected to
+    // the one owning its key's slot.
     // clusterRetryStrategy: give up after a few attempts to reach the
     // cluster (the default retries forever). A node that answers with an
     // empty address in CLUSTER SLOTS (a lone node without
