@@ -26,18 +26,13 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// An example that runs longer than this is hung (the Rust one may build first).
 const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// True under CI (`CI=true`, as .ci/run is run): missing tools fail there.
-fn in_ci() -> bool {
-    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
-}
-
 /// A client library is missing: fail under CI, skip (return None) locally.
 fn unavailable<T>(what: &str) -> Option<T> {
     let msg = format!(
         "{what}; install the examples' client libraries with `make example-deps` \
          (scripts/example-deps.sh, run by .ci/run)"
     );
-    if in_ci() {
+    if common::in_ci() {
         panic!("CI=true and {msg}");
     }
     eprintln!("SKIPPED: {msg}");

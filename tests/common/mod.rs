@@ -45,6 +45,13 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts at finding a free port; another process may grab the one we picked.
 const START_ATTEMPTS: usize = 5;
 
+/// True under CI (`CI=true`, as .ci/run is run): a missing tool fails a
+/// test there instead of skipping it.
+#[allow(dead_code)]
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
 /// The module under test: `$RL_MODULE` or the release build in this repo.
 #[allow(dead_code)]
 pub fn module_path() -> PathBuf {
