@@ -13,8 +13,8 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, dump, exec, int, ints, pexpiretime, repl_offset, server_time_ms,
-    snapshot, text, timed, wait_replica_offset, Server, QUIET,
+    cmd_err, cmd_ints, cmd_raw, dump, exec, int, ints, pexpiretime, pttl, repl_offset,
+    server_time_ms, snapshot, text, timed, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 use serial_test::serial;
@@ -1812,4 +1812,49 @@ fn a_refused_state_lives_until_the_reset_it_reports() {
         let again = cmd_ints_strs(&mut con, &with(c!["RL.ADMIT", key], policy));
         assert_eq!(again[0], 0, "{key}: forgot early: {again:?}");
     }
+}
+
+/// A key left without a TTL by another writer, holding a state long spent
+/// (equal to none), refused only because the cost can never fit (reset 0):
+/// the refusal deletes it, as its expiry would have, on the replica too, so
+/// no limiter key is left without a TTL. RL.THROTTLE does the same.
+#[test]
+fn a_refusal_deletes_a_spent_state_left_without_a_ttl() {
+    let primary = Server::start();
+    let replica = Server::start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+    let spent = [
+        ("sliding", "sliding:1000:3:0"),
+        ("token", "token:0:1000"),
+        ("gcra", "gcra:0"),
+        ("leaky", "leaky:0"),
+    ];
+    for (algo, value) in spent {
+        let _: () = con.set(algo, value).unwrap();
+        let call = c!["RL.ADMIT", algo, "ALGO", algo, "LIMIT", 5, "WINDOW", 1_000, "COST", 1_000];
+        // Peeking writes nothing.
+        let peek = c!["RL.ADMIT", algo, "ALGO", algo, "LIMIT", 5, "WINDOW", 1_000, "COST", 0];
+        let _ = cmd_ints_strs(&mut con, &peek);
+        assert_eq!(pttl(&mut con, algo), -1, "{algo}: a peek writes nothing");
+        assert_eq!(
+            cmd_ints_strs(&mut con, &call)[..5],
+            [0, 5, 5, -1, 0],
+            "{algo}"
+        );
+        let exists: i64 = con.exists(algo).unwrap();
+        assert_eq!(exists, 0, "{algo}: deleted");
+    }
+    let _: () = con.set("cell", "0").unwrap();
+    let limited = cmd_ints(&mut con, &["RL.THROTTLE", "cell", "0", "1", "10", "5"]);
+    assert_eq!(limited[0], 1, "quantity 5 never fits");
+    let exists: i64 = con.exists("cell").unwrap();
+    assert_eq!(exists, 0, "RL.THROTTLE: deleted");
+
+    wait_replica_offset(&primary, &replica);
+    let mut on_replica = replica.client();
+    let left: i64 = on_replica
+        .exists(&["sliding", "token", "gcra", "leaky", "cell"])
+        .unwrap();
+    assert_eq!(left, 0, "the replica deleted them too");
 }

@@ -92,30 +92,42 @@ pub fn admit(
         Algo::Gcra => gcra::admit(state, policy, cost, now_ms),
         Algo::Leaky => leaky::admit(state, policy, cost, now_ms),
     };
-    outcome_outlives_its_reset(outcome, found.and_then(|f| f.1), cost, now_ms)
+    outcome_outlives_its_reset(outcome, found.map(|f| f.1), cost, now_ms)
 }
 
 /// A refusal tells the caller when the limiter is full again; the state
 /// must live that long. A key written under another policy (a narrower
 /// window, a faster rate, a smaller bucket) or without a TTL may not: a
 /// real refusal gives it that expiry, the one write a refusal can make.
+/// A key without a TTL whose state is already spent (reset 0: refused only
+/// because the cost can never fit) is deleted instead, as its expiry would
+/// have, so that no limiter key is left without one. `expiry` is the key's:
+/// `None` without a key, `Some(None)` for a key without a TTL.
 fn outcome_outlives_its_reset(
     outcome: Outcome,
-    expires_at: Option<i64>,
+    expiry: Option<Option<i64>>,
     cost: i64,
     now_ms: i64,
 ) -> Outcome {
     let d = outcome.decision;
-    if d.admitted || cost == 0 || d.reset_after_ms == 0 || outcome.write != Write::Nothing {
+    if d.admitted || cost == 0 || outcome.write != Write::Nothing {
         return outcome;
     }
-    let needed = now_ms.saturating_add(d.reset_after_ms);
-    match expires_at {
-        Some(at) if at >= needed => outcome,
-        _ => Outcome {
-            write: Write::Expiry { expires_at: needed },
-            ..outcome
-        },
+    Outcome {
+        write: refusal_repair(d.reset_after_ms, expiry, now_ms),
+        ..outcome
+    }
+}
+
+/// The one write a real refusal that wrote nothing else can make, given the
+/// reset it reports (ms) and the key's expiry (see above).
+pub(crate) fn refusal_repair(reset_ms: i64, expiry: Option<Option<i64>>, now_ms: i64) -> Write {
+    let needed = now_ms.saturating_add(reset_ms);
+    match (reset_ms, expiry) {
+        (0, Some(None)) => Write::Delete,
+        (0, _) => Write::Nothing,
+        (_, Some(Some(at))) if at >= needed => Write::Nothing,
+        _ => Write::Expiry { expires_at: needed },
     }
 }
 
@@ -169,6 +181,51 @@ mod tests {
                 tat_ns: i128::from(t)
             }),
         ]
+    }
+
+    #[test]
+    fn a_spent_state_without_a_ttl_is_deleted_by_a_refusal() {
+        // Left by another writer without a TTL, and long spent: equal to no
+        // state. A cost that can never fit is refused with reset 0, and
+        // would otherwise leave the key without a TTL for good.
+        let now = 1_000_000;
+        let spent = [
+            (
+                Algo::Sliding,
+                State::Sliding {
+                    window_start: 0,
+                    current: 3,
+                    previous: 0,
+                },
+            ),
+            (
+                Algo::Token,
+                State::Token {
+                    credit_ns: 0,
+                    last_ms: 0,
+                },
+            ),
+            (Algo::Gcra, State::Gcra { tat_ns: 0 }),
+            (Algo::Leaky, State::Leaky { tat_ns: 0 }),
+        ];
+        for (algo, state) in spent {
+            let policy = Policy::new(algo, 5, 1_000, Some(5), now).unwrap();
+            let never = 1_000;
+            let out = admit(Some((state, None)), &policy, never, now);
+            let d = out.decision;
+            assert_eq!(
+                (d.admitted, d.retry_after_ms, d.reset_after_ms),
+                (false, -1, 0)
+            );
+            assert_eq!(out.write, Write::Delete, "{algo:?}");
+            // With a TTL it vanishes by itself; without a key there is
+            // nothing to delete; a peek never writes.
+            let with_ttl = admit(Some((state, Some(now + 5))), &policy, never, now);
+            assert_eq!(with_ttl.write, Write::Nothing, "{algo:?}");
+            assert_eq!(admit(None, &policy, never, now).write, Write::Nothing);
+            let peek = admit(Some((state, None)), &policy, 0, now);
+            assert_eq!(peek.write, Write::Nothing, "{algo:?}");
+        }
     }
 
     proptest! {

@@ -131,15 +131,12 @@ pub fn throttle(
     // As for RL.ADMIT (`algo::outcome_outlives_its_reset`): a real refusal's
     // state must live until the reset it reports. A foreign key (redis-cell's,
     // a hand-written one) without a TTL, or expiring before its TAT, is given
-    // that expiry: the one write a refusal can make. State this module wrote
-    // always expires at its TAT already, so its refusals still write nothing.
+    // that expiry (or deleted, if already spent): the one write a refusal can
+    // make. State this module wrote always expires at its TAT already, so its
+    // refusals still write nothing.
     let write = match write {
-        Write::Nothing if allowed.is_none() && quantity > 0 && ttl > 0 => {
-            let needed = now_ms.saturating_add(super::ceil_ms(ttl));
-            match found.and_then(|f| f.1) {
-                Some(at) if at >= needed => Write::Nothing,
-                _ => Write::Expiry { expires_at: needed },
-            }
+        Write::Nothing if allowed.is_none() && quantity > 0 => {
+            super::refusal_repair(super::ceil_ms(ttl), found.map(|f| f.1), now_ms)
         }
         write => write,
     };
@@ -282,10 +279,13 @@ mod tests {
             assert_eq!(reply.limited, quantity > 0, "a peek passes");
             assert_eq!(write, want, "{expires_at:?} quantity {quantity}");
         }
-        // A TAT already past is no debt: nothing to keep.
+        // A TAT already past is no debt: nothing to keep. Without a TTL the
+        // key is deleted, as its expiry would have; with one, left to it.
         let past = State::Gcra { tat_ns: 0 };
         let (reply, write) = throttle(Some((past, None)), &meter, 5, 1_000);
-        assert_eq!((reply.limited, write), (true, Write::Nothing));
+        assert_eq!((reply.limited, write), (true, Write::Delete));
+        let (_, write) = throttle(Some((past, Some(1_005))), &meter, 5, 1_000);
+        assert_eq!(write, Write::Nothing);
     }
 
     #[test]
