@@ -487,14 +487,16 @@ fn sliding_matches_the_model_on_crafted_states() {
                 assert_eq!(int(&r[3]), now + want[4], "expires when reset: {what}");
             }
             None => {
-                assert_eq!(text(&r[2]), state.map(Sliding::encode), "unchanged: {what}");
                 // A crafted state has no TTL: a real refusal gives it one
-                // that lasts until its reset.
-                let expiry = match state {
-                    None => -2,
-                    Some(_) if want[0] == 0 && cost > 0 && want[4] > 0 => now + want[4],
-                    Some(_) => -1,
+                // that lasts until its reset, or deletes it if spent.
+                let refused = want[0] == 0 && cost > 0;
+                let (value, expiry) = match state {
+                    None => (None, -2),
+                    Some(_) if refused && want[4] == 0 => (None, -2),
+                    Some(s) if refused => (Some(s.encode()), now + want[4]),
+                    Some(s) => (Some(s.encode()), -1),
                 };
+                assert_eq!(text(&r[2]), value, "unchanged: {what}");
                 assert_eq!(int(&r[3]), expiry, "{what}");
             }
         }
@@ -1023,6 +1025,12 @@ fn buckets_match_the_model_on_crafted_states() {
                     _ => Some((Some(kind.encode(&meter, debt, now)), now + want[4])),
                 };
                 beyond = false;
+            } else if want[0] == 0 && cost > 0 && want[4] == 0 {
+                // No debt: a crafted state still there (no TTL) is deleted,
+                // as its expiry would have.
+                if written.is_none() && stored.is_some() {
+                    written = Some((None, -2));
+                }
             } else if want[0] == 0 && cost > 0 && want[4] > 0 {
                 // A state that would expire before its reset (a crafted one
                 // has no TTL) is given that expiry by a real refusal.
