@@ -345,6 +345,12 @@ fn del() -> Vec<String> {
     words(&["DEL", "KEY"])
 }
 
+/// `PERSIST KEY`: the state as it stands, left without a TTL, which the
+/// next refusal repairs (an expiry, or a delete once spent).
+fn persist() -> Vec<String> {
+    words(&["PERSIST", "KEY"])
+}
+
 /// RL.ADMIT ... ALGO `algo` against `bench/lua/<algo>.lua` for each
 /// (limit, window_ms, burst) policy.
 fn check_algorithm(
@@ -404,10 +410,12 @@ fn check_algorithm(
 /// State another client could have left: far future, far past, corrupt.
 fn edge_events(prefix: &str) -> Vec<(usize, Vec<String>)> {
     vec![
+        (6, persist()),
         (12, set(&format!("{prefix}:9223372036854775807"))),
         (16, set(&format!("{prefix}:-5"))),
         (20, set("junk")),
         (21, del()),
+        (34, persist()),
     ]
 }
 
@@ -537,7 +545,14 @@ fn fixed_window_agrees() {
 #[test]
 fn sliding_window_agrees() {
     // Windows of 300 and 170 ms: the sleeps cross many window starts.
-    let events = vec![(12, set("sliding:0:3:9")), (20, set("junk")), (21, del())];
+    let events = vec![
+        (6, persist()),
+        (12, set("sliding:0:3:9")),
+        (20, set("junk")),
+        (21, del()),
+        (26, set("sliding:9999999999999:2:1")), // a window after now
+        (34, persist()),
+    ];
     check_algorithm("sliding", &[(5, 300, None), (4, 170, None)], &events);
 }
 
@@ -550,7 +565,7 @@ fn token_bucket_agrees() {
         (20, set("junk")),
         (21, del()),
     ];
-    events.push((30, set("token:5:1")));
+    events.extend([(6, persist()), (30, set("token:5:1")), (34, persist())]);
     check_algorithm(
         "token",
         &[(5, 1000, Some(3)), (3, 1000, Some(2)), (4, 500, None)],
@@ -597,6 +612,7 @@ fn throttle_agrees_with_cl_throttle_in_lua() {
             (16, set("gcra:9223372036854775807")),
             (20, set("junk")),
             (21, del()),
+            (34, persist()),
         ];
         run_sequence(
             &mut oracle,

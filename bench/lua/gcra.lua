@@ -14,7 +14,8 @@
 --     the key expiring (absolute, PXAT) when the debt is back to 0;
 --   * refused: retry_after_ms = time until it fits; -1 when cost * T exceeds
 --     the capacity (it never can); a peek (cost 0) writes nothing, and a refusal writes nothing either,
---     except a stored time beyond a full bucket, which it writes back clamped;
+--     except a stored time beyond a full bucket, which it writes back clamped,
+--     and the repair of a key it did not write (see `repair`);
 --   * remaining = whole cost-1 requests that fit; reset_after_ms = time until
 --     the debt is 0; all ms values are rounded up; limit 0: {1, 0, 0, 0, 0}.
 --
@@ -56,6 +57,19 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
 
+-- The one repair a refusal that wrote nothing else makes, as the module
+-- does: a key without a TTL, or expiring before the reset the refusal
+-- reports, is given that expiry; one without a TTL whose state is spent
+-- (reset 0) is deleted, as its expiry would have.
+local function repair(reset_ms)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 and reset_ms == 0 then
+    redis.call('DEL', key)
+  elseif at ~= -2 and reset_ms > 0 and (at == -1 or at < now + reset_ms) then
+    redis.call('PEXPIREAT', key, now + reset_ms)
+  end
+end
+
 local interval = fdiv(window * 1000000 + limit - 1, limit)
 local capacity = burst * interval
 
@@ -86,7 +100,7 @@ end
 -- A stored time beyond a full bucket (clock went back, policy shrank) is
 -- written back clamped by a real call, so it drains instead of blocking.
 local function refuse(reply)
-  if beyond and cost > 0 then store(debt) end
+  if beyond and cost > 0 then store(debt) elseif cost > 0 then repair(reply[5]) end
   return reply
 end
 

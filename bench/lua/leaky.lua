@@ -17,7 +17,8 @@
 --     key expiring (absolute, PXAT) when the queue is empty;
 --   * refused: retry_after_ms = time until it fits, -1 when it never can;
 --     a peek (cost 0) writes nothing, and a refusal writes nothing either,
---     except a stored time beyond a full bucket, which it writes back clamped;
+--     except a stored time beyond a full bucket, which it writes back clamped,
+--     and the repair of a key it did not write (see `repair`);
 --   * remaining = free waiting slots (at most burst); reset_after_ms = time
 --     until the queue is empty; ms values rounded up; limit 0: {1, 0, 0, 0, 0}.
 --
@@ -59,6 +60,19 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
 
+-- The one repair a refusal that wrote nothing else makes, as the module
+-- does: a key without a TTL, or expiring before the reset the refusal
+-- reports, is given that expiry; one without a TTL whose state is spent
+-- (reset 0) is deleted, as its expiry would have.
+local function repair(reset_ms)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 and reset_ms == 0 then
+    redis.call('DEL', key)
+  elseif at ~= -2 and reset_ms > 0 and (at == -1 or at < now + reset_ms) then
+    redis.call('PEXPIREAT', key, now + reset_ms)
+  end
+end
+
 local interval = fdiv(window * 1000000 + limit - 1, limit)
 local capacity = (burst + 1) * interval
 
@@ -96,7 +110,7 @@ end
 -- A stored time beyond a full bucket (clock went back, policy shrank) is
 -- written back clamped by a real call, so it drains instead of blocking.
 local function refuse(reply)
-  if beyond and cost > 0 then store(backlog) end
+  if beyond and cost > 0 then store(backlog) elseif cost > 0 then repair(reply[5]) end
   return reply
 end
 

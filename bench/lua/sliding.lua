@@ -18,7 +18,8 @@
 --     window as the previous one slides out, else early in the next window),
 --     -1 when cost > limit; a refusal or a peek (cost 0) writes nothing,
 --     except that a window starting after now (the clock went back), read
---     as the current window, is written back as such by a refusal;
+--     as the current window, is written back as such by a refusal, and
+--     the repair of a key it did not write (see `repair`);
 --   * remaining = whole requests that fit; reset_after_ms = time until the
 --     estimate is 0; limit 0: {1, 0, 0, 0, 0}.
 --
@@ -51,6 +52,19 @@ end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
+
+-- The one repair a refusal that wrote nothing else makes, as the module
+-- does: a key without a TTL, or expiring before the reset the refusal
+-- reports, is given that expiry; one without a TTL whose state is spent
+-- (reset 0) is deleted, as its expiry would have.
+local function repair(reset_ms)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 and reset_ms == 0 then
+    redis.call('DEL', key)
+  elseif at ~= -2 and reset_ms > 0 and (at == -1 or at < now + reset_ms) then
+    redis.call('PEXPIREAT', key, now + reset_ms)
+  end
+end
 local start = now - math.fmod(now, window)
 local left = start + window - now -- also the previous window's weight
 
@@ -99,7 +113,11 @@ local function store(c, p)
 end
 
 if cost > limit or used(current, previous) + cost * window > limit * window then
-  if future and cost > 0 then store(current, previous) end
+  if future and cost > 0 then
+    store(current, previous)
+  elseif cost > 0 then
+    repair(reset(current, previous))
+  end
   local retry = -1
   if cost <= limit then
     retry = nil

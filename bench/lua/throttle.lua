@@ -16,8 +16,9 @@
 --     tolerance (never allowed), else the time until allowed; reset_after_s =
 --     time until TAT; both in whole seconds rounded up;
 --   * remaining = whole cells left under the tolerance; quantity 0 is a peek
---     and writes nothing, and so does a limited call (the module also gives
---     a key it did not write the expiry of its reset: see bench/README.md).
+--     and writes nothing, and so does a limited call, but for a stored time
+--     beyond the tolerance and the repair of a key it did not write (see
+--     `repair`).
 --
 -- State: the module's own format, `gcra:<TAT in ns>` in one string key (a bare
 -- ns integer, as redis-cell writes it, is read too). Lua numbers are doubles
@@ -52,6 +53,19 @@ end
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
+
+-- The one repair a refusal that wrote nothing else makes, as the module
+-- does: a key without a TTL, or expiring before the reset the refusal
+-- reports, is given that expiry; one without a TTL whose state is spent
+-- (reset 0) is deleted, as its expiry would have.
+local function repair(reset_ms)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 and reset_ms == 0 then
+    redis.call('DEL', key)
+  elseif at ~= -2 and reset_ms > 0 and (at == -1 or at < now + reset_ms) then
+    redis.call('PEXPIREAT', key, now + reset_ms)
+  end
+end
 
 local interval = fdiv(period * 1000000000, count)
 if interval == 0 then
@@ -91,11 +105,14 @@ if increment <= tolerance then
   end
 end
 
--- A stored time beyond the tolerance is written back clamped when limited.
+-- A stored time beyond the tolerance is written back clamped when limited;
+-- otherwise a limited call makes only the repair.
 if limited == 1 and beyond and quantity > 0 then
   local ms = fdiv(ahead, 1000000)
   redis.call('SET', key, string.format('gcra:%d%06d', now + ms, ahead - ms * 1000000),
     'PXAT', now + ceil_div(ahead, 1000000))
+elseif limited == 1 and quantity > 0 then
+  repair(ceil_div(ttl, 1000000))
 end
 
 return {limited, limit, fdiv(tolerance - ttl, interval), retry, ceil_div(ttl, 1000000000)}

@@ -14,7 +14,9 @@
 --   * admitted while cost * T <= credit; the new credit and now are stored,
 --     the key expiring (absolute, PXAT) when the bucket is full again;
 --   * refused: retry_after_ms = time until enough credit, -1 when cost * T
---     exceeds a full bucket; a refusal or a peek (cost 0) writes nothing;
+--     exceeds a full bucket; a peek (cost 0) writes nothing, nor does a
+--     refusal, but for a last refill in the future, which it restamps, and
+--     the repair of a key it did not write (see `repair`);
 --   * remaining = whole tokens; reset_after_ms = time until full; ms values
 --     rounded up; limit 0: {1, 0, 0, 0, 0}. (The decisions equal gcra.lua's.)
 --
@@ -55,6 +57,19 @@ end
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
 
+-- The one repair a refusal that wrote nothing else makes, as the module
+-- does: a key without a TTL, or expiring before the reset the refusal
+-- reports, is given that expiry; one without a TTL whose state is spent
+-- (reset 0) is deleted, as its expiry would have.
+local function repair(reset_ms)
+  local at = redis.call('PEXPIRETIME', key)
+  if at == -1 and reset_ms == 0 then
+    redis.call('DEL', key)
+  elseif at ~= -2 and reset_ms > 0 and (at == -1 or at < now + reset_ms) then
+    redis.call('PEXPIREAT', key, now + reset_ms)
+  end
+end
+
 local interval = fdiv(window * 1000000 + limit - 1, limit)
 local capacity = burst * interval
 
@@ -80,7 +95,7 @@ end
 -- A last refill in the future is restamped to now by a real call, so the
 -- bucket refills from here instead of staying empty until then.
 local function refuse(reply)
-  if future and cost > 0 then store(credit) end
+  if future and cost > 0 then store(credit) elseif cost > 0 then repair(reply[5]) end
   return reply
 end
 
