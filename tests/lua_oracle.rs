@@ -629,3 +629,97 @@ fn throttle_agrees_with_cl_throttle_in_lua() {
     assert!(seen.admitted > 0 && seen.refused_wait > 0 && seen.refused_never > 0);
     assert!(seen.peeks > 0 && seen.errors > 0, "{seen:?}");
 }
+
+/// Keys another client left, met by a refusal: one without a TTL, or
+/// expiring before the reset the refusal reports, is given that expiry;
+/// one without a TTL whose state is already spent is deleted by a cost that
+/// can never fit; a sliding window stamped after now is written back as the
+/// current one. The scripts make the same writes as the module.
+#[test]
+fn refusals_repair_foreign_keys_alike() {
+    let server = Server::start();
+    for algo in ["sliding", "token", "gcra", "leaky", "throttle"] {
+        let mut oracle = Oracle::new(&server, algo);
+        let build = |cost: i64| -> (Vec<String>, Vec<String>) {
+            let (script, mut module) = match algo {
+                "throttle" => (vec![2, 5, 1, cost], words(&["RL.THROTTLE", "KEY"])),
+                "sliding" => (
+                    vec![5, 1_000, cost],
+                    words(&["RL.ADMIT", "KEY", "ALGO", algo, "COST", &cost.to_string()]),
+                ),
+                _ => (
+                    vec![5, 1_000, cost, 3],
+                    words(&["RL.ADMIT", "KEY", "ALGO", algo, "BURST", "3"]),
+                ),
+            };
+            match algo {
+                "throttle" => module.extend(script.iter().map(i64::to_string)),
+                "sliding" => module.extend(words(&["LIMIT", "5", "WINDOW", "1000"])),
+                _ => module.extend(words(&[
+                    "LIMIT",
+                    "5",
+                    "WINDOW",
+                    "1000",
+                    "COST",
+                    &cost.to_string(),
+                ])),
+            }
+            (script.iter().map(i64::to_string).collect(), module)
+        };
+        let call = |oracle: &mut Oracle, cost: i64| {
+            let (lua, module) = build(cost);
+            oracle.call(algo, &lua, &module, cost);
+        };
+        let expiry = |oracle: &mut Oracle| -> (i64, i64) {
+            let at = |con: &mut Connection, key: &str| -> i64 {
+                redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
+            };
+            (at(&mut oracle.con, LUA_KEY), at(&mut oracle.con, MOD_KEY))
+        };
+        let never = 10;
+        // Filled, then left without a TTL: a refusal gives it its reset.
+        for _ in 0..5 {
+            call(&mut oracle, 1);
+        }
+        oracle.both(&["PERSIST", "KEY"]);
+        call(&mut oracle, 0);
+        assert_eq!(
+            expiry(&mut oracle),
+            (-1, -1),
+            "{algo}: a peek repairs nothing"
+        );
+        call(&mut oracle, 1);
+        let (lua, module) = expiry(&mut oracle);
+        assert!(lua > 0 && module > 0, "{algo}: no TTL after a refusal");
+        // Expiring before the reset: the refusal pushes the expiry out.
+        oracle.both(&["PEXPIRE", "KEY", "100"]);
+        call(&mut oracle, 1);
+        // Spent and left without a TTL: a cost that never fits deletes it.
+        let spent = match algo {
+            "sliding" => "sliding:0:3:9".to_string(),
+            "token" => "token:5:1".to_string(),
+            "throttle" => "1".to_string(),
+            _ => format!("{algo}:-5"),
+        };
+        oracle.both(&["SET", "KEY", &spent]);
+        call(&mut oracle, 0);
+        call(&mut oracle, never);
+        assert_eq!(expiry(&mut oracle), (-2, -2), "{algo}: not deleted");
+        // Spent, with a TTL: left to it.
+        oracle.both(&["SET", "KEY", &spent, "PX", "100000"]);
+        call(&mut oracle, never);
+        if algo == "sliding" {
+            // A window stamped after now is read as the current one.
+            oracle.both(&["SET", "KEY", "sliding:9000000000000:4:1"]);
+            call(&mut oracle, 0);
+            call(&mut oracle, 2);
+            call(&mut oracle, 1);
+        }
+        oracle.verdict(algo);
+        let seen = &oracle.seen;
+        assert!(
+            seen.refused_wait > 0 && seen.refused_never > 0,
+            "{algo}: {seen:?}"
+        );
+    }
+}
