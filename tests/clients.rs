@@ -427,8 +427,9 @@ fn node_example_with_the_cluster_client() {
 
 /// valkey-py's cluster client on three primaries, given only the first node:
 /// each client's limiter lands on the node that owns its slot, and no call is
-/// redirected (the client found every key's slot itself, through COMMAND
-/// GETKEYS, which the module answers with its getkeys-api).
+/// redirected. The example names the node from the key's slot itself, so no
+/// node is asked `COMMAND GETKEYS` (which the client would otherwise send
+/// before every call: RL.ADMIT has movable keys).
 #[test]
 fn python_cluster_client_routes_by_key_on_three_primaries() {
     if python().is_none() {
@@ -470,6 +471,8 @@ fn python_cluster_client_routes_by_key_on_three_primaries() {
         let calls = common::info_field(&mut con, "commandstats", "cmdstat_RL.ADMIT");
         let calls = calls.unwrap_or_default();
         assert!(calls.starts_with("calls=6,"), "node {node}: {calls}");
+        let getkeys = common::info_field(&mut con, "commandstats", "cmdstat_command|getkeys");
+        assert_eq!(getkeys, None, "node {node} was asked for keys");
     }
 }
 
