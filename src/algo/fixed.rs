@@ -149,7 +149,8 @@ pub fn refund(
         count,
         expires_at: Some(expires_at),
     };
-    let write = if count == counter.count && counter.expires_at.is_some() {
+    // Nothing given back and the expiry already right: nothing to write.
+    let write = if count == counter.count && counter.expires_at == Some(expires_at) {
         Write::Nothing
     } else {
         Write::State {
@@ -268,6 +269,25 @@ mod tests {
             }
         );
         assert_eq!(out.decision.reset_after_ms, 500);
+    }
+
+    #[test]
+    fn a_refund_of_nothing_still_cuts_a_window_longer_than_the_policy() {
+        // An empty counter (count 0) written under a longer window: nothing
+        // to give back, but the expiry is repaired as a refusal repairs it.
+        let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
+        let found = Some((State::Fixed { count: 0 }, Some(10_000 + 100 * W)));
+        let out = refund(found, &p, 1, 10_000);
+        assert_eq!(
+            out.write,
+            Write::State {
+                state: State::Fixed { count: 0 },
+                expires_at: 11_000
+            }
+        );
+        // Within one window: nothing to write.
+        let found = Some((State::Fixed { count: 0 }, Some(10_500)));
+        assert_eq!(refund(found, &p, 1, 10_000).write, Write::Nothing);
     }
 
     #[test]
