@@ -507,3 +507,67 @@ fn the_three_examples_share_one_limiter() {
         "{seen:#?}"
     );
 }
+
+/// The Python example with `--queue`: a leaky bucket (4 per second, 2 may
+/// wait) shapes requests instead of refusing them. Sent one by one, each
+/// after the first is told to wait about one interval, is held that long
+/// and served; none is refused. With the queue already full, it answers
+/// 429 with a Retry-After.
+#[test]
+fn python_example_holds_leaky_delays() {
+    let server = Server::start();
+    let shaping = ["--limit", "4", "--window", "1", "--queue", "2"];
+    let started = Instant::now();
+    let Some(responses) = Lang::Python.run(
+        server.port,
+        &[&["--client", "shaper", "-n", "4"], &shaping[..]].concat(),
+    ) else {
+        return;
+    };
+    let took = started.elapsed();
+    let waited: Vec<i64> = responses
+        .iter()
+        .map(|r| {
+            assert_eq!(r.status, 200, "{r:?}");
+            let (_, rest) = r.body.split_once("\"waited_ms\":").expect("waited_ms");
+            rest.trim_end_matches('}').parse().expect("an integer")
+        })
+        .collect();
+    assert_eq!(waited[0], 0, "an empty queue: served at once");
+    for w in &waited[1..] {
+        assert!(
+            (100..=250).contains(w),
+            "held about one interval: {waited:?}"
+        );
+    }
+    assert!(took >= Duration::from_millis(700), "held in all {took:?}");
+
+    // The queue full (one served, two waiting; 1 a minute, so it stays
+    // full while the example starts): the next is refused.
+    let mut con = server.client();
+    let fill = [
+        "RL.ADMIT",
+        "rl:{full}:default",
+        "ALGO",
+        "leaky",
+        "LIMIT",
+        "1",
+        "WINDOW",
+        "60000",
+        "BURST",
+        "2",
+    ];
+    for _ in 0..3 {
+        assert_eq!(common::cmd_ints(&mut con, &fill)[0], 1);
+    }
+    let slow = [
+        "--client", "full", "--limit", "1", "--window", "60", "--queue", "2",
+    ];
+    let responses = Lang::Python.run(server.port, &slow).expect("ran before");
+    assert_eq!(responses[0].status, 429, "{:?}", responses[0]);
+    let retry: i64 = responses[0]
+        .header("Retry-After")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    assert!((55..=60).contains(&retry), "{:?}", responses[0]);
+}

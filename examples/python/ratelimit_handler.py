@@ -16,6 +16,12 @@ Run it against a server with the module loaded (`make run`):
 It prints the N responses as HTTP/1.1 text. The port also comes from
 $VALKEY_PORT, the host from $VALKEY_HOST. `--cluster` uses the cluster client
 (see `cluster_client`).
+
+With `--queue N` the policy shapes instead of capping: a leaky bucket
+(`ALGO leaky BURST N`) lets requests proceed `--limit` per `--window`, one
+interval apart, with up to N waiting. An admitted request told to wait
+(`retry_after_ms` > 0) is held that long, then served; only a request that
+would find the queue full is refused (429).
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import argparse
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass
+from typing import Optional
 
 import valkey
 from valkey.cluster import ValkeyCluster
@@ -32,11 +40,20 @@ from valkey.cluster import ValkeyCluster
 
 @dataclass(frozen=True)
 class Policy:
-    """One quota: `limit` requests per `window_s` seconds, fixed window."""
+    """One quota: `limit` requests per `window_s` seconds, fixed window; or,
+    with `queue`, that rate as a leaky bucket with `queue` places to wait."""
 
     name: str = "default"
     limit: int = 100
     window_s: int = 60
+    queue: Optional[int] = None
+
+    def options(self) -> list:
+        """RL.ADMIT's policy options."""
+        opts = ["LIMIT", self.limit, "WINDOW", self.window_s * 1000]
+        if self.queue is not None:
+            opts = ["ALGO", "leaky", *opts, "BURST", self.queue]
+        return opts
 
 
 # RL.ADMIT's reply, in order (RESP2 array) or by name (RESP3 map).
@@ -83,19 +100,22 @@ def handle_request(client, client_id: str, policy: Policy = Policy()):
     route = {}
     if isinstance(client, ValkeyCluster):
         route["target_nodes"] = client.get_node_from_key(key)
-    reply = client.execute_command(
-        "RL.ADMIT", key, "LIMIT", policy.limit, "WINDOW", policy.window_s * 1000, **route
-    )
+    reply = client.execute_command("RL.ADMIT", key, *policy.options(), **route)
     if isinstance(reply, dict):
         # RESP3 (protocol=3): a map with the fields by name.
         reply = {k.decode() if isinstance(k, bytes) else k: v for k, v in reply.items()}
         reply = [reply[field] for field in ADMIT_FIELDS]
     admitted, limit, remaining, retry_after_ms, reset_after_ms = reply
     headers = {}
-    if limit > 0:  # 0: unlimited, nothing to advertise
+    # A quota to advertise (a leaky bucket's `limit` is its queue, not a quota).
+    if limit > 0 and policy.queue is None:
         headers["RateLimit-Policy"] = f'"{policy.name}";q={limit};w={policy.window_s}'
         headers["RateLimit"] = f'"{policy.name}";r={remaining};t={ceil_seconds(reset_after_ms)}'
-    if admitted:
+    if admitted and policy.queue is not None:
+        # Shaping: wait for this request's turn, then serve it.
+        time.sleep(retry_after_ms / 1000)
+        status, body = 200, {"ok": True, "client": client_id, "waited_ms": retry_after_ms}
+    elif admitted:
         status, body = 200, {"ok": True, "client": client_id}
     elif retry_after_ms < 0:
         # The request costs more than the whole quota: waiting will not help.
@@ -144,10 +164,11 @@ def main(argv=None) -> int:
     p.add_argument("--policy", default="default", help="policy name")
     p.add_argument("--limit", type=int, default=100, help="requests per window")
     p.add_argument("--window", type=int, default=60, help="window in seconds")
+    p.add_argument("--queue", type=int, help="shape as a leaky bucket with this many waiting")
     p.add_argument("-n", "--requests", type=int, default=1, help="how many requests to send")
     args = p.parse_args(argv)
 
-    policy = Policy(args.policy, args.limit, args.window)
+    policy = Policy(args.policy, args.limit, args.window, args.queue)
     make = cluster_client if args.cluster else standalone_client
     client = make(args.host, args.port, args.protocol)
     try:
