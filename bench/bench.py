@@ -309,7 +309,8 @@ class Bench:
             self.fill_keyspace(words, key, "b:%s:" % row.id)
         args = [REDIS_BENCHMARK, "-h", "127.0.0.1", "-p", str(self.srv.port),
                 "-c", str(CLIENTS), "-n", str(n), "-P", str(pipeline), "--csv"]
-        if keymode == "rand":
+        if keymode in ("rand", "warm"):
+            # Without -r redis-benchmark sends __rand_int__ literally: one key.
             args += ["-r", str(KEYSPACE)]
         # CONFIG RESETSTAT clears INFO commandstats and the module's INFO
         # ratelimit counters too: take the starting readings after it.
@@ -336,6 +337,12 @@ class Bench:
                 rec[f] = int(rl1.get(k, 0)) - int(rl0.get(k, 0))
         if st["calls"] < n:
             raise RuntimeError("%s: server saw %d calls, expected %d" % (row.id, st["calls"], n))
+        if keymode == "warm":
+            # Every call must have hit one of the filled keys, none made a new one.
+            size = self.c.call("DBSIZE")
+            if size != KEYSPACE:
+                raise RuntimeError("%s warm P%d: DBSIZE %d after the run, expected %d" % (
+                    row.id, pipeline, size, KEYSPACE))
         if st["failed_calls"] or st["rejected_calls"]:
             self.errors.append("%s %s P%d: %d failed / %d rejected calls" % (
                 row.id, keymode, pipeline, st["failed_calls"], st["rejected_calls"]))
