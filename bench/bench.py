@@ -910,24 +910,33 @@ def evaluate(b, rows, mem, exp, repl):
                 fmt_x(m["bytes"] / fixed_key["bytes"]), fixed_key["bytes"])
         bars.append((name, fig, x <= limit))
 
-    # 5. scale: on an empty db (keys being created), and with 1M limiters in place.
-    for keymode, what in (("rand", "1M random keys, empty db"),
-                          ("warm", "1M random keys, all in place")):
-        if "fixd" in b.skipped:
-            break
-        items = []
-        for p in PIPELINES:
-            h, r = S("fixd", "hot", p), S("fixd", keymode, p)
-            if h and r:
-                items.append(("P%d: %s/%s req/s =" % (p, fmt_rps(r["rps"]), fmt_rps(h["rps"])),
-                              r["rps"] / h["rps"]))
-        fig, ok = all_ok(items, 0.8, le=False)
-        floor = [(p, S("aflr", "hot", p), S("aflr", keymode, p)) for p in PIPELINES]
-        floor = ["P%d %s" % (p, fmt_x(r["rps"] / h["rps"])) for p, h, r in floor if h and r]
-        if floor:
-            fig += " (FLOOR.ADMIT control: %s)" % "; ".join(floor)
-        bars.append(("Scale: RL.ADMIT fixed on %s ≥ 0.8× hot key throughput" % what,
-                     fig, ok))
+    # 5. scale, for every algorithm and RL.THROTTLE ("the same command on one
+    # hot key"): on an empty db (keys being created), and, for the rows that
+    # run warm, with 1M limiters in place.
+    for row in rows:
+        if row.kind != "native" or row.id in b.skipped:
+            continue
+        name = row.label.split(",")[0] if row.algo == "fixed" else row.label
+        for keymode, what in (("rand", "1M random keys, empty db"),
+                              ("warm", "1M random keys, all in place")):
+            if keymode not in row.keys.split():
+                continue
+            items = []
+            for p in PIPELINES:
+                h, r = S(row.id, "hot", p), S(row.id, keymode, p)
+                if h and r:
+                    items.append(("P%d: %s/%s req/s =" % (p, fmt_rps(r["rps"]),
+                                                          fmt_rps(h["rps"])),
+                                  r["rps"] / h["rps"]))
+            fig, ok = all_ok(items, 0.8, le=False)
+            if row.id == "fixd":
+                floor = [(p, S("aflr", "hot", p), S("aflr", keymode, p)) for p in PIPELINES]
+                floor = ["P%d %s" % (p, fmt_x(r["rps"] / h["rps"]))
+                         for p, h, r in floor if h and r]
+                if floor:
+                    fig += " (FLOOR.ADMIT control: %s)" % "; ".join(floor)
+            bars.append(("Scale: %s on %s ≥ 0.8× hot key throughput" % (name, what),
+                         fig, ok))
     if exp:
         bars.append(("Scale: DBSIZE falls once the windows pass",
                      "%d → %d after %.1f s (WINDOW %d ms)" % (
