@@ -26,14 +26,10 @@ pub fn admit(
     let found = found.filter(|c| c.expires_at.is_none_or(|at| at > now_ms));
     let (count, expires_at, adopted) = match found {
         None => (0, None, false),
-        Some(Counter {
-            count,
-            expires_at: Some(at),
-        }) if at <= fresh_expiry => (count, Some(at), false),
-        // A counter without a TTL would live forever, and one that outlives
-        // this window (a shortened window, a clock that went back) would
-        // block past it: give it the window's expiry now.
-        Some(Counter { count, .. }) => (count, Some(fresh_expiry), true),
+        Some(Counter { count, expires_at }) => {
+            let at = window_expiry(expires_at, window_ms, now_ms);
+            (count, Some(at), expires_at != Some(at))
+        }
     };
     let left_ms = |at: Option<i64>| at.map_or(0, |at| at.saturating_sub(now_ms).max(0));
     let remaining_after = |c: i64| limit.saturating_sub(c).max(0);
@@ -87,6 +83,15 @@ pub fn admit(
     }
 }
 
+/// The expiry a counter is read with: its own, unless it has none (it
+/// would live forever) or outlives this window (a shortened window, a
+/// clock that went back; it would block past it): then the window's, which
+/// must be written.
+fn window_expiry(expires_at: Option<i64>, window_ms: i64, now_ms: i64) -> i64 {
+    let fresh = now_ms.saturating_add(window_ms);
+    expires_at.filter(|&at| at <= fresh).unwrap_or(fresh)
+}
+
 /// A refusal writes nothing, except the expiry a TTL-less counter lacked
 /// (and a peek writes nothing at all).
 fn adoption(adopted: bool, cost: i64, expires_at: Option<i64>) -> Write {
@@ -138,13 +143,8 @@ pub fn refund(
             write: Write::Delete,
         };
     }
-    // As `admit` reads it: a counter without a TTL, or with more time left
-    // than one window, gets one window, the reset the reply reports.
-    let fresh_expiry = now_ms.saturating_add(policy.window_ms);
-    let expires_at = counter
-        .expires_at
-        .filter(|&at| at <= fresh_expiry)
-        .unwrap_or(fresh_expiry);
+    // As `admit` reads it: the reset the reply reports.
+    let expires_at = window_expiry(counter.expires_at, policy.window_ms, now_ms);
     let after = Counter {
         count,
         expires_at: Some(expires_at),
