@@ -76,7 +76,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
         return redis_module::raw::REDISMODULE_OK as c_int;
     }
     let outer = stats::begin_call();
-    CALLS_RUNNING.store(CALLS_RUNNING.load(Relaxed) + 1, Relaxed);
+    CALLS_RUNNING.fetch_add(1, Relaxed);
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         if argc > MAX_ARGS {
             return Err(RlError::TooManyArguments);
@@ -106,7 +106,7 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
             );
         }
     }
-    CALLS_RUNNING.store(CALLS_RUNNING.load(Relaxed) - 1, Relaxed);
+    CALLS_RUNNING.fetch_sub(1, Relaxed);
     stats::end_call(outer);
     redis_module::raw::REDISMODULE_OK as c_int
 }

@@ -40,7 +40,7 @@ const COMMANDS: &[Command] = &[
 ];
 
 /// The commands' names, for their `cmdstat_` fields in `INFO commandstats`.
-const COMMAND_NAMES: [&CStr; COMMANDS.len()] = {
+pub(crate) const COMMAND_NAMES: [&CStr; COMMANDS.len()] = {
     let mut names = [c""; COMMANDS.len()];
     let mut i = 0;
     while i < names.len() {
@@ -233,7 +233,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         log(ctx, c"warning", &e);
         return fail();
     }
-    stats::init(&COMMAND_NAMES);
+    stats::init();
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
         log(

@@ -11,7 +11,6 @@
 
 use std::ffi::CStr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
 
 use redis_module::raw;
 
@@ -61,10 +60,6 @@ static NUMBERED: AtomicU64 = AtomicU64::new(0);
 static COUNTED_FROM: AtomicU64 = AtomicU64::new(0);
 /// What the call in progress counted.
 static CURRENT: AtomicU64 = AtomicU64::new(NOTHING);
-/// Our commands' names, in the case they were registered with, as the
-/// server spells them in `cmdstat_<name>`. Static strings: nothing to free
-/// at unload.
-static COMMAND_NAMES: OnceLock<&'static [&'static CStr]> = OnceLock::new();
 
 fn slot(algo: Option<Algo>) -> u64 {
     algo.map_or(OTHER, |a| a as usize) as u64
@@ -109,8 +104,7 @@ fn clear() {
 
 /// At load. The server's stats of commands just registered start at zero,
 /// and so do ours.
-pub fn init(names: &'static [&'static CStr]) {
-    COMMAND_NAMES.get_or_init(|| names);
+pub fn init() {
     clear();
     NUMBERED.store(0, Relaxed);
     COUNTED_FROM.store(0, Relaxed);
@@ -143,8 +137,9 @@ pub fn end_call(outer: Entry) {
 /// If a CONFIG RESETSTAT ran since the last look, the counters become what
 /// the calls since it counted. Not from a crash report: it asks the server.
 pub fn settle_reset() {
-    let names = COMMAND_NAMES.get().copied().unwrap_or_default();
-    let Some(server) = store::command_calls(names) else {
+    // Our commands' names, as registered: the server spells `cmdstat_<name>`
+    // in that case.
+    let Some(server) = store::command_calls(&crate::COMMAND_NAMES) else {
         return;
     };
     let number = NUMBERED.load(Relaxed);

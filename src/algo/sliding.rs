@@ -21,7 +21,7 @@ fn in_view(state: Option<State>, window: i64, now_ms: i64) -> (i64, i64, i64) {
             window_start,
             current,
             previous,
-        }) if window_start == start || from_the_future(state, now_ms) => (start, current, previous),
+        }) if window_start == start || window_start > now_ms => (start, current, previous),
         Some(State::Sliding {
             window_start,
             current,
