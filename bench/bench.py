@@ -929,12 +929,17 @@ def evaluate(b, rows, mem, exp, repl):
                                                           fmt_rps(h["rps"])),
                                   r["rps"] / h["rps"]))
             fig, ok = all_ok(items, 0.8, le=False)
-            if row.id == "fixd":
-                floor = [(p, S("aflr", "hot", p), S("aflr", keymode, p)) for p in PIPELINES]
-                floor = ["P%d %s" % (p, fmt_x(r["rps"] / h["rps"]))
-                         for p, h, r in floor if h and r]
-                if floor:
-                    fig += " (FLOOR.ADMIT control: %s)" % "; ".join(floor)
+            # References, not verdicts: what the same key spread costs INCR
+            # (the server's own key lookups and creations), and, for the
+            # fixed window, the API calls alone.
+            refs = [("INCR itself", "incr")] + (
+                [("FLOOR.ADMIT control", "aflr")] if row.id == "fixd" else [])
+            for label, ref in refs:
+                pairs = [(p, S(ref, "hot", p), S(ref, keymode, p)) for p in PIPELINES]
+                ratios = ["P%d %s" % (p, fmt_x(r["rps"] / h["rps"]))
+                          for p, h, r in pairs if h and r]
+                if ratios:
+                    fig += " (%s: %s)" % (label, "; ".join(ratios))
             bars.append(("Scale: %s on %s ≥ 0.8× hot key throughput" % (name, what),
                          fig, ok))
     if exp:
