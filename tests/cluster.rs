@@ -1,7 +1,8 @@
 //! Valkey Cluster: routing by the declared keys (counters and META hashes),
 //! CROSSSLOT for RL.ADMITALL and META across slots, and limiters moved
 //! between nodes, by the classic `SETSLOT`/`MIGRATE` procedure and by
-//! Valkey 9's atomic `CLUSTER MIGRATESLOTS`.
+//! Valkey 9's atomic `CLUSTER MIGRATESLOTS`; a replica in cluster mode
+//! (exact copies, READONLY reads, redirected writes, manual failovers).
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{err_line, redirect, Cluster};
 use common::{cmd_raw, pexpiretime, try_ints, try_text};
-use redis::Value;
+use redis::{Connection, Value};
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
 
@@ -117,15 +118,19 @@ fn populate_slot(c: &Cluster, tag: &str) -> (Vec<Lim>, Vec<String>) {
 
 /// key -> (value words, PEXPIRETIME) on one node; missing keys are absent.
 fn state_on(c: &Cluster, node: usize, keys: &[String]) -> BTreeMap<String, (Vec<String>, i64)> {
-    let mut con = c.client(node);
+    state_of(&mut c.client(node), keys)
+}
+
+/// `state_on`, through a given connection (e.g. one that sent READONLY).
+fn state_of(con: &mut Connection, keys: &[String]) -> BTreeMap<String, (Vec<String>, i64)> {
     let mut out = BTreeMap::new();
     for k in keys {
-        let kind = try_text(&cmd_raw(&mut con, &["TYPE", k])).unwrap();
+        let kind = try_text(&cmd_raw(con, &["TYPE", k])).unwrap_or_else(|| panic!("TYPE {k}"));
         let value = match kind.as_str() {
             "none" => continue,
-            "string" => vec![try_text(&cmd_raw(&mut con, &["GET", k])).unwrap()],
+            "string" => vec![try_text(&cmd_raw(con, &["GET", k])).unwrap()],
             "hash" => {
-                let mut pairs: Vec<String> = match cmd_raw(&mut con, &["HGETALL", k]) {
+                let mut pairs: Vec<String> = match cmd_raw(con, &["HGETALL", k]) {
                     Value::Array(items) => items.iter().filter_map(try_text).collect(),
                     Value::Map(m) => m
                         .iter()
@@ -139,7 +144,7 @@ fn state_on(c: &Cluster, node: usize, keys: &[String]) -> BTreeMap<String, (Vec<
             }
             other => panic!("{k}: type {other}"),
         };
-        out.insert(k.clone(), (value, pexpiretime(&mut con, k)));
+        out.insert(k.clone(), (value, pexpiretime(con, k)));
     }
     out
 }
@@ -147,15 +152,19 @@ fn state_on(c: &Cluster, node: usize, keys: &[String]) -> BTreeMap<String, (Vec<
 /// RL.TTL of every limiter (its back-off now) on the owner of `slot`, with
 /// the server time of each reading (MULTI { TIME; RL.TTL }).
 fn backoffs(c: &Cluster, slot: u16, lims: &[Lim]) -> Vec<(i64, i64)> {
-    let mut con = c.client(c.owner_seen_by(0, slot));
+    backoffs_on(&mut c.client(c.owner_seen_by(0, slot)), lims)
+}
+
+/// `backoffs`, through a given connection (e.g. one that sent READONLY).
+fn backoffs_on(con: &mut Connection, lims: &[Lim]) -> Vec<(i64, i64)> {
     lims.iter()
         .map(|l| {
             let ttl = l.call("RL.TTL");
-            let v = cmd_raw(&mut con, &["MULTI"]);
+            let v = cmd_raw(con, &["MULTI"]);
             assert_eq!(v, Value::Okay);
-            cmd_raw(&mut con, &["TIME"]);
-            cmd_raw(&mut con, &strs(&ttl));
-            let Value::Array(exec) = cmd_raw(&mut con, &["EXEC"]) else {
+            cmd_raw(con, &["TIME"]);
+            cmd_raw(con, &strs(&ttl));
+            let Value::Array(exec) = cmd_raw(con, &["EXEC"]) else {
                 panic!("EXEC")
             };
             let Value::Array(t) = &exec[0] else {
@@ -557,4 +566,313 @@ fn server_major_version() -> u32 {
         .next()
         .and_then(|m| m.parse().ok())
         .unwrap_or(0)
+}
+
+/// A node's `INFO commandstats` line for `cmd`, e.g. "calls=0,usec=0,...".
+fn cmdstat(c: &Cluster, node: usize, cmd: &str) -> String {
+    common::info_field(
+        &mut c.client(node),
+        "commandstats",
+        &format!("cmdstat_{cmd}"),
+    )
+    .unwrap_or_default()
+}
+
+/// `WAIT 1` on `node`: its replica has acknowledged everything so far.
+fn wait_one_replica(c: &Cluster, node: usize) {
+    let v = cmd_raw(&mut c.client(node), &["WAIT", "1", "5000"]);
+    assert_eq!(v, Value::Int(1), "WAIT 1 on node {node}");
+}
+
+/// A replica in cluster mode (one primary owning every slot, one replica):
+/// it holds every limiter with the primary's exact value and PEXPIRETIME,
+/// even when it applies the effects late; with READONLY it answers RL.TTL
+/// and RL.LIMIT as the primary does and redirects every write (without
+/// READONLY, everything); after `CLUSTER FAILOVER` it holds the same state,
+/// keeps refusing spent limiters, and the old primary gets the new writes;
+/// after `CLUSTER FAILOVER FORCE` under a stream of RL.ADMIT calls the two
+/// nodes agree again and the client saw nothing but MOVED.
+///
+/// It would fail if a limiter's value or expiry stopped replicating as an
+/// absolute effect: the replica is held in `DEBUG SLEEP` while the workload
+/// runs, so an expiry sent relative (`PX`) or a command re-run on the
+/// replica would land later there, and values and PEXPIRETIMEs are compared
+/// exactly (after WAIT, and again on the promoted replica).
+#[test]
+fn a_cluster_replica_mirrors_limiters_and_takes_over() {
+    let started = Instant::now();
+    let mut c = Cluster::start(1);
+    let (p, r) = (0, c.add_replica(0));
+    let slot = c.keyslot("{rep}");
+    assert_eq!(c.owner_seen_by(r, slot), p);
+
+    // The workload runs while the replica sleeps: it applies it late.
+    let mut sleeper = c.client(r);
+    let lag = std::thread::spawn(move || cmd_raw(&mut sleeper, &["DEBUG", "SLEEP", "0.3"]));
+    sleep(Duration::from_millis(50));
+    let (lims, mut keys) = populate_slot(&c, "rep");
+    let long_fixed = [
+        "RL.ADMIT",
+        "{rep}:long:fixed",
+        "LIMIT",
+        "3",
+        "WINDOW",
+        "600000",
+    ];
+    let long_token = [
+        "RL.ADMIT",
+        "{rep}:long:token",
+        "ALGO",
+        "token",
+        "LIMIT",
+        "3",
+        "WINDOW",
+        "600000",
+        "BURST",
+        "2",
+    ];
+    for i in 0..4 {
+        assert_eq!(c.route_ints("{rep}", &long_fixed)[0], i64::from(i < 3));
+    }
+    for i in 0..3 {
+        assert_eq!(c.route_ints("{rep}", &long_token)[0], i64::from(i < 2));
+    }
+    let all = [
+        "RL.ADMITALL",
+        "3",
+        "{rep}:all:a",
+        "{rep}:all:b",
+        "{rep}:all:c",
+        "POLICY",
+        "LIMIT",
+        "5",
+        "WINDOW",
+        "60000",
+        "POLICY",
+        "ALGO",
+        "sliding",
+        "LIMIT",
+        "2",
+        "WINDOW",
+        "60000",
+        "POLICY",
+        "META",
+        "{rep}:meta",
+    ];
+    for admitted in [1, 1, 0] {
+        let (v, _) = c.route("{rep}", &all);
+        let Value::Array(items) = &v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(items[0], Value::Int(admitted), "{v:?}");
+    }
+    c.route_ints(
+        "{rep}",
+        &["RL.ADMIT", "{rep}:gone", "LIMIT", "3", "WINDOW", "60000"],
+    );
+    let (v, _) = c.route("{rep}", &["RL.RESET", "{rep}:gone"]);
+    assert_eq!(v, Value::Int(1));
+    keys.extend(
+        [
+            "{rep}:long:fixed",
+            "{rep}:long:token",
+            "{rep}:all:a",
+            "{rep}:all:b",
+            "{rep}:all:c",
+            "{rep}:gone",
+            "{rep}:after",
+            "{rep}:hammer",
+        ]
+        .map(String::from),
+    );
+    assert!(
+        matches!(lag.join().unwrap(), Value::Okay),
+        "DEBUG SLEEP on the replica"
+    );
+
+    // 1. After WAIT, every key is identical on the replica.
+    wait_one_replica(&c, p);
+    let mut ro = c.readonly_client(r);
+    let on_primary = state_on(&c, p, &keys);
+    assert_eq!(on_primary.len(), keys.len() - 3, "{on_primary:?}");
+    assert!(on_primary
+        .iter()
+        .all(|(k, (_, at))| *at > 0 || k == "{rep}:meta"));
+    assert_eq!(state_of(&mut ro, &keys), on_primary, "replica vs primary");
+
+    // 2. READONLY: the reads answer on the replica, as on the primary ...
+    let on_p = backoffs(&c, slot, &lims);
+    let on_r = backoffs_on(&mut ro, &lims);
+    for ((l, (b, t0)), (a, t1)) in lims.iter().zip(&on_p).zip(&on_r) {
+        let want = (b - (t1 - t0)).max(0);
+        assert!(
+            (a - want).abs() <= 2,
+            "{}: RL.TTL {b} on the primary, {a} on the replica {} ms later",
+            l.key,
+            t1 - t0
+        );
+    }
+    assert!(on_r.iter().filter(|b| b.0 > 0).count() >= 6, "{on_r:?}");
+    assert_eq!(cmd_raw(&mut ro, &["RL.LIMIT", "{rep}:meta"]), Value::Int(4));
+    // ... and every write is redirected to the primary, with or without it.
+    let primary_port = Some(c.nodes[p].port);
+    let mut peek = lims[0].call("RL.ADMIT");
+    peek.extend(["COST".to_string(), "0".to_string()]);
+    let writes: Vec<Vec<String>> = vec![
+        lims[0].call("RL.ADMIT"),
+        lims[1].call("RL.ADMIT"),
+        peek,
+        lims[1].call("RL.REFUND"),
+        vec!["RL.RESET".into(), lims[1].key.clone()],
+        ["RL.THROTTLE", "{rep}:thr", "2", "3", "60"]
+            .map(String::from)
+            .to_vec(),
+        all.map(String::from).to_vec(),
+    ];
+    let mut plain = c.client(r);
+    for w in &writes {
+        for con in [&mut ro, &mut plain] {
+            let v = cmd_raw(con, &strs(w));
+            assert_eq!(redirect(&v, "MOVED"), primary_port, "{w:?}: {v:?}");
+        }
+    }
+    for read in [
+        lims[0].call("RL.TTL"),
+        vec!["RL.LIMIT".into(), "{rep}:meta".into()],
+    ] {
+        let v = cmd_raw(&mut plain, &strs(&read));
+        assert_eq!(redirect(&v, "MOVED"), primary_port, "{read:?}: {v:?}");
+    }
+    for cmd in [
+        "RL.ADMIT",
+        "RL.REFUND",
+        "RL.RESET",
+        "RL.THROTTLE",
+        "RL.ADMITALL",
+    ] {
+        let stat = cmdstat(&c, r, cmd);
+        // Rejected calls count as `rejected_calls`, never as `calls`.
+        assert!(
+            stat.is_empty() || stat.starts_with("calls=0,"),
+            "{cmd} on the replica: {stat}"
+        );
+    }
+    assert_eq!(state_of(&mut ro, &keys), on_primary, "the replica wrote");
+
+    // 3. A graceful failover: the replica takes over with the same state.
+    let v = cmd_raw(&mut c.client(r), &["CLUSTER", "FAILOVER"]);
+    assert_eq!(v, Value::Okay, "CLUSTER FAILOVER");
+    common::wait_until(Duration::from_secs(10), "the replica took over", || {
+        c.role(r) == "master"
+            && c.role(p) == "slave"
+            && c.owner_seen_by(p, slot) == r
+            && c.owner_seen_by(r, slot) == r
+    });
+    let promoted = state_on(&c, r, &keys);
+    assert_eq!(promoted, on_primary, "the promoted replica's state");
+    // The spent limiters stay spent: the fixed window refuses with its
+    // PTTL (read in the same transaction, so at the same time) ...
+    let v = common::exec(
+        &mut c.client(r),
+        &[
+            long_fixed.map(String::from).to_vec(),
+            vec!["PTTL".into(), "{rep}:long:fixed".into()],
+        ],
+    );
+    let pttl = common::int(&v[1]);
+    assert!(pttl > 590_000, "{v:?}");
+    assert_eq!(try_ints(&v[0]).unwrap(), [0, 3, 0, pttl, pttl]);
+    // ... and the token bucket stays empty.
+    let (v, node) = c.route("{rep}", &long_token);
+    assert_eq!(node, r);
+    let d = try_ints(&v).unwrap();
+    assert_eq!(d[..3], [0, 2, 0], "{d:?}");
+    assert!(d[3] > 190_000, "{d:?}");
+    // New writes on the new primary reach the old one.
+    let after = ["RL.ADMIT", "{rep}:after", "LIMIT", "5", "WINDOW", "60000"];
+    c.route_ints("{rep}", &after);
+    c.route_ints("{rep}", &after);
+    c.route_ints("{rep}", &strs(&lims[1].call("RL.REFUND")));
+    c.route("{rep}", &["RL.RESET", "{rep}:all:a"]);
+    wait_one_replica(&c, r);
+    let on_new = state_on(&c, r, &keys);
+    assert_eq!(on_new["{rep}:after"].0, ["2"]);
+    assert!(!on_new.contains_key("{rep}:all:a"));
+    let mut ro = c.readonly_client(p);
+    assert_eq!(state_of(&mut ro, &keys), on_new, "old primary vs new");
+
+    // A forced failover under load: a client keeps calling RL.ADMIT,
+    // following MOVED, while the old primary takes the slots back.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let ports = [c.nodes[p].port, c.nodes[r].port];
+    let hammer = {
+        let stop = stop.clone();
+        let mut cons: Vec<Connection> = [p, r].map(|n| c.client(n)).into();
+        std::thread::spawn(move || {
+            let call = [
+                "RL.ADMIT",
+                "{rep}:hammer",
+                "LIMIT",
+                "100000000",
+                "WINDOW",
+                "600000",
+            ];
+            let (mut at, mut admitted, mut calls, mut other) = (1, 0i64, [0u64; 2], Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let v = cmd_raw(&mut cons[at], &call);
+                if let Some(port) = redirect(&v, "MOVED") {
+                    at = ports.iter().position(|&x| x == port).unwrap();
+                    continue;
+                }
+                match try_ints(&v) {
+                    Some(d) if d[0] == 1 => {
+                        admitted += 1;
+                        calls[at] += 1;
+                    }
+                    _ => other.push(format!("{v:?}")),
+                }
+            }
+            (admitted, calls, other)
+        })
+    };
+    sleep(Duration::from_millis(300));
+    let v = cmd_raw(&mut c.client(p), &["CLUSTER", "FAILOVER", "FORCE"]);
+    assert_eq!(v, Value::Okay, "CLUSTER FAILOVER FORCE");
+    common::wait_until(
+        Duration::from_secs(10),
+        "the forced failover settled",
+        || {
+            c.role(p) == "master"
+                && c.role(r) == "slave"
+                && common::info_field(&mut c.client(r), "replication", "master_link_status")
+                    .as_deref()
+                    == Some("up")
+        },
+    );
+    sleep(Duration::from_millis(300));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (admitted, calls, other) = hammer.join().unwrap();
+    assert!(other.is_empty(), "not admitted, not MOVED: {other:?}");
+    assert!(
+        calls.iter().all(|&n| n > 0),
+        "calls on [old, new]: {calls:?}"
+    );
+    wait_one_replica(&c, p);
+    let final_state = state_on(&c, p, &keys);
+    let mut ro = c.readonly_client(r);
+    assert_eq!(state_of(&mut ro, &keys), final_state, "after FORCE");
+    let counted: i64 = final_state["{rep}:hammer"].0[0].parse().unwrap();
+    assert!(
+        counted <= admitted && counted > 0,
+        "{counted} counted, {admitted} admitted"
+    );
+    println!(
+        "cluster replica: {} keys identical on primary and replica (replica lagging 0.3 s), \
+         failover kept them; FORCE under load: {admitted} admitted ({} on the new primary), \
+         {counted} counted, {} lost; {} ms in all",
+        on_primary.len(),
+        calls[0],
+        admitted - counted,
+        started.elapsed().as_millis()
+    );
 }

@@ -1,7 +1,7 @@
 //! A small Valkey Cluster for tests: primaries started through the harness
 //! (`Server::start_with`), slots assigned with `CLUSTER ADDSLOTSRANGE`, nodes
-//! joined with `CLUSTER MEET`, and a manual router that asks the node owning
-//! a key's slot and follows `MOVED`.
+//! joined with `CLUSTER MEET`, replicas added with `CLUSTER REPLICATE`, and a
+//! manual router that asks the node owning a key's slot and follows `MOVED`.
 //!
 //! Include it with `#[path = "common/cluster.rs"] mod cluster;` next to
 //! `mod common;`.
@@ -42,30 +42,8 @@ impl Cluster {
     /// `n` primaries sharing the slots evenly (for 3: 0-5460, 5461-10922,
     /// 10923-16383), up once every node reports `cluster_state:ok`.
     pub fn start(n: usize) -> Cluster {
-        let nodes: Vec<Server> = (0..n)
-            .map(|_| {
-                let bus = bus_port().to_string();
-                Server::start_with(&[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    "3000",
-                    "--cluster-port",
-                    &bus,
-                ])
-            })
-            .collect();
-        let ids: Vec<String> = nodes
-            .iter()
-            .map(|s| {
-                redis::cmd("CLUSTER")
-                    .arg("MYID")
-                    .query(&mut s.client())
-                    .expect("CLUSTER MYID")
-            })
-            .collect();
+        let nodes: Vec<Server> = (0..n).map(|_| start_node()).collect();
+        let ids: Vec<String> = nodes.iter().map(my_id).collect();
         let per = SLOTS as usize / n;
         for (i, node) in nodes.iter().enumerate() {
             let first = i * per + i.min(SLOTS as usize % n);
@@ -77,24 +55,54 @@ impl Cluster {
             );
             assert_eq!(r, Value::Okay, "ADDSLOTSRANGE {a} {b}");
         }
-        let mut first = nodes[0].client();
         for node in &nodes[1..] {
-            let bus: String = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg("cluster-port")
-                .query::<Vec<String>>(&mut node.client())
-                .expect("cluster-port")[1]
-                .clone();
-            let port = node.port.to_string();
-            let r = cmd_raw(
-                &mut first,
-                &["CLUSTER", "MEET", "127.0.0.1", port.as_str(), bus.as_str()],
-            );
-            assert_eq!(r, Value::Okay, "CLUSTER MEET");
+            meet(&nodes[0], node);
         }
         let cluster = Cluster { nodes, ids };
         cluster.wait_ok();
         cluster
+    }
+
+    /// Starts one more node, makes it a replica of node `primary` and waits
+    /// for its initial sync and for `cluster_state:ok` everywhere. Returns
+    /// the new node's index.
+    pub fn add_replica(&mut self, primary: usize) -> usize {
+        let node = start_node();
+        let id = my_id(&node);
+        meet(&self.nodes[0], &node);
+        let mut con = node.client();
+        let primary_id = self.ids[primary].clone();
+        // CLUSTER REPLICATE needs the primary known to the new node first.
+        wait_until(
+            Duration::from_secs(30),
+            "the new node knows the primary",
+            || {
+                let v = cmd_raw(&mut con, &["CLUSTER", "NODES"]);
+                try_text(&v).is_some_and(|t| t.contains(primary_id.as_str()))
+            },
+        );
+        let r = cmd_raw(&mut con, &["CLUSTER", "REPLICATE", primary_id.as_str()]);
+        assert_eq!(r, Value::Okay, "CLUSTER REPLICATE");
+        wait_until(Duration::from_secs(30), "master_link_status:up", || {
+            info_field(&mut con, "replication", "master_link_status").as_deref() == Some("up")
+        });
+        self.nodes.push(node);
+        self.ids.push(id);
+        self.wait_ok();
+        self.nodes.len() - 1
+    }
+
+    /// A connection that has sent `READONLY`: on a replica it may read the
+    /// slots of its primary.
+    pub fn readonly_client(&self, node: usize) -> Connection {
+        let mut con = self.client(node);
+        assert_eq!(cmd_raw(&mut con, &["READONLY"]), Value::Okay, "READONLY");
+        con
+    }
+
+    /// `master` or `slave` (INFO replication `role`).
+    pub fn role(&self, node: usize) -> String {
+        info_field(&mut self.client(node), "replication", "role").unwrap_or_default()
     }
 
     /// Every node sees every other node, all slots covered, state ok.
@@ -203,6 +211,44 @@ impl Cluster {
             })
             .collect()
     }
+}
+
+/// A cluster-enabled node (its bus port below the ephemeral range).
+fn start_node() -> Server {
+    let bus = bus_port().to_string();
+    Server::start_with(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "3000",
+        "--cluster-port",
+        &bus,
+    ])
+}
+
+fn my_id(node: &Server) -> String {
+    redis::cmd("CLUSTER")
+        .arg("MYID")
+        .query(&mut node.client())
+        .expect("CLUSTER MYID")
+}
+
+/// `CLUSTER MEET` sent to `known` about `new`.
+fn meet(known: &Server, new: &Server) {
+    let bus: String = redis::cmd("CONFIG")
+        .arg("GET")
+        .arg("cluster-port")
+        .query::<Vec<String>>(&mut new.client())
+        .expect("cluster-port")[1]
+        .clone();
+    let port = new.port.to_string();
+    let r = cmd_raw(
+        &mut known.client(),
+        &["CLUSTER", "MEET", "127.0.0.1", port.as_str(), bus.as_str()],
+    );
+    assert_eq!(r, Value::Okay, "CLUSTER MEET");
 }
 
 /// One field of `CLUSTER INFO`.
