@@ -578,10 +578,11 @@ fn cmdstat(c: &Cluster, node: usize, cmd: &str) -> String {
     .unwrap_or_default()
 }
 
-/// `WAIT 1` on `node`: its replica has acknowledged everything so far.
-fn wait_one_replica(c: &Cluster, node: usize) {
-    let v = cmd_raw(&mut c.client(node), &["WAIT", "1", "5000"]);
-    assert_eq!(v, Value::Int(1), "WAIT 1 on node {node}");
+/// Until `replica` has applied everything `primary` has sent: their
+/// replication offsets match. (`WAIT` would not do: it waits for the writes
+/// of its own connection, and this one made none, so it returns at once.)
+fn wait_in_sync(c: &Cluster, primary: usize, replica: usize) {
+    common::wait_replica_offset(&c.nodes[primary], &c.nodes[replica]);
 }
 
 /// A replica in cluster mode (one primary owning every slot, one replica):
@@ -597,7 +598,7 @@ fn wait_one_replica(c: &Cluster, node: usize) {
 /// absolute effect: the replica is held in `DEBUG SLEEP` while the workload
 /// runs, so an expiry sent relative (`PX`) or a command re-run on the
 /// replica would land later there, and values and PEXPIRETIMEs are compared
-/// exactly (after WAIT, and again on the promoted replica).
+/// exactly (once the offsets match, and again on the promoted replica).
 #[test]
 fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     let started = Instant::now();
@@ -690,8 +691,8 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         "DEBUG SLEEP on the replica"
     );
 
-    // 1. After WAIT, every key is identical on the replica.
-    wait_one_replica(&c, p);
+    // 1. Once in sync, every key is identical on the replica.
+    wait_in_sync(&c, p, r);
     let mut ro = c.readonly_client(r);
     let on_primary = state_on(&c, p, &keys);
     assert_eq!(on_primary.len(), keys.len() - 3, "{on_primary:?}");
@@ -794,7 +795,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     c.route_ints("{rep}", &after);
     c.route_ints("{rep}", &strs(&lims[1].call("RL.REFUND")));
     c.route("{rep}", &["RL.RESET", "{rep}:all:a"]);
-    wait_one_replica(&c, r);
+    wait_in_sync(&c, r, p);
     let on_new = state_on(&c, r, &keys);
     assert_eq!(on_new["{rep}:after"].0, ["2"]);
     assert!(!on_new.contains_key("{rep}:all:a"));
@@ -857,7 +858,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         calls.iter().all(|&n| n > 0),
         "calls on [old, new]: {calls:?}"
     );
-    wait_one_replica(&c, p);
+    wait_in_sync(&c, p, r);
     let final_state = state_on(&c, p, &keys);
     let mut ro = c.readonly_client(r);
     assert_eq!(state_of(&mut ro, &keys), final_state, "after FORCE");
