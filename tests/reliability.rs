@@ -1938,3 +1938,86 @@ fn far_future_state_is_admitted_again_after_the_back_off() {
         stuck.join("\n")
     );
 }
+
+/// With I/O threads (Valkey 8+ reads and writes client sockets on them;
+/// commands still run on the main thread), counts stay exact and a replica
+/// stays identical.
+#[test]
+fn io_threads_keep_counts_exact_and_the_replica_identical() {
+    const CLIENTS: usize = 50;
+    const ROUNDS: usize = 40;
+    const PER_ROUND: usize = 10;
+    let threaded = ["--io-threads", "2"];
+    let primary = Server::start_with(&threaded);
+    let replica = Server::start_with(&threaded);
+    replica.replica_of(&primary);
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let handles: Vec<_> = (0..CLIENTS)
+        .map(|id| {
+            let mut con = primary.client();
+            let barrier = barrier.clone();
+            thread::spawn(move || {
+                // Every other call goes to one hot counter that never fills,
+                // the rest to 20 token buckets of 10 that do.
+                let calls: Vec<Vec<String>> = (0..PER_ROUND)
+                    .map(|i| match i % 2 {
+                        0 => words(&["RL.ADMIT", "io:hot", "LIMIT", "1000000", "WINDOW", "600000"]),
+                        _ => {
+                            let key = format!("io:bucket:{}", (id + i) % 20);
+                            let token = ["ALGO", "token", "LIMIT", "10", "WINDOW", "600000"];
+                            let mut c = words(&["RL.ADMIT", &key]);
+                            c.extend(words(&token));
+                            c
+                        }
+                    })
+                    .collect();
+                let (mut admitted, mut refused) = (0i64, 0i64);
+                barrier.wait();
+                // One call at a time: the server hands reads to its I/O
+                // threads when many clients wait, not for a few pipelines.
+                for _ in 0..ROUNDS {
+                    for call in &calls {
+                        let args: Vec<&str> = call.iter().map(String::as_str).collect();
+                        let reply = cmd_raw(&mut con, &args);
+                        match try_ints(&reply).map(|r| r[0]) {
+                            Some(1) => admitted += 1,
+                            Some(0) => refused += 1,
+                            _ => panic!("{reply:?}"),
+                        }
+                    }
+                }
+                (admitted, refused)
+            })
+        })
+        .collect();
+    let (mut admitted, mut refused) = (0, 0);
+    for h in handles {
+        let (a, r) = h.join().expect("client thread");
+        admitted += a;
+        refused += r;
+    }
+    let hot_calls = (CLIENTS * ROUNDS * PER_ROUND / 2) as i64;
+    let mut con = primary.client();
+    let hot: i64 = redis::cmd("GET").arg("io:hot").query(&mut con).unwrap();
+    assert_eq!(hot, hot_calls, "every call on the hot counter counted once");
+    // 20 buckets of 10, never refilled within the run: exactly 200 admitted.
+    assert_eq!(
+        admitted,
+        hot_calls + 200,
+        "{admitted} admitted, {refused} refused"
+    );
+    let reads = info_field(&mut con, "stats", "io_threaded_reads_processed");
+    let reads: i64 = reads.and_then(|v| v.parse().ok()).unwrap_or(0);
+    assert!(
+        reads > 0,
+        "the I/O threads read nothing: the test ran without them"
+    );
+    wait_replica_offset(&primary, &replica);
+    let c = assert_same_keyspace(&[("primary", &primary), ("replica", &replica)]);
+    assert_eq!(c.equal, 21, "the hot counter and 20 buckets, on both");
+    println!(
+        "I/O threads: {admitted} admitted, {refused} refused, {reads} reads on the I/O \
+         threads; {} keys identical on the replica",
+        c.equal
+    );
+}
