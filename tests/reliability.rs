@@ -1947,7 +1947,9 @@ fn io_threads_keep_counts_exact_and_the_replica_identical() {
     const CLIENTS: usize = 50;
     const ROUNDS: usize = 40;
     const PER_ROUND: usize = 10;
-    let threaded = ["--io-threads", "2"];
+    // events-per-io-thread 0 (a setting for tests) hands every event to
+    // the I/O threads, not only those of a busy loop.
+    let threaded = ["--io-threads", "2", "--events-per-io-thread", "0"];
     let primary = Server::start_with(&threaded);
     let replica = Server::start_with(&threaded);
     replica.replica_of(&primary);
