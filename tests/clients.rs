@@ -508,17 +508,26 @@ fn the_three_examples_share_one_limiter() {
     );
 }
 
-/// The Python example with `--queue`: a leaky bucket (4 per second, 2 may
-/// wait) shapes requests instead of refusing them. Sent one by one, each
-/// after the first is told to wait about one interval, is held that long
-/// and served; none is refused. With the queue already full, it answers
-/// 429 with a Retry-After.
+/// The Python and Node.js examples with `--queue`: a leaky bucket (4 per
+/// second, 2 may wait) shapes requests instead of refusing them. Sent one
+/// by one, each after the first is told to wait about one interval, is held
+/// that long and served; none is refused. With the queue already full, it
+/// answers 429 with a Retry-After.
 #[test]
 fn python_example_holds_leaky_delays() {
+    holds_leaky_delays(Lang::Python);
+}
+
+#[test]
+fn node_example_holds_leaky_delays() {
+    holds_leaky_delays(Lang::Node);
+}
+
+fn holds_leaky_delays(lang: Lang) {
     let server = Server::start();
     let shaping = ["--limit", "4", "--window", "1", "--queue", "2"];
     let started = Instant::now();
-    let Some(responses) = Lang::Python.run(
+    let Some(responses) = lang.run(
         server.port,
         &[&["--client", "shaper", "-n", "4"], &shaping[..]].concat(),
     ) else {
@@ -563,7 +572,7 @@ fn python_example_holds_leaky_delays() {
     let slow = [
         "--client", "full", "--limit", "1", "--window", "60", "--queue", "2",
     ];
-    let responses = Lang::Python.run(server.port, &slow).expect("ran before");
+    let responses = lang.run(server.port, &slow).expect("ran before");
     assert_eq!(responses[0].status, 429, "{:?}", responses[0]);
     let retry: i64 = responses[0]
         .header("Retry-After")

@@ -16,6 +16,12 @@
 //
 // It prints the N responses as HTTP/1.1 text. The port also comes from
 // $VALKEY_PORT, the host from $VALKEY_HOST. --cluster uses Valkey.Cluster.
+//
+// With --queue N the policy shapes instead of capping: a leaky bucket
+// (ALGO leaky BURST N) lets requests proceed --limit per --window, one
+// interval apart, with up to N waiting. An admitted request told to wait
+// (retry_after_ms > 0) is held that long, then served; only a request that
+// would find the queue full is refused (429).
 "use strict";
 
 const { parseArgs } = require("node:util");
@@ -34,6 +40,19 @@ function limiterKey(clientId, policy) {
 // never early.
 const ceilSeconds = (ms) => Math.ceil(ms / 1000);
 
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// RL.ADMIT's policy options: a fixed window of policy.limit per
+// policy.windowS seconds, or, with policy.queue, that rate as a leaky bucket
+// with policy.queue places to wait.
+function policyOptions(policy) {
+  const opts = ["LIMIT", policy.limit, "WINDOW", policy.windowS * 1000];
+  if (policy.queue == null) {
+    return opts;
+  }
+  return ["ALGO", "leaky", ...opts, "BURST", policy.queue];
+}
+
 // Admit or refuse one request of clientId: resolves to {status, headers, body}.
 async function handleRequest(client, clientId, policy) {
   let key;
@@ -50,19 +69,22 @@ async function handleRequest(client, clientId, policy) {
   const [admitted, limit, remaining, retryAfterMs, resetAfterMs] = await client.call(
     "RL.ADMIT",
     key,
-    "LIMIT",
-    policy.limit,
-    "WINDOW",
-    policy.windowS * 1000,
+    ...policyOptions(policy),
   );
   const headers = {};
-  if (limit > 0) {
-    // 0: unlimited, nothing to advertise.
+  // A quota to advertise: not when unlimited (0), nor for a leaky bucket,
+  // whose limit is its queue, not a quota.
+  if (limit > 0 && policy.queue == null) {
     headers["RateLimit-Policy"] = `"${policy.name}";q=${limit};w=${policy.windowS}`;
     headers["RateLimit"] = `"${policy.name}";r=${remaining};t=${ceilSeconds(resetAfterMs)}`;
   }
   let status, body;
-  if (admitted === 1) {
+  if (admitted === 1 && policy.queue != null) {
+    // Shaping: wait for this request's turn, then serve it.
+    await sleep(retryAfterMs);
+    status = 200;
+    body = { ok: true, client: clientId, waited_ms: retryAfterMs };
+  } else if (admitted === 1) {
     status = 200;
     body = { ok: true, client: clientId };
   } else if (retryAfterMs < 0) {
@@ -122,6 +144,7 @@ async function main() {
       policy: { type: "string", default: "default" },
       limit: { type: "string", default: "100" },
       window: { type: "string", default: "60" },
+      queue: { type: "string" },
       requests: { type: "string", short: "n", default: "1" },
     },
   });
@@ -132,7 +155,12 @@ async function main() {
     }
     return n;
   };
-  const policy = { name: values.policy, limit: int("limit"), windowS: int("window") };
+  const policy = {
+    name: values.policy,
+    limit: int("limit"),
+    windowS: int("window"),
+    queue: values.queue === undefined ? null : int("queue"),
+  };
   const client = makeClient(values.host, int("port"), values.cluster);
   // Connection errors also reject the pending command; log them once here
   // instead of as "Unhandled error event".
