@@ -20,6 +20,12 @@
 //! It prints the N responses as HTTP/1.1 text. The port also comes from
 //! `$VALKEY_PORT`, the host from `$VALKEY_HOST`.
 //!
+//! With `--queue N` the policy shapes instead of capping: a leaky bucket
+//! (`ALGO leaky BURST N`) lets requests proceed `--limit` per `--window`, one
+//! interval apart, with up to N waiting. An admitted request told to wait
+//! (`retry_after_ms` > 0) is held that long, then served; only a request that
+//! would find the queue full is refused (429).
+//!
 //! For a cluster, enable the `redis` crate's `cluster` feature and use
 //! `redis::cluster::ClusterClient`: `handle_request` only needs a
 //! `ConnectionLike`. Keys carry the client id as a `{hash tag}` so that all of
@@ -27,15 +33,35 @@
 
 use std::env;
 use std::process::ExitCode;
+use std::thread;
 use std::time::Duration;
 
 use redis::ConnectionLike;
 
-/// One quota: `limit` requests per `window_s` seconds, fixed window.
+/// One quota: `limit` requests per `window_s` seconds, fixed window; or,
+/// with `queue`, that rate as a leaky bucket with `queue` places to wait.
 struct Policy {
     name: String,
     limit: u64,
     window_s: u64,
+    queue: Option<u64>,
+}
+
+impl Policy {
+    /// RL.ADMIT's policy options.
+    fn options(&self) -> Vec<String> {
+        let mut opts = vec![
+            "LIMIT".to_string(),
+            self.limit.to_string(),
+            "WINDOW".to_string(),
+            self.window_s.saturating_mul(1000).to_string(),
+        ];
+        if let Some(queue) = self.queue {
+            opts.extend(["ALGO".to_string(), "leaky".to_string()]);
+            opts.extend(["BURST".to_string(), queue.to_string()]);
+        }
+        opts
+    }
 }
 
 /// What the handler answers: status, headers (in order) and body.
@@ -93,10 +119,7 @@ fn handle_request(
     };
     let reply: Vec<i64> = redis::cmd("RL.ADMIT")
         .arg(&key)
-        .arg("LIMIT")
-        .arg(policy.limit)
-        .arg("WINDOW")
-        .arg(policy.window_s.saturating_mul(1000))
+        .arg(policy.options())
         .query(con)?;
     let [admitted, limit, remaining, retry_after_ms, reset_after_ms] = reply[..] else {
         return Err(redis::RedisError::from((
@@ -107,8 +130,9 @@ fn handle_request(
     };
     let name = &policy.name;
     let mut headers = Vec::new();
-    if limit > 0 {
-        // 0: unlimited, nothing to advertise.
+    if limit > 0 && policy.queue.is_none() {
+        // 0: unlimited, nothing to advertise; a leaky bucket's `limit` is its
+        // queue, not a quota.
         headers.push((
             "RateLimit-Policy",
             format!("\"{name}\";q={limit};w={}", policy.window_s),
@@ -121,7 +145,18 @@ fn handle_request(
             ),
         ));
     }
-    let (status, body) = if admitted == 1 {
+    let (status, body) = if admitted == 1 && policy.queue.is_some() {
+        // Shaping: wait for this request's turn, then serve it.
+        let waited_ms = retry_after_ms.max(0);
+        thread::sleep(Duration::from_millis(waited_ms.unsigned_abs()));
+        (
+            200,
+            format!(
+                "{{\"ok\":true,\"client\":{},\"waited_ms\":{waited_ms}}}",
+                json_string(client_id)
+            ),
+        )
+    } else if admitted == 1 {
         (
             200,
             format!("{{\"ok\":true,\"client\":{}}}", json_string(client_id)),
@@ -171,7 +206,7 @@ struct Args {
 }
 
 const USAGE: &str = "usage: rust_handler [--host H] [--port P] [--client ID] [--policy NAME] \
-                     [--limit N] [--window SECONDS] [-n REQUESTS]";
+                     [--limit N] [--window SECONDS] [--queue N] [-n REQUESTS]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -185,6 +220,7 @@ fn parse_args() -> Result<Args, String> {
             name: "default".into(),
             limit: 100,
             window_s: 60,
+            queue: None,
         },
         requests: 1,
     };
@@ -205,6 +241,7 @@ fn parse_args() -> Result<Args, String> {
             "--policy" => args.policy.name = value,
             "--limit" => args.policy.limit = value.parse().map_err(bad)?,
             "--window" => args.policy.window_s = value.parse().map_err(bad)?,
+            "--queue" => args.policy.queue = Some(value.parse().map_err(bad)?),
             "-n" | "--requests" => args.requests = value.parse().map_err(bad)?,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }

@@ -508,7 +508,7 @@ fn the_three_examples_share_one_limiter() {
     );
 }
 
-/// The Python and Node.js examples with `--queue`: a leaky bucket (4 per
+/// The three examples with `--queue`: a leaky bucket (4 per
 /// second, 2 may wait) shapes requests instead of refusing them. Sent one
 /// by one, each after the first is told to wait about one interval, is held
 /// that long and served; none is refused. With the queue already full, it
@@ -521,6 +521,11 @@ fn python_example_holds_leaky_delays() {
 #[test]
 fn node_example_holds_leaky_delays() {
     holds_leaky_delays(Lang::Node);
+}
+
+#[test]
+fn rust_example_holds_leaky_delays() {
+    holds_leaky_delays(Lang::Rust);
 }
 
 fn holds_leaky_delays(lang: Lang) {
