@@ -87,7 +87,7 @@ FILL_CHUNK = 100000
 # kind   floor (INCR) | native | lua | refuse | info (no bar)
 # algo   groups rows for the bars; a native row names its Lua twin in `lua`.
 # expect what a probe call must answer before the row is run:
-#        int, admit (reply[0] == 1), refuse (reply[0] == 0),
+#        int, ok (+OK), admit (reply[0] == 1), refuse (reply[0] == 0),
 #        allowed0 (RL.THROTTLE / CL.THROTTLE: reply[0] == 0 means allowed).
 # prefill a command run on the key before each run (hot key only).
 # keys   the key modes the row runs in: hot, rand, and warm (random keys over
@@ -137,6 +137,10 @@ ROWS = [
     # fixed-window admit and nothing else, to show what those calls cost.
     Row("aflr", "FLOOR.ADMIT: RL.ADMIT fixed's API calls alone (control)",
         "FLOOR.ADMIT KEY LIMIT %s WINDOW 60000" % BIG, "info", keys="hot rand warm"),
+    # Not a bar: the server's own write of a key with a TTL, for the scale
+    # bars (what creating 1M keys that expire costs without the module).
+    Row("setp", "SET KEY 1 PX 60000 (server's own TTL write, reference)",
+        "SET KEY 1 PX 60000", "info", expect="ok", keys="hot rand warm"),
     Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
     Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
         "native", "fixed", lua="lfix", keys="hot rand warm"),
@@ -278,6 +282,7 @@ class Bench:
             return self._probe_error(row, r)
         ok = {
             "int": lambda r: isinstance(r, int),
+            "ok": lambda r: r == "OK",
             "admit": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 1,
             "refuse": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 0,
             "allowed0": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 0,
@@ -791,17 +796,25 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
     return "\n".join(L), misses
 
 
+# Reference rows quoted beside the fixed-window bars: the API calls alone, and
+# the server's own write of a key with a TTL.
+REFERENCES = (("aflr", "FLOOR.ADMIT control, RL.ADMIT's API calls alone"),
+              ("setp", "SET KEY 1 PX 60000, the server's own TTL write"))
+
+
 def floor_note(b, ratio, ps=PIPELINES):
-    """The same ratio for the FLOOR.ADMIT control rows, to quote beside a bar."""
-    items = []
-    for k in KEYMODES:
-        for p in ps:
-            s = b.summary("aflr", k, p)
-            if s:
-                items.append("%s P%d %s" % (k, p, fmt_x(ratio(k, p, s))))
-    if not items:
-        return ""
-    return " (FLOOR.ADMIT control, RL.ADMIT's API calls alone: %s)" % "; ".join(items)
+    """The same ratio for the reference rows, to quote beside a bar."""
+    notes = ""
+    for rid, label in REFERENCES:
+        items = []
+        for k in KEYMODES:
+            for p in ps:
+                s = b.summary(rid, k, p)
+                if s:
+                    items.append("%s P%d %s" % (k, p, fmt_x(ratio(k, p, s))))
+        if items:
+            notes += " (%s: %s)" % (label, "; ".join(items))
+    return notes
 
 
 def evaluate(b, rows, mem, exp, repl):
@@ -935,9 +948,9 @@ def evaluate(b, rows, mem, exp, repl):
                                   r["rps"] / h["rps"]))
             fig, ok = all_ok(items, 0.8, le=False)
             # References, not verdicts: what the same key spread costs INCR
-            # (the server's own key lookups and creations), and, for the
-            # fixed window, the API calls alone.
-            refs = [("INCR itself", "incr")] + (
+            # and SET PX (the server's own key lookups and creations, without
+            # and with a TTL), and, for the fixed window, the API calls alone.
+            refs = [("INCR itself", "incr"), ("SET … PX itself", "setp")] + (
                 [("FLOOR.ADMIT control", "aflr")] if row.id == "fixd" else [])
             for label, ref in refs:
                 pairs = [(p, S(ref, "hot", p), S(ref, keymode, p)) for p in PIPELINES]
