@@ -2,7 +2,8 @@
 //! CROSSSLOT for RL.ADMITALL and META across slots, and limiters moved
 //! between nodes, by the classic `SETSLOT`/`MIGRATE` procedure and by
 //! Valkey 9's atomic `CLUSTER MIGRATESLOTS`; a replica in cluster mode
-//! (exact copies, READONLY reads, redirected writes, manual failovers).
+//! (exact copies, READONLY reads, redirected writes, manual failovers);
+//! numbered databases in cluster mode (Valkey 9's `cluster-databases`).
 
 #[path = "common/cluster.rs"]
 mod cluster;
@@ -876,4 +877,142 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         admitted - counted,
         started.elapsed().as_millis()
     );
+}
+
+/// A connection to `node` that has selected db `n` (after `READONLY`, with
+/// `readonly`).
+fn in_db(c: &Cluster, node: usize, n: &str, readonly: bool) -> Connection {
+    let mut con = match readonly {
+        true => c.readonly_client(node),
+        false => c.client(node),
+    };
+    assert_eq!(cmd_raw(&mut con, &["SELECT", n]), Value::Okay, "SELECT {n}");
+    con
+}
+
+/// Valkey 9's numbered databases in cluster mode (`cluster-databases`): a
+/// limiter lives in the db its caller selected, and so do its META hash and
+/// RL.ADMITALL's keys; the replica holds each key in the same db, exactly;
+/// after a failover the new primary keeps counting there. The same key name
+/// in db 0 is another limiter.
+///
+/// It would fail if an effect reached the replica in another db (its
+/// DBSIZEs and states are compared per db) or if a call read or wrote
+/// outside the selected db.
+#[test]
+fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
+    if server_major_version() < 9 {
+        println!("SKIPPED: cluster-databases is Valkey 9 and later");
+        return;
+    }
+    let mut c = Cluster::start_with(1, &["--cluster-databases", "4"]);
+    let (p, r) = (0, c.add_replica(0));
+    let slot = c.keyslot("{mdb}");
+
+    let mut two = in_db(&c, p, "2", false);
+    let fixed = ["RL.ADMIT", "{mdb}:fixed", "LIMIT", "3", "WINDOW", "600000"];
+    for remaining in [2, 1] {
+        assert_eq!(common::cmd_ints(&mut two, &fixed)[..3], [1, 3, remaining]);
+    }
+    let gcra = [
+        "RL.ADMIT",
+        "{mdb}:gcra",
+        "ALGO",
+        "gcra",
+        "LIMIT",
+        "10",
+        "WINDOW",
+        "600000",
+        "BURST",
+        "5",
+    ];
+    assert_eq!(common::cmd_ints(&mut two, &gcra)[..3], [1, 5, 4]);
+    let meta = ["HSET", "{mdb}:meta", "max", "2", "duration", "600000"];
+    assert_eq!(cmd_raw(&mut two, &meta), Value::Int(2));
+    let metered = ["RL.ADMIT", "{mdb}:metered", "META", "{mdb}:meta"];
+    for admitted in [1, 1, 0] {
+        assert_eq!(common::cmd_ints(&mut two, &metered)[..2], [admitted, 2]);
+    }
+    let all = [
+        "RL.ADMITALL",
+        "2",
+        "{mdb}:all:a",
+        "{mdb}:all:b",
+        "POLICY",
+        "LIMIT",
+        "1",
+        "WINDOW",
+        "600000",
+        "POLICY",
+        "META",
+        "{mdb}:meta",
+    ];
+    for admitted in [1, 0] {
+        let v = cmd_raw(&mut two, &all);
+        let Value::Array(items) = &v else {
+            panic!("{v:?}")
+        };
+        assert_eq!(items[0], Value::Int(admitted), "{v:?}");
+    }
+    // The same name in db 0: a limiter of its own, and no META hash there.
+    let mut zero = c.client(p);
+    assert_eq!(common::cmd_ints(&mut zero, &fixed)[..3], [1, 3, 2]);
+    assert_eq!(common::cmd_ints(&mut zero, &metered), [1, 0, 0, 0, 0]);
+
+    let keys: Vec<String> = [
+        "{mdb}:fixed",
+        "{mdb}:gcra",
+        "{mdb}:meta",
+        "{mdb}:metered",
+        "{mdb}:all:a",
+        "{mdb}:all:b",
+    ]
+    .map(String::from)
+    .to_vec();
+    let on_primary = state_of(&mut two, &keys);
+    assert_eq!(on_primary.len(), keys.len(), "{on_primary:?}");
+    assert_eq!(on_primary["{mdb}:fixed"].0, ["2"]);
+    assert_eq!(on_primary["{mdb}:all:a"].0, ["1"]);
+    assert_eq!(cmd_raw(&mut two, &["DBSIZE"]), Value::Int(6));
+    assert_eq!(cmd_raw(&mut zero, &["DBSIZE"]), Value::Int(1));
+
+    // The replica: the same keys in the same dbs, and the reads answer there.
+    wait_in_sync(&c, p, r);
+    let mut ro_two = in_db(&c, r, "2", true);
+    assert_eq!(
+        state_of(&mut ro_two, &keys),
+        on_primary,
+        "db 2 on the replica"
+    );
+    assert_eq!(cmd_raw(&mut ro_two, &["DBSIZE"]), Value::Int(6));
+    assert_eq!(
+        cmd_raw(&mut ro_two, &["RL.LIMIT", "{mdb}:meta"]),
+        Value::Int(2)
+    );
+    let mut ro_zero = c.readonly_client(r);
+    assert_eq!(cmd_raw(&mut ro_zero, &["DBSIZE"]), Value::Int(1));
+    let in_zero = state_of(&mut ro_zero, &keys);
+    assert_eq!(in_zero["{mdb}:fixed"].0, ["1"], "db 0 on the replica");
+
+    // After a failover the new primary counts on in each db.
+    let v = cmd_raw(&mut c.client(r), &["CLUSTER", "FAILOVER"]);
+    assert_eq!(v, Value::Okay, "CLUSTER FAILOVER");
+    common::wait_until(Duration::from_secs(10), "the replica took over", || {
+        c.role(r) == "master" && c.role(p) == "slave" && c.owner_seen_by(r, slot) == r
+    });
+    let mut new_two = in_db(&c, r, "2", false);
+    assert_eq!(common::cmd_ints(&mut new_two, &fixed)[..3], [1, 3, 0]);
+    assert_eq!(common::cmd_ints(&mut new_two, &fixed)[0], 0);
+    assert_eq!(common::cmd_ints(&mut new_two, &metered)[0], 0);
+    let mut new_zero = c.client(r);
+    assert_eq!(common::cmd_ints(&mut new_zero, &fixed)[..3], [1, 3, 1]);
+    wait_in_sync(&c, r, p);
+    let mut old_two = in_db(&c, p, "2", true);
+    assert_eq!(
+        state_of(&mut old_two, &keys),
+        state_of(&mut new_two, &keys),
+        "db 2, old primary vs new"
+    );
+    let mut old_zero = c.readonly_client(p);
+    assert_eq!(state_of(&mut old_zero, &keys)["{mdb}:fixed"].0, ["2"]);
 }

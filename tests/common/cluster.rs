@@ -35,6 +35,8 @@ fn bus_port() -> u16 {
 pub struct Cluster {
     pub nodes: Vec<Server>,
     pub ids: Vec<String>,
+    /// Server arguments every node gets, replicas added later included.
+    extra: Vec<String>,
 }
 
 #[allow(dead_code)]
@@ -42,7 +44,14 @@ impl Cluster {
     /// `n` primaries sharing the slots evenly (for 3: 0-5460, 5461-10922,
     /// 10923-16383), up once every node reports `cluster_state:ok`.
     pub fn start(n: usize) -> Cluster {
-        let nodes: Vec<Server> = (0..n).map(|_| start_node()).collect();
+        Self::start_with(n, &[])
+    }
+
+    /// `start`, every node (and every replica added later) started with the
+    /// server arguments `extra` too.
+    pub fn start_with(n: usize, extra: &[&str]) -> Cluster {
+        let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        let nodes: Vec<Server> = (0..n).map(|_| start_node(&extra)).collect();
         let ids: Vec<String> = nodes.iter().map(my_id).collect();
         let per = SLOTS as usize / n;
         for (i, node) in nodes.iter().enumerate() {
@@ -58,7 +67,7 @@ impl Cluster {
         for node in &nodes[1..] {
             meet(&nodes[0], node);
         }
-        let cluster = Cluster { nodes, ids };
+        let cluster = Cluster { nodes, ids, extra };
         cluster.wait_ok();
         cluster
     }
@@ -67,7 +76,7 @@ impl Cluster {
     /// for its initial sync and for `cluster_state:ok` everywhere. Returns
     /// the new node's index.
     pub fn add_replica(&mut self, primary: usize) -> usize {
-        let node = start_node();
+        let node = start_node(&self.extra);
         let id = my_id(&node);
         meet(&self.nodes[0], &node);
         let mut con = node.client();
@@ -214,9 +223,9 @@ impl Cluster {
 }
 
 /// A cluster-enabled node (its bus port below the ephemeral range).
-fn start_node() -> Server {
+fn start_node(extra: &[String]) -> Server {
     let bus = bus_port().to_string();
-    Server::start_with(&[
+    let mut args = vec![
         "--cluster-enabled",
         "yes",
         "--cluster-config-file",
@@ -225,7 +234,9 @@ fn start_node() -> Server {
         "3000",
         "--cluster-port",
         &bus,
-    ])
+    ];
+    args.extend(extra.iter().map(String::as_str));
+    Server::start_with(&args)
 }
 
 fn my_id(node: &Server) -> String {
