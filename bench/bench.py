@@ -137,8 +137,8 @@ ROWS = [
     # fixed-window admit and nothing else, to show what those calls cost.
     Row("aflr", "FLOOR.ADMIT: RL.ADMIT fixed's API calls alone (control)",
         "FLOOR.ADMIT KEY LIMIT %s WINDOW 60000" % BIG, "info", keys="hot rand warm"),
-    # Not a bar: the server's own write of a key with a TTL, for the scale
-    # bars (what creating 1M keys that expire costs without the module).
+    # Not a bar: the server's own write of a key with a TTL (what every limiter
+    # call does at least), quoted beside the fixed-window and scale bars.
     Row("setp", "SET KEY 1 PX 60000 (server's own TTL write, reference)",
         "SET KEY 1 PX 60000", "info", expect="ok", keys="hot rand warm"),
     Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
