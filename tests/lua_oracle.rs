@@ -640,31 +640,29 @@ fn refusals_repair_foreign_keys_alike() {
     let server = Server::start();
     for algo in ["sliding", "token", "gcra", "leaky", "throttle"] {
         let mut oracle = Oracle::new(&server, algo);
+        // The script's arguments and the module's call for one cost.
         let build = |cost: i64| -> (Vec<String>, Vec<String>) {
-            let (script, mut module) = match algo {
-                "throttle" => (vec![2, 5, 1, cost], words(&["RL.THROTTLE", "KEY"])),
+            let c = cost.to_string();
+            let (script, module): (Vec<i64>, Vec<&str>) = match algo {
+                "throttle" => (
+                    vec![2, 5, 1, cost],
+                    vec!["RL.THROTTLE", "KEY", "2", "5", "1", &c],
+                ),
                 "sliding" => (
                     vec![5, 1_000, cost],
-                    words(&["RL.ADMIT", "KEY", "ALGO", algo, "COST", &cost.to_string()]),
+                    vec![
+                        "RL.ADMIT", "KEY", "ALGO", algo, "LIMIT", "5", "WINDOW", "1000", "COST", &c,
+                    ],
                 ),
                 _ => (
                     vec![5, 1_000, cost, 3],
-                    words(&["RL.ADMIT", "KEY", "ALGO", algo, "BURST", "3"]),
+                    vec![
+                        "RL.ADMIT", "KEY", "ALGO", algo, "LIMIT", "5", "WINDOW", "1000", "BURST",
+                        "3", "COST", &c,
+                    ],
                 ),
             };
-            match algo {
-                "throttle" => module.extend(script.iter().map(i64::to_string)),
-                "sliding" => module.extend(words(&["LIMIT", "5", "WINDOW", "1000"])),
-                _ => module.extend(words(&[
-                    "LIMIT",
-                    "5",
-                    "WINDOW",
-                    "1000",
-                    "COST",
-                    &cost.to_string(),
-                ])),
-            }
-            (script.iter().map(i64::to_string).collect(), module)
+            (script.iter().map(i64::to_string).collect(), words(&module))
         };
         let call = |oracle: &mut Oracle, cost: i64| {
             let (lua, module) = build(cost);
