@@ -802,7 +802,7 @@ REFERENCES = (("aflr", "FLOOR.ADMIT control, RL.ADMIT's API calls alone"),
               ("setp", "SET KEY 1 PX 60000, the server's own TTL write"))
 
 
-def floor_note(b, ratio, ps=PIPELINES):
+def reference_note(b, ratio, ps=PIPELINES):
     """The same ratio for the reference rows, to quote beside a bar."""
     notes = ""
     for rid, label in REFERENCES:
@@ -844,20 +844,24 @@ def evaluate(b, rows, mem, exp, repl):
         items = [("%s P%d: %.2f/%.2f µs =" % (k, p, s["us"], S("incr", k, p)["us"]), s["x_us"])
                  for k, p, s in configs("fixd")]
         fig, ok = all_ok(items, 2.0)
-        fig += floor_note(b, lambda k, p, s: s["x_us"])
+        fig += reference_note(b, lambda k, p, s: s["x_us"])
         bars.append(("RL.ADMIT fixed admit: server µs/call ≤ 2.0× INCR's", fig, ok))
         items = [("%s P%d: %s/%s req/s =" % (k, p, fmt_rps(s["rps"]),
                                               fmt_rps(S("incr", k, p)["rps"])), s["x_rps"])
                  for k, p, s in configs("fixd", (16,))]
         fig, ok = all_ok(items, 0.9, le=False)
-        fig += floor_note(b, lambda k, p, s: s["x_rps"], (16,))
+        fig += reference_note(b, lambda k, p, s: s["x_rps"], (16,))
         bars.append(("RL.ADMIT fixed admit: P=16 throughput ≥ 0.9× INCR's", fig, ok))
+
+    def bar_name(row):
+        """A native row's name in its bars: the fixed window's without ", admit"."""
+        return row.label.split(",")[0] if row.algo == "fixed" else row.label
 
     # 2. every algorithm and RL.THROTTLE: ≤ 4× INCR µs, P16 ≥ 3× its Lua script.
     for row in rows:
         if row.kind != "native":
             continue
-        name = row.label.split(",")[0] if row.algo == "fixed" else row.label
+        name = bar_name(row)
         if row.id in b.skipped:
             bars.append(("%s: µs/call ≤ 4× INCR; P=16 req/s ≥ 3× Lua" % name,
                          b.skipped[row.id], None))
@@ -934,7 +938,7 @@ def evaluate(b, rows, mem, exp, repl):
     for row in rows:
         if row.kind != "native" or row.id in b.skipped:
             continue
-        name = row.label.split(",")[0] if row.algo == "fixed" else row.label
+        name = bar_name(row)
         for keymode, what in (("rand", "1M random keys, empty db"),
                               ("warm", "1M random keys, all in place")):
             if keymode not in row.keys.split():
