@@ -57,8 +57,8 @@ impl Policy {
             self.window_s.saturating_mul(1000).to_string(),
         ];
         if let Some(queue) = self.queue {
-            opts.extend(["ALGO".to_string(), "leaky".to_string()]);
-            opts.extend(["BURST".to_string(), queue.to_string()]);
+            let leaky = ["ALGO", "leaky", "BURST", &queue.to_string()].map(String::from);
+            opts.extend(leaky);
         }
         opts
     }
