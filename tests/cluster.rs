@@ -547,26 +547,11 @@ fn atomic_migration(expect_success: bool) {
 /// option to check that refusal instead (clean, nothing moved).
 #[test]
 fn atomic_slot_migration_keeps_every_limiter() {
-    if server_major_version() < 9 {
+    if common::server_major_version() < 9 {
         println!("SKIPPED: CLUSTER MIGRATESLOTS is Valkey 9 and later");
         return;
     }
     atomic_migration(std::env::var_os("RL_ASM_EXPECT_REFUSAL").is_none());
-}
-
-/// The major version of the server under test (`valkey_version`, or
-/// `redis_version` on servers that only report that).
-fn server_major_version() -> u32 {
-    let server = common::Server::start();
-    let mut con = server.client();
-    let field = common::info_field(&mut con, "server", "valkey_version")
-        .or_else(|| common::info_field(&mut con, "server", "redis_version"))
-        .unwrap_or_default();
-    field
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
-        .unwrap_or(0)
 }
 
 /// A node's `INFO commandstats` line for `cmd`, e.g. "calls=0,usec=0,...".
@@ -901,7 +886,7 @@ fn in_db(c: &Cluster, node: usize, n: &str, readonly: bool) -> Connection {
 /// outside the selected db.
 #[test]
 fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
-    if server_major_version() < 9 {
+    if common::server_major_version() < 9 {
         println!("SKIPPED: cluster-databases is Valkey 9 and later");
         return;
     }

@@ -730,3 +730,19 @@ pub fn timed(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<red
     let now = time_ms(&replies.remove(0));
     (now, replies)
 }
+
+/// The major version of the server under test (`valkey_version`, or
+/// `redis_version` on servers that only report that).
+#[allow(dead_code)]
+pub fn server_major_version() -> u32 {
+    let server = Server::start();
+    let mut con = server.client();
+    let field = info_field(&mut con, "server", "valkey_version")
+        .or_else(|| info_field(&mut con, "server", "redis_version"))
+        .unwrap_or_default();
+    field
+        .split('.')
+        .next()
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(0)
+}
