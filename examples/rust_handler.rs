@@ -26,10 +26,11 @@
 //! (`retry_after_ms` > 0) is held that long, then served; only a request that
 //! would find the queue full is refused (429).
 //!
-//! For a cluster, enable the `redis` crate's `cluster` feature and use
-//! `redis::cluster::ClusterClient`: `handle_request` only needs a
-//! `ConnectionLike`. Keys carry the client id as a `{hash tag}` so that all of
-//! one client's keys share a slot (see the Python example).
+//! `--cluster` connects with the `redis` crate's cluster client (its
+//! `cluster` feature): give it any node, it finds the others and sends each
+//! RL.ADMIT to the node that owns its key's slot (a command it does not know
+//! is routed by its first argument, which is RL.ADMIT's key). The key carries
+//! the client id as a `{hash tag}`, so all of one client's keys share a slot.
 
 use std::env;
 use std::process::ExitCode;
@@ -203,10 +204,11 @@ struct Args {
     client: String,
     policy: Policy,
     requests: u64,
+    cluster: bool,
 }
 
 const USAGE: &str = "usage: rust_handler [--host H] [--port P] [--client ID] [--policy NAME] \
-                     [--limit N] [--window SECONDS] [--queue N] [-n REQUESTS]";
+                     [--limit N] [--window SECONDS] [--queue N] [-n REQUESTS] [--cluster]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -223,12 +225,17 @@ fn parse_args() -> Result<Args, String> {
             queue: None,
         },
         requests: 1,
+        cluster: false,
     };
     let mut it = env::args().skip(1);
     while let Some(flag) = it.next() {
         if flag == "-h" || flag == "--help" {
             println!("{USAGE}");
             std::process::exit(0);
+        }
+        if flag == "--cluster" {
+            args.cluster = true;
+            continue;
         }
         let value = it
             .next()
@@ -249,19 +256,36 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
-fn run() -> Result<(), String> {
-    let args = parse_args()?;
-    let url = format!("redis://{}:{}/", args.host, args.port);
-    let client = redis::Client::open(url.as_str()).map_err(|e| format!("{url}: {e}"))?;
-    let mut con = client
-        .get_connection_with_timeout(Duration::from_secs(5))
-        .map_err(|e| format!("connect to {url}: {e}"))?;
+/// Send `args.requests` requests over `con` and print the responses.
+fn serve(con: &mut impl ConnectionLike, args: &Args) -> Result<(), String> {
     for _ in 0..args.requests {
-        let response = handle_request(&mut con, &args.client, &args.policy)
+        let response = handle_request(con, &args.client, &args.policy)
             .map_err(|e| format!("RL.ADMIT: {e}"))?;
         println!("{}", format_response(&response));
     }
     Ok(())
+}
+
+fn run() -> Result<(), String> {
+    let args = parse_args()?;
+    let url = format!("redis://{}:{}/", args.host, args.port);
+    let timeout = Duration::from_secs(5);
+    if args.cluster {
+        let client = redis::cluster::ClusterClient::builder(vec![url.as_str()])
+            .connection_timeout(timeout)
+            .response_timeout(timeout)
+            .build()
+            .map_err(|e| format!("{url}: {e}"))?;
+        let mut con = client
+            .get_connection()
+            .map_err(|e| format!("connect to the cluster at {url}: {e}"))?;
+        return serve(&mut con, &args);
+    }
+    let client = redis::Client::open(url.as_str()).map_err(|e| format!("{url}: {e}"))?;
+    let mut con = client
+        .get_connection_with_timeout(timeout)
+        .map_err(|e| format!("connect to {url}: {e}"))?;
+    serve(&mut con, &args)
 }
 
 fn main() -> ExitCode {

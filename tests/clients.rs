@@ -85,7 +85,7 @@ fn run(mut cmd: Command) -> String {
 }
 
 /// The three examples, as commands that take the same options.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Lang {
     Python,
     Node,
@@ -425,14 +425,19 @@ fn node_example_with_the_cluster_client() {
     cluster(Lang::Node);
 }
 
-/// valkey-py's cluster client on three primaries, given only the first node:
-/// each client's limiter lands on the node that owns its slot, and no call is
-/// redirected. The example names the node from the key's slot itself, so no
-/// node is asked `COMMAND GETKEYS` (which the client would otherwise send
-/// before every call: RL.ADMIT has movable keys).
 #[test]
-fn python_cluster_client_routes_by_key_on_three_primaries() {
-    if python().is_none() {
+fn rust_example_with_the_cluster_client() {
+    cluster(Lang::Rust);
+}
+
+/// A cluster client on three primaries, given only the first node: each
+/// client's limiter lands on the node that owns its slot, and no call is
+/// redirected. No node is asked `COMMAND GETKEYS`: the Python example names
+/// the node from the key's slot itself (valkey-py would otherwise ask before
+/// every call, as RL.ADMIT has movable keys), and the `redis` crate routes a
+/// command it does not know by its first argument.
+fn routes_by_key_on_three_primaries(lang: Lang) {
+    if lang == Lang::Python && python().is_none() {
         return;
     }
     let c = cluster::Cluster::start(3);
@@ -456,8 +461,8 @@ fn python_cluster_client_routes_by_key_on_three_primaries() {
     }
     for (tenant, owner) in &tenants {
         let args = ["--cluster", "--client", tenant, "--limit", "2", "-n", "3"];
-        let responses = Lang::Python.run(c.nodes[0].port, &args).unwrap();
-        check_limited(Lang::Python, &responses, 2, tenant);
+        let responses = lang.run(c.nodes[0].port, &args).unwrap();
+        check_limited(lang, &responses, 2, tenant);
         let count: String = c
             .client(*owner)
             .get(format!("rl:{{{tenant}}}:default"))
@@ -474,6 +479,16 @@ fn python_cluster_client_routes_by_key_on_three_primaries() {
         let getkeys = common::info_field(&mut con, "commandstats", "cmdstat_command|getkeys");
         assert_eq!(getkeys, None, "node {node} was asked for keys");
     }
+}
+
+#[test]
+fn python_cluster_client_routes_by_key_on_three_primaries() {
+    routes_by_key_on_three_primaries(Lang::Python);
+}
+
+#[test]
+fn rust_cluster_client_routes_by_key_on_three_primaries() {
+    routes_by_key_on_three_primaries(Lang::Rust);
 }
 
 /// All three build the same key, so they share one limiter: a client's
