@@ -7,15 +7,13 @@
 
 mod common;
 
-use common::{cmd_ints, info_field, Server};
+use common::{cmd_ints, Server};
 
 #[test]
 fn the_server_is_the_expected_version_and_loads_the_module() {
     let server = Server::start();
     let mut con = server.client();
-    let version = info_field(&mut con, "server", "valkey_version")
-        .or_else(|| info_field(&mut con, "server", "redis_version"))
-        .expect("INFO server has no version");
+    let version = common::server_version(&mut con).expect("INFO server has no version");
     eprintln!(
         "server {} version {version}",
         common::server_binary().display()

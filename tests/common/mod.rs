@@ -731,18 +731,19 @@ pub fn timed(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<red
     (now, replies)
 }
 
-/// The major version of the server under test (`valkey_version`, or
-/// `redis_version` on servers that only report that).
+/// The server's version from `INFO server`: `valkey_version`, or
+/// `redis_version` on servers that only report that.
+#[allow(dead_code)]
+pub fn server_version(con: &mut redis::Connection) -> Option<String> {
+    info_field(con, "server", "valkey_version")
+        .or_else(|| info_field(con, "server", "redis_version"))
+}
+
+/// The major version of the server under test (0 if it reports none).
 #[allow(dead_code)]
 pub fn server_major_version() -> u32 {
     let server = Server::start();
-    let mut con = server.client();
-    let field = info_field(&mut con, "server", "valkey_version")
-        .or_else(|| info_field(&mut con, "server", "redis_version"))
-        .unwrap_or_default();
-    field
-        .split('.')
-        .next()
-        .and_then(|m| m.parse().ok())
+    server_version(&mut server.client())
+        .and_then(|v| v.split('.').next()?.parse().ok())
         .unwrap_or(0)
 }
