@@ -571,6 +571,19 @@ fn wait_in_sync(c: &Cluster, primary: usize, replica: usize) {
     common::wait_replica_offset(&c.nodes[primary], &c.nodes[replica]);
 }
 
+/// `CLUSTER FAILOVER` on `replica`, then until it is the primary, `primary`
+/// its replica, and both route `slot` to it.
+fn failover(c: &Cluster, replica: usize, primary: usize, slot: u16) {
+    let v = cmd_raw(&mut c.client(replica), &["CLUSTER", "FAILOVER"]);
+    assert_eq!(v, Value::Okay, "CLUSTER FAILOVER");
+    common::wait_until(Duration::from_secs(10), "the replica took over", || {
+        c.role(replica) == "master"
+            && c.role(primary) == "slave"
+            && c.owner_seen_by(primary, slot) == replica
+            && c.owner_seen_by(replica, slot) == replica
+    });
+}
+
 /// A replica in cluster mode (one primary owning every slot, one replica):
 /// it holds every limiter with the primary's exact value and PEXPIRETIME,
 /// even when it applies the effects late; with READONLY it answers RL.TTL
@@ -747,14 +760,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     assert_eq!(state_of(&mut ro, &keys), on_primary, "the replica wrote");
 
     // 3. A graceful failover: the replica takes over with the same state.
-    let v = cmd_raw(&mut c.client(r), &["CLUSTER", "FAILOVER"]);
-    assert_eq!(v, Value::Okay, "CLUSTER FAILOVER");
-    common::wait_until(Duration::from_secs(10), "the replica took over", || {
-        c.role(r) == "master"
-            && c.role(p) == "slave"
-            && c.owner_seen_by(p, slot) == r
-            && c.owner_seen_by(r, slot) == r
-    });
+    failover(&c, r, p, slot);
     let promoted = state_on(&c, r, &keys);
     assert_eq!(promoted, on_primary, "the promoted replica's state");
     // The spent limiters stay spent: the fixed window refuses with its
@@ -980,11 +986,7 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
     assert_eq!(in_zero["{mdb}:fixed"].0, ["1"], "db 0 on the replica");
 
     // After a failover the new primary counts on in each db.
-    let v = cmd_raw(&mut c.client(r), &["CLUSTER", "FAILOVER"]);
-    assert_eq!(v, Value::Okay, "CLUSTER FAILOVER");
-    common::wait_until(Duration::from_secs(10), "the replica took over", || {
-        c.role(r) == "master" && c.role(p) == "slave" && c.owner_seen_by(r, slot) == r
-    });
+    failover(&c, r, p, slot);
     let mut new_two = in_db(&c, r, "2", false);
     assert_eq!(common::cmd_ints(&mut new_two, &fixed)[..3], [1, 3, 0]);
     assert_eq!(common::cmd_ints(&mut new_two, &fixed)[0], 0);
