@@ -85,7 +85,7 @@ fn run(mut cmd: Command) -> String {
 }
 
 /// The three examples, as commands that take the same options.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug)]
 enum Lang {
     Python,
     Node,
@@ -437,7 +437,8 @@ fn rust_example_with_the_cluster_client() {
 /// every call, as RL.ADMIT has movable keys), and the `redis` crate routes a
 /// command it does not know by its first argument.
 fn routes_by_key_on_three_primaries(lang: Lang) {
-    if lang == Lang::Python && python().is_none() {
+    // Before starting the cluster: the example may not be runnable here.
+    if lang.command().is_none() {
         return;
     }
     let c = cluster::Cluster::start(3);
