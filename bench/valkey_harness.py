@@ -127,8 +127,11 @@ class Server:
     context manager: the server is stopped and the dir removed on exit, also
     on error or Ctrl-C/SIGTERM."""
 
-    def __init__(self, extra_args=(), keep_dir=False):
+    def __init__(self, extra_args=(), keep_dir=False, wrapper=(), start_timeout=15):
         self.binary = server_binary()
+        # A command the server runs under (valgrind, for bench/profile.py).
+        self.wrapper = list(wrapper)
+        self.start_timeout = start_timeout
         self.module = module_path()
         self.extra = list(extra_args)
         self.keep_dir = keep_dir or bool(os.environ.get("BENCH_KEEP_DIR"))
@@ -159,7 +162,7 @@ class Server:
         last = None
         for _attempt in range(5):
             self.port = free_port()
-            args = [
+            args = self.wrapper + [
                 self.binary,
                 "--port", str(self.port),
                 "--bind", "127.0.0.1",
@@ -173,7 +176,7 @@ class Server:
                 self.proc = subprocess.Popen(
                     args, cwd=self.dir, stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT)
-            deadline = time.time() + 15
+            deadline = time.time() + self.start_timeout
             while time.time() < deadline:
                 if self.proc.poll() is not None:
                     break
