@@ -157,10 +157,8 @@ class Profiler:
         self.dumps += 1
         if out.returncode != 0:
             raise RuntimeError("redis-benchmark failed: %s" % out.stderr.strip()[-300:])
-        stats = c.info("commandstats")
-        stat = next((v for k, v in stats.items() if k.lower() == "cmdstat_" + words[0].lower()), "")
-        fields = dict(kv.split("=", 1) for kv in stat.split(",") if "=" in kv)
-        if fields.get("calls") != str(CALLS) or fields.get("failed_calls", "0") != "0":
+        stat = self.b.cmdstat(self.b.stat_name(words))
+        if stat["calls"] != CALLS or stat["failed_calls"] != 0:
             raise RuntimeError("expected %d calls without failures, INFO says %r"
                                % (CALLS, stat))
         path = "%s.%d" % (self.out_prefix, self.dumps)
