@@ -10,7 +10,7 @@
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build run test test-all test-valkey8 example-deps lint fmt clean bench profile
+.PHONY: all build run functions test test-all test-valkey8 example-deps lint fmt clean bench profile
 
 all: build
 
@@ -20,6 +20,15 @@ build:
 # Foreground server on 127.0.0.1:6379 with the module loaded (see valkey.conf).
 run: build
 	cd "$(ROOT)" && exec "$$(scripts/valkey-server.sh)" valkey.conf
+
+# The FUNCTION library (functions/ratelimit.lua), for servers without the
+# module: FUNCTION LOAD REPLACE into the server `make run` starts, or into
+# HOST/PORT (client options in CLI_ARGS). For a cluster, load it into every
+# primary: scripts/load-functions-cluster.sh <host> <port>.
+HOST ?= 127.0.0.1
+PORT ?= 6379
+functions:
+	cd "$(ROOT)" && scripts/load-functions.sh "$(HOST)" "$(PORT)"
 
 lint:
 	cd "$(ROOT)" && cargo fmt --check

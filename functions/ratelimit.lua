@@ -425,7 +425,7 @@ local function fixed_admit(found, p, cost, now)
   if found and found.at >= 0 and found.at <= now then found = nil end
   local count, at, adopted = 0, nil, false
   if found then
-    at = fresh
+    count, at = found.count, fresh
     if found.at >= 0 and found.at <= fresh then at = found.at end
     adopted = found.at ~= at
     -- limit - count below 2^53 keeps every reply exact.

@@ -1,21 +1,17 @@
-//! The differential oracle: every algorithm's Lua equivalent in `bench/lua/`
-//! (what users run today, and what the benchmark measures the module
-//! against) and the module run the same call sequence, on two keys, and
-//! must agree exactly.
+//! The differential oracle: the module against its FUNCTION library
+//! (`functions/ratelimit.lua`, what users without modules run), loaded on
+//! the same server. Every call goes to both, on two copies of each limiter
+//! key (`lib:` and `mod:`), and they must agree exactly: the reply (errors
+//! by their text), the stored value and the absolute expiry of every key.
 //!
-//! Time: each step is one MULTI/EXEC holding the script call on key A, the
-//! module call on key B, and GET and PEXPIRETIME of both keys. Inside a
-//! transaction the server's clock is frozen, for `redis.call('TIME')` in a
-//! script as for the module's cached clock, so both sides decide at the same
-//! millisecond (`server_time_is_frozen_inside_multi_exec` checks this). Real
-//! sleeps between steps move the clock on, so refills, sliding windows and
-//! expiry are exercised; the timings vary from run to run, the comparison
-//! stays exact.
-//!
-//! Compared at every step: the five integers of the reply (all exactly: the
-//! scripts' arithmetic is exact, see their headers), error replies (text up
-//! to Lua's " script: ..." suffix), the stored value (the scripts keep the
-//! module's state format) and the absolute expiry.
+//! Time: each step is one MULTI/EXEC holding the library's FCALL, the
+//! module's call, and GET and PEXPIRETIME of every key both touched. Inside
+//! a transaction the server's clock is frozen, for `TIME` in a function as
+//! for the module's cached clock, so both decide at the same millisecond
+//! (`server_time_is_frozen_inside_multi_exec` checks this). Real sleeps
+//! between steps move the clock on, so refills, sliding windows and expiry
+//! are exercised; the timings vary from run to run, the comparison stays
+//! exact.
 
 mod common;
 
@@ -24,11 +20,8 @@ use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{make_cmd, Server};
-use redis::{Connection, ConnectionLike, Value};
-
-const LUA_KEY: &str = "oracle:lua";
-const MOD_KEY: &str = "oracle:mod";
+use common::{cmd_raw, exec, Rng, Server};
+use redis::{Connection, Value};
 
 /// A reply reduced to what is compared.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,7 +32,7 @@ enum Reply {
 }
 
 impl Reply {
-    fn of(value: Value) -> Reply {
+    fn of(value: &Value) -> Reply {
         match value {
             Value::Array(items) => {
                 let ints: Option<Vec<i64>> = items
@@ -54,26 +47,12 @@ impl Reply {
                     None => Reply::Other(format!("{items:?}")),
                 }
             }
-            Value::ServerError(e) => {
-                let text = match e.details() {
-                    Some(detail) => format!("{} {detail}", e.code()),
-                    None => e.code().to_string(),
-                };
-                // A Lua runtime error carries " script: on @user_script:N."
-                let text = match text.split_once(" script: ") {
-                    Some((head, _)) => head.to_string(),
-                    None => text,
-                };
-                Reply::Error(text)
-            }
+            Value::Int(n) => Reply::Ints(vec![*n]),
+            Value::ServerError(e) => Reply::Error(match e.details() {
+                Some(detail) => format!("{} {detail}", e.code()),
+                None => e.code().to_string(),
+            }),
             other => Reply::Other(format!("{other:?}")),
-        }
-    }
-
-    fn ints(&self) -> Option<&[i64]> {
-        match self {
-            Reply::Ints(v) => Some(v),
-            _ => None,
         }
     }
 }
@@ -94,37 +73,92 @@ fn int(value: &Value) -> i64 {
     }
 }
 
-/// Runs `commands` in one MULTI/EXEC and returns each reply, errors included.
-fn transaction(con: &mut Connection, commands: &[Vec<String>]) -> Vec<Value> {
-    let mut pipe = redis::pipe();
-    pipe.atomic();
-    for c in commands {
-        let words: Vec<&str> = c.iter().map(String::as_str).collect();
-        pipe.add_command(make_cmd(&words));
-    }
-    let mut replies = con
-        .req_packed_commands(&pipe.get_packed_pipeline(), commands.len() + 1, 1)
-        .expect("MULTI/EXEC");
-    match replies.pop() {
-        Some(Value::Array(items)) if items.len() == commands.len() => items,
-        other => panic!("EXEC answered {other:?}"),
-    }
+fn words(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
 }
 
-fn load_script(con: &mut Connection, name: &str) -> String {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("bench/lua")
-        .join(format!("{name}.lua"));
+/// `functions/ratelimit.lua`, loaded (again) into the server.
+fn load_library(con: &mut Connection) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("functions/ratelimit.lua");
     let body =
         std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
-    redis::cmd("SCRIPT")
+    let name: String = redis::cmd("FUNCTION")
         .arg("LOAD")
+        .arg("REPLACE")
         .arg(body)
         .query(con)
-        .unwrap_or_else(|e| panic!("SCRIPT LOAD {name}.lua: {e}"))
+        .unwrap_or_else(|e| panic!("FUNCTION LOAD functions/ratelimit.lua: {e}"));
+    assert_eq!(name, "ratelimit");
 }
 
-/// What a sequence went through, so a test can insist on its coverage.
+/// Limiter keys in a module call are written as these placeholders; each
+/// side gets its own copy (`lib:K1`, `mod:K1`). Any other key (a META hash)
+/// is shared: both only read it.
+const PLACEHOLDERS: [&str; 4] = ["K1", "K2", "K3", "K4"];
+
+fn side(word: &str, prefix: &str) -> String {
+    match PLACEHOLDERS.contains(&word) {
+        true => format!("{prefix}:{word}"),
+        false => word.to_string(),
+    }
+}
+
+/// The library's FCALL for a module call (placeholders as given): META
+/// moves into KEYS, as the library's calling convention has it.
+fn fcall_of(module: &[String]) -> Vec<String> {
+    let command = module[0].to_ascii_uppercase();
+    let function = command.to_ascii_lowercase().replace('.', "_");
+    let fcall = match command.as_str() {
+        "RL.TTL" | "RL.LIMIT" => "FCALL_RO",
+        _ => "FCALL",
+    };
+    let mut out = words(&[fcall, &function]);
+    match command.as_str() {
+        "RL.ADMIT" | "RL.REFUND" | "RL.TTL" => {
+            let mut rest = Vec::new();
+            let mut meta = None;
+            let mut at = 2;
+            while at < module.len() {
+                if module[at].eq_ignore_ascii_case("META")
+                    && meta.is_none()
+                    && at + 1 < module.len()
+                {
+                    meta = module.get(at + 1).cloned();
+                    at += 2;
+                } else {
+                    rest.push(module[at].clone());
+                    at += 1;
+                }
+            }
+            out.push(if meta.is_some() { "2" } else { "1" }.into());
+            out.push(module[1].clone());
+            out.extend(meta);
+            out.extend(rest);
+        }
+        "RL.ADMITALL" => {
+            let n: usize = module[1].parse().expect("numkeys");
+            let counters = &module[2..2 + n];
+            let rest = &module[2 + n..];
+            let mut metas: Vec<String> = Vec::new();
+            for pair in rest.windows(2) {
+                if pair[0].eq_ignore_ascii_case("META") && !metas.contains(&pair[1]) {
+                    metas.push(pair[1].clone());
+                }
+            }
+            out.push((n + metas.len()).to_string());
+            out.extend(counters.iter().cloned());
+            out.extend(metas);
+            out.extend(rest.iter().cloned());
+        }
+        _ => {
+            out.push("1".into());
+            out.extend(module[1..].iter().cloned());
+        }
+    }
+    out
+}
+
+/// What a run went through, so a test can insist on its coverage.
 #[derive(Debug, Default)]
 struct Coverage {
     calls: usize,
@@ -135,156 +169,152 @@ struct Coverage {
     refused_never: usize,
     peeks: usize,
     errors: usize,
+    /// Calls that changed a stored value or an expiry.
+    writes: usize,
 }
 
-/// One script against one module command on two keys.
+/// The module and the library, side by side on one server.
 struct Oracle {
     con: Connection,
-    sha: String,
-    /// The reply's first field means "admitted" (RL.ADMIT) or "limited"
-    /// (RL.THROTTLE).
-    limited_flag: bool,
     log: String,
     mismatches: Vec<String>,
     seen: Coverage,
 }
 
 impl Oracle {
-    fn new(server: &Server, script: &str) -> Oracle {
+    fn new(server: &Server) -> Oracle {
         let mut con = server.client();
-        let sha = load_script(&mut con, script);
-        let _: () = redis::cmd("DEL")
-            .arg(LUA_KEY)
-            .arg(MOD_KEY)
-            .query(&mut con)
-            .unwrap();
+        load_library(&mut con);
         Oracle {
             con,
-            sha,
-            limited_flag: script == "throttle",
             log: String::new(),
             mismatches: Vec::new(),
             seen: Coverage::default(),
         }
     }
 
-    /// The same change to both keys, in one transaction (`KEY` stands for
-    /// the key), e.g. a counter left without a TTL by another client.
+    /// The same command on both copies of the limiter keys in one
+    /// transaction (placeholders as in a call), e.g. a counter left
+    /// without a TTL by another client.
     fn both(&mut self, args: &[&str]) {
-        let for_key = |key: &str| -> Vec<String> {
-            args.iter()
-                .map(|a| if *a == "KEY" { key } else { *a }.to_string())
-                .collect()
-        };
-        let replies = transaction(&mut self.con, &[for_key(LUA_KEY), for_key(MOD_KEY)]);
+        let on = |prefix: &str| -> Vec<String> { args.iter().map(|a| side(a, prefix)).collect() };
+        let replies = exec(&mut self.con, &[on("lib"), on("mod")]);
         assert_eq!(
             replies[0], replies[1],
-            "{args:?} answered differently on the two keys"
+            "{args:?} answered differently on the two copies"
         );
         let _ = writeln!(self.log, "  both: {args:?}");
     }
 
-    /// One call: `script_args` after `EVALSHA sha 1 A`, `module` with `KEY`
-    /// standing for key B.
-    fn call(&mut self, label: &str, script_args: &[String], module: &[String], cost: i64) {
-        let mut lua = vec![
-            "EVALSHA".to_string(),
-            self.sha.clone(),
-            "1".into(),
-            LUA_KEY.into(),
-        ];
-        lua.extend(script_args.iter().cloned());
-        let module: Vec<String> = module
+    /// One module call (placeholders for the limiter keys) and the
+    /// library's equivalent, at the same frozen millisecond. `cost` is for
+    /// the coverage counts. Returns the module's reply.
+    fn call(&mut self, label: &str, module: &[String], cost: i64) -> Reply {
+        let lib = fcall_of(module);
+        self.pair(label, &lib, module, cost)
+    }
+
+    /// `lib` and `module` as given (placeholders for the limiter keys).
+    fn pair(&mut self, label: &str, lib: &[String], module: &[String], cost: i64) -> Reply {
+        let keys: Vec<&str> = PLACEHOLDERS
             .iter()
-            .map(|a| {
-                if a == "KEY" {
-                    MOD_KEY.into()
-                } else {
-                    a.clone()
-                }
-            })
+            .copied()
+            .filter(|k| module.iter().any(|w| w == k))
             .collect();
-        let read = |cmd: &str, key: &str| vec![cmd.to_string(), key.to_string()];
-        let replies = transaction(
-            &mut self.con,
-            &[
-                lua,
-                module,
-                read("GET", LUA_KEY),
-                read("GET", MOD_KEY),
-                read("PEXPIRETIME", LUA_KEY),
-                read("PEXPIRETIME", MOD_KEY),
-            ],
-        );
-        let (a, b) = (Reply::of(replies[0].clone()), Reply::of(replies[1].clone()));
-        let (va, vb) = (text(&replies[2]), text(&replies[3]));
-        let (ea, eb) = (int(&replies[4]), int(&replies[5]));
+        let mut commands = vec![
+            lib.iter().map(|w| side(w, "lib")).collect::<Vec<_>>(),
+            module.iter().map(|w| side(w, "mod")).collect::<Vec<_>>(),
+        ];
+        for k in &keys {
+            for prefix in ["lib", "mod"] {
+                commands.push(words(&["GET", &side(k, prefix)]));
+                commands.push(words(&["PEXPIRETIME", &side(k, prefix)]));
+            }
+        }
+        let before = self.state(&keys);
+        let replies = exec(&mut self.con, &commands);
+        let (a, b) = (Reply::of(&replies[0]), Reply::of(&replies[1]));
         self.seen.calls += 1;
         let n = self.seen.calls;
         let mut problems = Vec::new();
-        if !matches!(a, Reply::Ints(ref v) if v.len() == 5) && !matches!(a, Reply::Error(_)) {
-            problems.push("unexpected reply shape");
-        }
         if a != b {
-            problems.push("replies differ");
+            problems.push("replies differ".to_string());
         }
-        if va != vb {
-            problems.push("stored values differ");
+        let mut after = Vec::new();
+        for (i, k) in keys.iter().enumerate() {
+            let at = 2 + 4 * i;
+            let (va, ea) = (text(&replies[at]), int(&replies[at + 1]));
+            let (vb, eb) = (text(&replies[at + 2]), int(&replies[at + 3]));
+            if va != vb {
+                problems.push(format!("{k}: stored {va:?} / {vb:?}"));
+            }
+            if ea != eb {
+                problems.push(format!("{k}: expiry {ea} / {eb}"));
+            }
+            after.push((vb, eb));
         }
-        if ea != eb {
-            problems.push("expiries differ");
+        if before != after {
+            self.seen.writes += 1;
         }
-        let line = format!(
-            "{n:3} {label} cost {cost}: lua {a:?} module {b:?}; value {va:?} / {vb:?}; \
-             expires {ea} / {eb}"
-        );
+        let line = format!("{n:4} {label}: {module:?}\n     lib {a:?}\n     mod {b:?}; {after:?}");
         let _ = writeln!(self.log, "{line}");
         if !problems.is_empty() {
             self.mismatches
-                .push(format!("{line}  <- {}", problems.join(", ")));
+                .push(format!("{line}\n     <- {}", problems.join(", ")));
         }
-        match a.ints() {
-            Some(v) if v.len() == 5 => {
-                let admitted = (v[0] == 1) != self.limited_flag;
+        self.count(&b, cost, module[0].eq_ignore_ascii_case("RL.THROTTLE"));
+        b
+    }
+
+    /// The module copies' values and expiries.
+    fn state(&mut self, keys: &[&str]) -> Vec<(Option<String>, i64)> {
+        keys.iter()
+            .map(|k| {
+                let key = side(k, "mod");
+                let v: Option<String> = redis::cmd("GET").arg(&key).query(&mut self.con).unwrap();
+                let e: i64 = redis::cmd("PEXPIRETIME")
+                    .arg(&key)
+                    .query(&mut self.con)
+                    .unwrap();
+                (v, e)
+            })
+            .collect()
+    }
+
+    fn count(&mut self, reply: &Reply, cost: i64, throttle: bool) {
+        match reply {
+            Reply::Ints(v) if v.len() == 5 => {
+                let admitted = (v[0] == 1) != throttle;
                 if cost == 0 {
                     self.seen.peeks += 1;
                 }
                 match (admitted, v[3]) {
-                    (true, r) if r > 0 && !self.limited_flag => self.seen.delayed += 1,
+                    (true, r) if r > 0 && !throttle => self.seen.delayed += 1,
                     (true, _) => {}
                     (false, -1) => self.seen.refused_never += 1,
                     (false, _) => self.seen.refused_wait += 1,
                 }
                 self.seen.admitted += usize::from(admitted);
             }
-            _ => self.seen.errors += 1,
+            Reply::Error(_) => self.seen.errors += 1,
+            _ => {}
         }
     }
 
-    /// Panics with the whole log when any step disagreed.
+    /// Panics with the disagreements (and the log's tail) when any step
+    /// disagreed.
     fn verdict(&self, what: &str) {
         if !self.mismatches.is_empty() {
+            let tail: Vec<&str> = self.log.lines().collect();
+            let tail = tail[tail.len().saturating_sub(60)..].join("\n");
             panic!(
-                "{what}: {} of {} calls disagree:\n{}\nfull log:\n{}",
+                "{what}: {} of {} calls disagree:\n{}\nlog tail:\n{tail}",
                 self.mismatches.len(),
                 self.seen.calls,
-                self.mismatches.join("\n"),
-                self.log
+                self.mismatches[..self.mismatches.len().min(20)].join("\n"),
             );
         }
         eprintln!("{what}: {} calls agree; {:?}", self.seen.calls, self.seen);
-    }
-}
-
-/// A small fixed-seed generator, so every run makes the same calls.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
     }
 }
 
@@ -292,13 +322,13 @@ impl Rng {
 /// sometimes a fraction of an interval up to a few intervals.
 const SLEEPS_MS: [u64; 12] = [0, 0, 0, 0, 0, 3, 11, 29, 60, 97, 150, 260];
 
-/// How one policy is called: the script's arguments and the module command
-/// for a cost.
-type Build = dyn Fn(i64) -> (Vec<String>, Vec<String>);
+/// The module's call for one cost.
+type Build = dyn Fn(i64) -> Vec<String>;
 
 /// The sequence for one policy: a burst without pauses (refusals for sure),
 /// then `calls` calls with costs 0..=max_cost and pauses from `SLEEPS_MS`,
-/// with the `events` (applied to both keys) at their call numbers.
+/// with the `events` (applied to both copies) at their call numbers.
+#[allow(clippy::too_many_arguments)]
 fn run_sequence(
     oracle: &mut Oracle,
     label: &str,
@@ -309,10 +339,9 @@ fn run_sequence(
     events: &[(usize, Vec<String>)],
 ) {
     let _ = writeln!(oracle.log, "{label}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     for _ in 0..=max_cost {
-        let (lua, module) = build(1);
-        oracle.call(label, &lua, &module, 1);
+        oracle.call(label, &build(1), 1);
     }
     for i in 0..calls {
         for (at, event) in events {
@@ -321,72 +350,58 @@ fn run_sequence(
                 oracle.both(&words);
             }
         }
-        let cost = rng.below(max_cost as u64 + 1) as i64;
-        let (lua, module) = build(cost);
-        oracle.call(label, &lua, &module, cost);
-        sleep(Duration::from_millis(
-            SLEEPS_MS[rng.below(SLEEPS_MS.len() as u64) as usize],
-        ));
+        let cost = rng.below(max_cost as usize + 1) as i64;
+        oracle.call(label, &build(cost), cost);
+        sleep(Duration::from_millis(rng.pick(&SLEEPS_MS)));
     }
     // Start the next policy from a fresh limiter.
-    oracle.both(&["DEL", "KEY"]);
+    oracle.both(&["DEL", "K1"]);
 }
 
-fn words(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
-}
-
-/// `SET KEY value` on both keys (no TTL: state left by some other client).
+/// `SET K1 value` on both copies (no TTL: state left by some other client).
 fn set(value: &str) -> Vec<String> {
-    words(&["SET", "KEY", value])
+    words(&["SET", "K1", value])
 }
 
 fn del() -> Vec<String> {
-    words(&["DEL", "KEY"])
+    words(&["DEL", "K1"])
 }
 
-/// `PERSIST KEY`: the state as it stands, left without a TTL, which the
+/// `PERSIST K1`: the state as it stands, left without a TTL, which the
 /// next refusal repairs (an expiry, or a delete once spent).
 fn persist() -> Vec<String> {
-    words(&["PERSIST", "KEY"])
+    words(&["PERSIST", "K1"])
 }
 
-/// RL.ADMIT ... ALGO `algo` against `bench/lua/<algo>.lua` for each
-/// (limit, window_ms, burst) policy.
+/// RL.ADMIT ... ALGO `algo` for each (limit, window_ms, burst) policy.
 fn check_algorithm(
     algo: &'static str,
     policies: &[(i64, i64, Option<i64>)],
     events: &[(usize, Vec<String>)],
 ) -> Coverage {
     let server = Server::start();
-    let mut oracle = Oracle::new(&server, algo);
+    let mut oracle = Oracle::new(&server);
     for (n, &(limit, window, burst)) in policies.iter().enumerate() {
         let build = move |cost: i64| {
-            let mut lua = vec![limit.to_string(), window.to_string(), cost.to_string()];
-            let mut module = words(&["RL.ADMIT", "KEY", "ALGO", algo]);
-            module.extend([
-                "LIMIT".into(),
-                limit.to_string(),
-                "WINDOW".into(),
-                window.to_string(),
+            let (limit, window) = (limit.to_string(), window.to_string());
+            let mut module = words(&[
+                "RL.ADMIT", "K1", "ALGO", algo, "LIMIT", &limit, "WINDOW", &window,
             ]);
             if let Some(b) = burst {
-                lua.push(b.to_string());
                 module.extend(["BURST".into(), b.to_string()]);
             }
             module.extend(["COST".into(), cost.to_string()]);
-            (lua, module)
+            module
         };
         // Up to one more than ever fits: the burst (+1, the request being
         // served, for leaky) or the limit.
         let fits = burst.unwrap_or(limit) + i64::from(algo == "leaky");
-        let max_cost = fits + 1;
         let label = format!("{algo} limit {limit} window {window} burst {burst:?}");
         run_sequence(
             &mut oracle,
             &label,
             &build,
-            max_cost,
+            fits + 1,
             45,
             0x9e37_79b9_7f4a_7c15 ^ (n as u64 + 1),
             events,
@@ -423,23 +438,29 @@ fn edge_events(prefix: &str) -> Vec<(usize, Vec<String>)> {
 fn server_time_is_frozen_inside_multi_exec() {
     let server = Server::start();
     let mut con = server.client();
+    load_library(&mut con);
     let clock = "return redis.call('TIME')";
     // A script busy for tens of ms between two reads of the clock.
     let busy = "local t = redis.call('TIME') local s = 0 \
                 for i = 1, 5000000 do s = s + i end \
                 local u = redis.call('TIME') return {t[1], t[2], u[1], u[2]}";
     let admit = |key: &str| words(&["RL.ADMIT", key, "LIMIT", "10", "WINDOW", "100000"]);
+    let fcall = words(&[
+        "FCALL", "rl_admit", "1", "f3", "LIMIT", "10", "WINDOW", "100000",
+    ]);
     let started = Instant::now();
-    let replies = transaction(
+    let replies = exec(
         &mut con,
         &[
             words(&["EVAL", clock, "0"]),
             admit("f1"),
             words(&["EVAL", busy, "0"]),
             admit("f2"),
+            fcall,
             words(&["EVAL", clock, "0"]),
             words(&["PEXPIRETIME", "f1"]),
             words(&["PEXPIRETIME", "f2"]),
+            words(&["PEXPIRETIME", "f3"]),
         ],
     );
     let took = started.elapsed();
@@ -452,7 +473,7 @@ fn server_time_is_frozen_inside_multi_exec() {
             .map(|i| text(i).expect("bulk").parse().expect("integer"))
             .collect()
     };
-    let (first, middle, last) = (times(&replies[0]), times(&replies[2]), times(&replies[4]));
+    let (first, middle, last) = (times(&replies[0]), times(&replies[2]), times(&replies[5]));
     assert!(
         took >= Duration::from_millis(5),
         "the transaction took {took:?}: too short to show a moving clock"
@@ -461,37 +482,40 @@ fn server_time_is_frozen_inside_multi_exec() {
     assert_eq!(middle[2..], first[..], "TIME moved within the busy script");
     assert_eq!(last, first, "TIME moved across the transaction");
     let script_ms = first[0] * 1000 + first[1] / 1000;
-    assert_eq!(
-        int(&replies[5]) - 100_000,
-        script_ms,
-        "module clock (1st call)"
-    );
-    assert_eq!(
-        int(&replies[6]) - 100_000,
-        script_ms,
-        "module clock (2nd call)"
-    );
+    for (i, what) in [
+        (6, "module, 1st call"),
+        (7, "module, 2nd call"),
+        (8, "library"),
+    ] {
+        assert_eq!(int(&replies[i]) - 100_000, script_ms, "{what}");
+    }
 }
 
-/// bench/oracle_check.py's sequence: limit 7, window 60 s, costs 0..9, new
-/// windows and TTL-less counters; here also the times, exactly.
+/// Limit 7, window 60 s, costs 0..9, new windows and TTL-less counters;
+/// then a short window that passes between calls, and a corrupt counter.
 #[test]
 fn fixed_window_agrees() {
     let server = Server::start();
-    let mut oracle = Oracle::new(&server, "fixed");
-    let events = |i: usize| -> Option<Vec<String>> {
-        match i {
-            15 | 33 => Some(del()),
-            24 => Some(set("3")),  // TTL-less counter, then admits
-            40 => Some(set("5")),  // TTL-less counter, then cost > limit
-            44 => Some(set("12")), // TTL-less counter already over the limit
-            _ => None,
-        }
+    let mut oracle = Oracle::new(&server);
+    let admit = |limit: &str, window: &str, cost: i64| {
+        words(&[
+            "RL.ADMIT",
+            "K1",
+            "LIMIT",
+            limit,
+            "WINDOW",
+            window,
+            "COST",
+            &cost.to_string(),
+        ])
     };
     for i in 0..50usize {
-        if let Some(event) = events(i) {
-            let words: Vec<&str> = event.iter().map(String::as_str).collect();
-            oracle.both(&words);
+        match i {
+            15 | 33 => oracle.both(&["DEL", "K1"]),
+            24 => oracle.both(&["SET", "K1", "3"]), // TTL-less counter, then admits
+            40 => oracle.both(&["SET", "K1", "5"]), // TTL-less counter, then cost > limit
+            44 => oracle.both(&["SET", "K1", "12"]), // TTL-less counter over the limit
+            _ => {}
         }
         let cost: i64 = match i {
             41 => 9,
@@ -499,40 +523,17 @@ fn fixed_window_agrees() {
             46 => 1,
             _ => (i as i64 * 7 + 3) % 10,
         };
-        let lua = words(&["7", "60000", &cost.to_string()]);
-        let module = words(&[
-            "RL.ADMIT",
-            "KEY",
-            "LIMIT",
-            "7",
-            "WINDOW",
-            "60000",
-            "COST",
-            &cost.to_string(),
-        ]);
-        oracle.call("fixed limit 7 window 60000", &lua, &module, cost);
+        oracle.call("fixed 7/60000", &admit("7", "60000", cost), cost);
     }
-    // A short window that passes between calls, and a corrupt counter.
     for i in 0..30usize {
         if i == 20 {
-            oracle.both(&["SET", "KEY", "junk"]);
+            oracle.both(&["SET", "K1", "junk"]);
         }
         if i == 21 {
-            oracle.both(&["DEL", "KEY"]);
+            oracle.both(&["DEL", "K1"]);
         }
         let cost = (i as i64 * 3 + 1) % 5;
-        let lua = words(&["3", "120", &cost.to_string()]);
-        let module = words(&[
-            "RL.ADMIT",
-            "KEY",
-            "LIMIT",
-            "3",
-            "WINDOW",
-            "120",
-            "COST",
-            &cost.to_string(),
-        ]);
-        oracle.call("fixed limit 3 window 120", &lua, &module, cost);
+        oracle.call("fixed 3/120", &admit("3", "120", cost), cost);
         sleep(Duration::from_millis([0, 0, 7, 40, 90][i % 5]));
     }
     oracle.verdict("fixed");
@@ -559,13 +560,15 @@ fn sliding_window_agrees() {
 #[test]
 fn token_bucket_agrees() {
     // Intervals of 200 ms, 333.333334 ms (not a whole ms) and 125 ms.
-    let mut events = vec![
+    let events = vec![
+        (6, persist()),
         (12, set("token:0:9000000000000")), // last refill in the future
         (16, set("token:999999999999999:0")),
         (20, set("junk")),
         (21, del()),
+        (30, set("token:5:1")),
+        (34, persist()),
     ];
-    events.extend([(6, persist()), (30, set("token:5:1")), (34, persist())]);
     check_algorithm(
         "token",
         &[(5, 1000, Some(3)), (3, 1000, Some(2)), (4, 500, None)],
@@ -594,17 +597,16 @@ fn leaky_bucket_agrees() {
 }
 
 #[test]
-fn throttle_agrees_with_cl_throttle_in_lua() {
+fn throttle_agrees() {
     let server = Server::start();
-    let mut oracle = Oracle::new(&server, "throttle");
+    let mut oracle = Oracle::new(&server);
     // (max_burst, count, period_s): 100 ms and 333.333333 ms intervals.
     for (n, (max_burst, count, period)) in [(2i64, 10i64, 1i64), (4, 3, 1)].into_iter().enumerate()
     {
         let build = move |q: i64| {
-            let args = [max_burst, count, period, q].map(|v| v.to_string());
-            let mut module = words(&["RL.THROTTLE", "KEY"]);
-            module.extend(args.iter().cloned());
-            (args.to_vec(), module)
+            let mut module = words(&["RL.THROTTLE", "K1"]);
+            module.extend([max_burst, count, period, q].map(|v| v.to_string()));
+            module
         };
         let events = vec![
             (12, set("9223372036854775807")), // redis-cell's bare ns integer
@@ -630,94 +632,513 @@ fn throttle_agrees_with_cl_throttle_in_lua() {
     assert!(seen.peeks > 0 && seen.errors > 0, "{seen:?}");
 }
 
-/// Keys another client left, met by a refusal: one without a TTL, or
-/// expiring before the reset the refusal reports, is given that expiry;
-/// one without a TTL whose state is already spent is deleted by a cost that
-/// can never fit; a sliding window stamped after now is written back as the
-/// current one. The scripts make the same writes as the module.
-#[test]
-fn refusals_repair_foreign_keys_alike() {
-    let server = Server::start();
-    for algo in ["sliding", "token", "gcra", "leaky", "throttle"] {
-        let mut oracle = Oracle::new(&server, algo);
-        // The script's arguments and the module's call for one cost.
-        let build = |cost: i64| -> (Vec<String>, Vec<String>) {
-            let c = cost.to_string();
-            let (script, module): (Vec<i64>, Vec<&str>) = match algo {
-                "throttle" => (
-                    vec![2, 5, 1, cost],
-                    vec!["RL.THROTTLE", "KEY", "2", "5", "1", &c],
-                ),
-                "sliding" => (
-                    vec![5, 1_000, cost],
-                    vec![
-                        "RL.ADMIT", "KEY", "ALGO", algo, "LIMIT", "5", "WINDOW", "1000", "COST", &c,
-                    ],
-                ),
-                _ => (
-                    vec![5, 1_000, cost, 3],
-                    vec![
-                        "RL.ADMIT", "KEY", "ALGO", algo, "LIMIT", "5", "WINDOW", "1000", "BURST",
-                        "3", "COST", &c,
-                    ],
-                ),
-            };
-            (script.iter().map(i64::to_string).collect(), words(&module))
-        };
-        let call = |oracle: &mut Oracle, cost: i64| {
-            let (lua, module) = build(cost);
-            oracle.call(algo, &lua, &module, cost);
-        };
-        let expiry = |oracle: &mut Oracle| -> (i64, i64) {
-            let at = |con: &mut Connection, key: &str| -> i64 {
-                redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
-            };
-            (at(&mut oracle.con, LUA_KEY), at(&mut oracle.con, MOD_KEY))
-        };
-        let never = 10;
-        // Filled, then left without a TTL: a refusal gives it its reset.
-        for _ in 0..5 {
-            call(&mut oracle, 1);
-        }
-        oracle.both(&["PERSIST", "KEY"]);
-        call(&mut oracle, 0);
-        assert_eq!(
-            expiry(&mut oracle),
-            (-1, -1),
-            "{algo}: a peek repairs nothing"
-        );
-        call(&mut oracle, 1);
-        let (lua, module) = expiry(&mut oracle);
-        assert!(lua > 0 && module > 0, "{algo}: no TTL after a refusal");
-        // Expiring before the reset: the refusal pushes the expiry out.
-        oracle.both(&["PEXPIRE", "KEY", "100"]);
-        call(&mut oracle, 1);
-        // Spent and left without a TTL: a cost that never fits deletes it.
-        let spent = match algo {
-            "sliding" => "sliding:0:3:9".to_string(),
-            "token" => "token:5:1".to_string(),
-            "throttle" => "1".to_string(),
-            _ => format!("{algo}:-5"),
-        };
-        oracle.both(&["SET", "KEY", &spent]);
-        call(&mut oracle, 0);
-        call(&mut oracle, never);
-        assert_eq!(expiry(&mut oracle), (-2, -2), "{algo}: not deleted");
-        // Spent, with a TTL: left to it.
-        oracle.both(&["SET", "KEY", &spent, "PX", "100000"]);
-        call(&mut oracle, never);
-        if algo == "sliding" {
-            // A window stamped after now is read as the current one.
-            oracle.both(&["SET", "KEY", "sliding:9000000000000:4:1"]);
-            call(&mut oracle, 0);
-            call(&mut oracle, 2);
-            call(&mut oracle, 1);
-        }
-        oracle.verdict(algo);
-        let seen = &oracle.seen;
-        assert!(
-            seen.refused_wait > 0 && seen.refused_never > 0,
-            "{algo}: {seen:?}"
-        );
+/// The algorithms and their policies the random run draws from: short
+/// windows, so that a run of a few seconds crosses many of them.
+const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
+const WINDOWS: [i64; 6] = [5, 13, 40, 97, 250, 1000];
+
+/// META hashes the random run names: complete, partial, corrupt, and a key
+/// of the wrong type.
+fn meta_fixtures(con: &mut Connection) {
+    let setup: &[&[&str]] = &[
+        &[
+            "HSET",
+            "meta:gcra",
+            "max",
+            "4",
+            "duration",
+            "40",
+            "algorithm",
+            "gcra",
+            "burst",
+            "2",
+        ],
+        &[
+            "HSET",
+            "meta:sliding",
+            "max",
+            "3",
+            "duration",
+            "13",
+            "algorithm",
+            "Sliding",
+        ],
+        &[
+            "HSET",
+            "meta:leaky",
+            "max",
+            "6",
+            "duration",
+            "97",
+            "algorithm",
+            "leaky",
+            "burst",
+            "0",
+        ],
+        &["HSET", "meta:max", "max", "5"],
+        &["HSET", "meta:off", "max", "0", "duration", "x"],
+        &["HSET", "meta:bad", "max", "5", "duration", "0"],
+        &[
+            "HSET",
+            "meta:badalgo",
+            "max",
+            "5",
+            "duration",
+            "10",
+            "algorithm",
+            "magic",
+        ],
+        &[
+            "HSET",
+            "meta:badburst",
+            "max",
+            "5",
+            "duration",
+            "10",
+            "algorithm",
+            "token",
+            "burst",
+            "0",
+        ],
+        &["SET", "meta:string", "x"],
+    ];
+    for cmd in setup {
+        let _: Value = redis::cmd(cmd[0]).arg(&cmd[1..]).query(con).unwrap();
     }
+}
+
+const METAS: [&str; 9] = [
+    "meta:gcra",
+    "meta:sliding",
+    "meta:leaky",
+    "meta:max",
+    "meta:off",
+    "meta:bad",
+    "meta:badalgo",
+    "meta:badburst",
+    "meta:string",
+];
+
+/// Policy options for a random call: mostly a complete inline policy,
+/// sometimes from a META hash, sometimes malformed.
+fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    if rng.pct(15) {
+        out.extend(words(&["META", rng.pick(&METAS)]));
+        if rng.pct(50) {
+            return out;
+        }
+    }
+    let named = rng.pct(95);
+    if named {
+        out.extend(words(&["ALGO", algo]));
+    }
+    let limit = rng.below(7) as i64 + usize::from(rng.pct(95)) as i64;
+    out.extend(words(&["LIMIT", &limit.to_string()]));
+    if rng.pct(97) {
+        out.extend(words(&["WINDOW", &rng.pick(&WINDOWS).to_string()]));
+    }
+    if named && matches!(algo, "token" | "gcra" | "leaky") && rng.pct(70) {
+        let burst = if rng.pct(5) { 0 } else { 1 + rng.below(6) };
+        out.extend(words(&["BURST", &burst.to_string()]));
+    }
+    if rng.pct(3) {
+        // Malformed, in one of the ways the module names.
+        let bad: &[&[&str]] = &[
+            &["LIMIT", "-1"],
+            &["WINDOW", "0"],
+            &["BOGUS", "1"],
+            &["ALGO", "magic"],
+            &["BURST", "1", "ALGO", "fixed"],
+            &["COST"],
+            &["window", "1.5"],
+            &["LIMIT", "01"],
+        ];
+        out = words(rng.pick(bad));
+    }
+    out
+}
+
+/// Random call sequences over every algorithm, RL.THROTTLE, RL.ADMITALL,
+/// RL.REFUND, RL.RESET, RL.TTL and RL.LIMIT, with policies changing under
+/// the keys, foreign state dropped in, and the clock moving by short
+/// sleeps: at least 5,000 paired calls.
+#[test]
+fn random_calls_agree() {
+    let server = Server::start();
+    let mut oracle = Oracle::new(&server);
+    meta_fixtures(&mut oracle.con);
+    let mut rng = Rng::new(common::seed("random_calls_agree"));
+    // Each key keeps one algorithm for a stretch, then moves on.
+    let mut algo_of = [0usize, 1, 2, 3];
+    let foreign = [
+        "7",
+        "-3",
+        "junk",
+        "sliding:0:3:9",
+        "token:0:9000000000000",
+        "gcra:-5",
+        "leaky:9223372036854775807",
+        "gcra:1",
+        "",
+    ];
+    for step in 0..5_200usize {
+        let k = rng.below(4);
+        let key = PLACEHOLDERS[k];
+        if rng.pct(1) {
+            algo_of[k] = rng.below(ALGOS.len());
+        }
+        let algo = ALGOS[algo_of[k]];
+        let cost = match rng.below(10) {
+            0 => 0,
+            1 => rng.below(12) as i64,
+            _ => 1 + rng.below(2) as i64,
+        };
+        let roll = rng.below(100);
+        let module: Vec<String> = match roll {
+            0..=54 => {
+                let mut m = words(&["RL.ADMIT", key]);
+                m.extend(random_policy(&mut rng, algo));
+                m.extend(words(&["COST", &cost.to_string()]));
+                m
+            }
+            55..=66 => {
+                let mut m = words(&["RL.REFUND", key]);
+                m.extend(random_policy(&mut rng, algo));
+                if rng.pct(80) {
+                    m.extend(words(&["COST", &cost.to_string()]));
+                }
+                m
+            }
+            67..=74 => {
+                let mut m = words(&["RL.TTL", key]);
+                m.extend(random_policy(&mut rng, algo));
+                m
+            }
+            75..=83 => {
+                // A gcra key for the throttle, mostly.
+                let key = if rng.pct(80) { PLACEHOLDERS[3] } else { key };
+                let (b, c, p) = (rng.below(4), 1 + rng.below(40), 1 + rng.below(2));
+                let mut m = words(&["RL.THROTTLE", key]);
+                m.extend([b, c, p].map(|v| v.to_string()));
+                if rng.pct(80) {
+                    m.push(cost.to_string());
+                }
+                m
+            }
+            84..=93 => {
+                let n = 1 + rng.below(3);
+                let mut m = words(&["RL.ADMITALL", &n.to_string()]);
+                let first = rng.below(4);
+                let keys: Vec<usize> = (0..n).map(|i| (first + i) % 4).collect();
+                m.extend(keys.iter().map(|&i| PLACEHOLDERS[i].to_string()));
+                if rng.pct(60) {
+                    m.extend(words(&["COST", &cost.to_string()]));
+                }
+                for &i in &keys {
+                    m.push("POLICY".into());
+                    m.extend(random_policy(&mut rng, ALGOS[algo_of[i]]));
+                }
+                m
+            }
+            94..=96 => words(&["RL.RESET", key]),
+            97 => words(&["RL.LIMIT", rng.pick(&METAS)]),
+            _ => {
+                // Foreign state, with or without a TTL.
+                let value = rng.pick(&foreign);
+                let mut cmd = vec!["SET", key, value];
+                let px = (1 + rng.below(300)).to_string();
+                if rng.pct(70) {
+                    cmd.extend(["PX", px.as_str()]);
+                }
+                oracle.both(&cmd);
+                continue;
+            }
+        };
+        let reply = oracle.call(&format!("step {step}"), &module, cost);
+        // Another algorithm's state blocks a key until it expires: mostly,
+        // clear it.
+        if matches!(&reply, Reply::Error(e) if e.contains("does not hold")) && rng.pct(60) {
+            oracle.both(&["DEL", key]);
+        }
+        match rng.below(20) {
+            0..=13 => {}
+            14..=18 => sleep(Duration::from_millis(1 + rng.below(4) as u64)),
+            _ => sleep(Duration::from_millis(10 + rng.below(40) as u64)),
+        }
+    }
+    oracle.verdict("random calls");
+    let seen = &oracle.seen;
+    assert!(seen.calls >= 5_000, "{seen:?}");
+    assert!(
+        seen.admitted > 500 && seen.refused_wait > 200 && seen.refused_never > 20,
+        "{seen:?}"
+    );
+    assert!(
+        seen.delayed > 10 && seen.peeks > 100 && seen.errors > 100 && seen.writes > 1_000,
+        "{seen:?}"
+    );
+}
+
+/// Keys left by another writer, met by both backends: far-future and
+/// far-past state, keys without a TTL or expiring too early, foreign
+/// values and another algorithm's state, for every algorithm and for the
+/// throttle; each with an admit, a peek, a refund, a never-fitting cost and
+/// a TTL read.
+#[test]
+fn crafted_state_agrees() {
+    let server = Server::start();
+    let mut oracle = Oracle::new(&server);
+    let states: &[&str] = &[
+        "0",
+        "5",
+        "-7",
+        "9223372036854775807",
+        "-9007199254740000",
+        "sliding:0:3:9",
+        "sliding:9223372036854775807:1:1",
+        "sliding:9999999999999:2:1",
+        "sliding:1:0:0",
+        "sliding:01:2:3",
+        "token:0:0",
+        "token:0:9223372036854775807",
+        "token:9223372036854775807:-9223372036854775808",
+        "token:5:1",
+        "token:-1:5",
+        "gcra:0",
+        "gcra:-9223372036854775808",
+        "gcra:9223372036854775807",
+        "gcra:1764000000000000000",
+        "gcra:+5",
+        "leaky:-5",
+        "leaky:9223372036854775807",
+        "leaky:123456",
+        "leaky:1:2",
+        "1",
+        "junk",
+        "",
+    ];
+    let calls = |algo: &str| -> Vec<Vec<String>> {
+        let policy = words(&["ALGO", algo, "LIMIT", "5", "WINDOW", "1000"]);
+        let bucket = if algo == "fixed" || algo == "sliding" {
+            vec![]
+        } else {
+            words(&["BURST", "3"])
+        };
+        let with = |cmd: &str, cost: Option<&str>| {
+            let mut c = words(&[cmd, "K1"]);
+            c.extend(policy.iter().cloned());
+            c.extend(bucket.iter().cloned());
+            if let Some(cost) = cost {
+                c.extend(words(&["COST", cost]));
+            }
+            c
+        };
+        vec![
+            with("RL.TTL", None),
+            with("RL.ADMIT", Some("0")),
+            with("RL.ADMIT", Some("1")),
+            with("RL.ADMIT", Some("50")),
+            with("RL.REFUND", Some("2")),
+            with("RL.ADMIT", Some("2")),
+        ]
+    };
+    let mut library_only = 0;
+    for &state in states {
+        for ttl in [None, Some("100"), Some("100000000")] {
+            for algo in ALGOS.iter().copied().chain(["throttle"]) {
+                let list = match algo {
+                    "throttle" => ["0", "1", "9", "1"]
+                        .iter()
+                        .map(|q| words(&["RL.THROTTLE", "K1", "2", "5", "1", q]))
+                        .collect(),
+                    _ => calls(algo),
+                };
+                for call in list {
+                    let mut set = vec!["SET", "K1", state];
+                    if let Some(px) = ttl {
+                        set.extend(["PX", px]);
+                    }
+                    oracle.both(&set);
+                    let label = format!("{state} ttl {ttl:?}");
+                    // Counts beyond 2^53 the library refuses, saying so,
+                    // and writes nothing: the one documented difference.
+                    let lib = fcall_of(&call);
+                    let lib_keys = vec![side("K1", "lib")];
+                    let before = snapshot(&mut oracle.con, &lib_keys);
+                    let lib_words: Vec<String> = lib.iter().map(|w| side(w, "lib")).collect();
+                    let lib_words: Vec<&str> = lib_words.iter().map(String::as_str).collect();
+                    let probe = cmd_raw(&mut oracle.con, &lib_words);
+                    if let Reply::Error(text) = Reply::of(&probe) {
+                        if text.contains("exact range") {
+                            assert_eq!(before, snapshot(&mut oracle.con, &lib_keys), "{label}");
+                            library_only += 1;
+                            continue;
+                        }
+                    }
+                    oracle.both(&set);
+                    let cost = match call.iter().position(|w| w == "COST") {
+                        Some(at) => &call[at + 1],
+                        None => call.last().expect("a call"),
+                    };
+                    let cost = cost.parse().unwrap_or(1);
+                    oracle.call(&label, &call, cost);
+                }
+            }
+        }
+    }
+    oracle.verdict("crafted state");
+    let seen = &oracle.seen;
+    assert!(
+        seen.calls > 1_000 && seen.errors > 100 && seen.writes > 100,
+        "{seen:?}"
+    );
+    assert!(
+        library_only > 0,
+        "no state beyond the library's range was tried"
+    );
+}
+
+fn snapshot(con: &mut Connection, keys: &[String]) -> Vec<(String, Option<String>, i64)> {
+    common::snapshot(con, keys)
+}
+
+/// One limiter driven alternately by the module and the library admits
+/// exactly what either alone would: a second key, driven by the module
+/// alone at the same frozen milliseconds, answers and stores the same.
+#[test]
+fn switching_backends_mid_window_changes_nothing() {
+    let server = Server::start();
+    let mut con = server.client();
+    load_library(&mut con);
+    let mut rng = Rng::new(0x5eed);
+    for algo in ALGOS {
+        let policy = words(&["ALGO", algo, "LIMIT", "6", "WINDOW", "300"]);
+        let (mut admitted, mut refused) = (0, 0);
+        for i in 0..120 {
+            let cost = rng.below(3).to_string();
+            let module = |key: &str| {
+                let mut c = words(&["RL.ADMIT", key]);
+                c.extend(policy.iter().cloned());
+                c.extend(words(&["COST", &cost]));
+                c
+            };
+            let mixed = match i % 2 {
+                0 => module("switch:mixed"),
+                _ => {
+                    let mut c = words(&["FCALL", "rl_admit", "1", "switch:mixed"]);
+                    c.extend(policy.iter().cloned());
+                    c.extend(words(&["COST", &cost]));
+                    c
+                }
+            };
+            let replies = exec(
+                &mut con,
+                &[
+                    mixed,
+                    module("switch:alone"),
+                    words(&["GET", "switch:mixed"]),
+                    words(&["GET", "switch:alone"]),
+                    words(&["PEXPIRETIME", "switch:mixed"]),
+                    words(&["PEXPIRETIME", "switch:alone"]),
+                ],
+            );
+            assert_eq!(
+                Reply::of(&replies[0]),
+                Reply::of(&replies[1]),
+                "{algo} call {i}"
+            );
+            assert_eq!(text(&replies[2]), text(&replies[3]), "{algo} call {i}");
+            assert_eq!(int(&replies[4]), int(&replies[5]), "{algo} call {i}");
+            match Reply::of(&replies[0]) {
+                Reply::Ints(v) if v[0] == 1 && cost != "0" => admitted += 1,
+                Reply::Ints(v) if v[0] == 0 => refused += 1,
+                _ => {}
+            }
+            sleep(Duration::from_millis(rng.pick(&[0, 0, 0, 5, 20, 60])));
+        }
+        assert!(
+            admitted > 10 && refused > 10,
+            "{algo}: {admitted} admitted, {refused} refused"
+        );
+        let _: () = redis::cmd("DEL")
+            .arg("switch:mixed")
+            .arg("switch:alone")
+            .query(&mut con)
+            .unwrap();
+    }
+}
+
+/// The library refuses, saying so, what it cannot compute exactly, and
+/// writes nothing; within its range it answers as the module.
+#[test]
+fn the_library_refuses_what_doubles_cannot_hold() {
+    let server = Server::start();
+    let mut con = server.client();
+    load_library(&mut con);
+    let err = |con: &mut Connection, args: &[&str]| -> String {
+        let mut call = vec!["FCALL"];
+        call.extend_from_slice(args);
+        format!("{:?}", Reply::of(&cmd_raw(con, &call)))
+    };
+    let beyond = [
+        // limit * window for sliding
+        &[
+            "rl_admit",
+            "1",
+            "big",
+            "ALGO",
+            "sliding",
+            "LIMIT",
+            "1000000000",
+            "WINDOW",
+            "10000000",
+        ][..],
+        // window * 1e6 for the buckets (104 days and more)
+        &[
+            "rl_admit",
+            "1",
+            "big",
+            "ALGO",
+            "gcra",
+            "LIMIT",
+            "1",
+            "WINDOW",
+            "9007199255",
+        ],
+        &[
+            "rl_admit",
+            "1",
+            "big",
+            "ALGO",
+            "fixed",
+            "LIMIT",
+            "9007199254740992",
+            "WINDOW",
+            "1",
+        ],
+        &["rl_throttle", "1", "big", "1", "1", "9007200"],
+    ];
+    for call in beyond {
+        let text = err(&mut con, call);
+        assert!(text.contains("exact range"), "{call:?}: {text}");
+    }
+    let exists: i64 = redis::cmd("EXISTS").arg("big").query(&mut con).unwrap();
+    assert_eq!(exists, 0);
+    // Just inside: 104 days of window for a bucket.
+    let ok = err(
+        &mut con,
+        &[
+            "rl_admit",
+            "1",
+            "big",
+            "ALGO",
+            "gcra",
+            "LIMIT",
+            "1",
+            "WINDOW",
+            "9007199254",
+        ],
+    );
+    assert!(ok.starts_with("Ints"), "{ok}");
 }
