@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use redis::{Connection, ConnectionLike, Value};
 
+pub mod backend;
+
 /// Binds `$pubsub`, a subscription to the keyspace events matching
 /// `$pattern` on `$server`, whose reads time out after 5 s. A macro, not a
 /// function: a `PubSub` borrows the connection it runs on, and that

@@ -1,0 +1,500 @@
+//! The two backends of the limiter behind one test API: the module (`RL.*`
+//! on a server started with it) and the FUNCTION library
+//! `functions/ratelimit.lua` (`FCALL rl_*` on a server started without the
+//! module, with `enable-module-command no`). Scenarios are written once, in
+//! the module's syntax; `fcall_form` turns a call into the library's.
+//!
+//! Also here: `run_scenario`, which runs calls in one MULTI/EXEC (the clock
+//! frozen), seeds state relative to that frozen `now`, and returns a
+//! transcript with every absolute time rewritten relative to `now`, so the
+//! transcripts of two servers compare exactly.
+
+// Each test binary uses a subset of these.
+#![allow(dead_code)]
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::Instant;
+
+use redis::{Connection, Value};
+
+use super::{
+    cmd_raw, free_port, new_server_dir, ping_pid, remove_dir, server_binary, tail, Server,
+    StartError, START_ATTEMPTS, WAIT_TIMEOUT,
+};
+
+/// Which implementation answers the calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// The module, `RL.*`.
+    Module,
+    /// The FUNCTION library, `FCALL rl_*`, on a server without the module.
+    Functions,
+}
+
+/// Both, module first.
+pub const BOTH: [Backend; 2] = [Backend::Module, Backend::Functions];
+
+/// The server arguments every library server gets: no module can be loaded.
+pub const NO_MODULES: &[&str] = &["--enable-module-command", "no"];
+
+impl Backend {
+    /// A server for this backend with the default test configuration.
+    pub fn start(self) -> Server {
+        self.start_with(&[])
+    }
+
+    /// A server for this backend with extra config arguments: the module
+    /// loaded, or no module, `enable-module-command no` and the library
+    /// loaded.
+    pub fn start_with(self, extra: &[&str]) -> Server {
+        match self {
+            Backend::Module => Server::start_with(extra),
+            Backend::Functions => {
+                let server = start_without_module(extra);
+                load_library(&mut server.client());
+                server
+            }
+        }
+    }
+
+    /// Graceful stop and start again with the same port, dir and arguments,
+    /// without loading anything: what survives is what the server persisted
+    /// (the library included).
+    pub fn restart(self, server: &mut Server) {
+        match self {
+            Backend::Module => server.restart(),
+            Backend::Functions => {
+                server.stop();
+                match launch_without_module(server.port, &server.dir, &server.extra) {
+                    Ok(child) => server.child = child,
+                    Err(StartError::PortTaken) => {
+                        panic!("restart: port {} was taken by another process", server.port)
+                    }
+                    Err(StartError::Fatal(msg)) => panic!("restart: {msg}"),
+                }
+            }
+        }
+    }
+
+    /// The call this backend runs for a call written in the module's syntax.
+    pub fn call(self, module_call: &[&str]) -> Vec<String> {
+        match self {
+            Backend::Module => module_call.iter().map(|w| w.to_string()).collect(),
+            Backend::Functions => fcall_form(module_call),
+        }
+    }
+
+    /// `call`, for a call held as owned words.
+    pub fn call_owned(self, module_call: &[String]) -> Vec<String> {
+        let words: Vec<&str> = module_call.iter().map(String::as_str).collect();
+        self.call(&words)
+    }
+
+    /// Runs a call written in the module's syntax; the raw reply (an error
+    /// reply as `Value::ServerError`).
+    pub fn raw(self, con: &mut Connection, module_call: &[&str]) -> Value {
+        let words = self.call(module_call);
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        cmd_raw(con, &words)
+    }
+}
+
+/// `functions/ratelimit.lua` in this repo.
+pub fn library_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("functions/ratelimit.lua")
+}
+
+/// The library's source; panics with a clear message when it is missing.
+pub fn library_source() -> String {
+    let path = library_path();
+    fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+}
+
+/// `FUNCTION LOAD REPLACE` of the library; the server must answer its name.
+pub fn load_library(con: &mut Connection) {
+    let reply = cmd_raw(con, &["FUNCTION", "LOAD", "REPLACE", &library_source()]);
+    assert_eq!(
+        reply,
+        Value::BulkString(b"ratelimit".to_vec()),
+        "FUNCTION LOAD REPLACE functions/ratelimit.lua"
+    );
+}
+
+/// The module's name of a limiter command and the library's function for
+/// it, with whether the function is called with FCALL_RO.
+const FUNCTIONS: &[(&str, &str, bool)] = &[
+    ("RL.ADMIT", "rl_admit", false),
+    ("RL.TTL", "rl_ttl", true),
+    ("RL.LIMIT", "rl_limit", true),
+    ("RL.ADMITALL", "rl_admitall", false),
+    ("RL.REFUND", "rl_refund", false),
+    ("RL.RESET", "rl_reset", false),
+    ("RL.THROTTLE", "rl_throttle", false),
+];
+
+/// A module call as the library takes it: every key a key, so the META hash
+/// of RL.ADMIT/TTL/REFUND moves from its option into KEYS[2], and RL.TTL and
+/// RL.LIMIT use FCALL_RO. Anything that is not an `RL.*` call (SET, GET, ...)
+/// is returned unchanged. A malformed call stays malformed: words are never
+/// dropped, only a META that has its value is moved.
+pub fn fcall_form(call: &[&str]) -> Vec<String> {
+    let Some((name, args)) = call.split_first() else {
+        return Vec::new();
+    };
+    let Some(&(_, function, read_only)) = FUNCTIONS
+        .iter()
+        .find(|(module, _, _)| module.eq_ignore_ascii_case(name))
+    else {
+        return call.iter().map(|w| w.to_string()).collect();
+    };
+    let fcall = if read_only { "FCALL_RO" } else { "FCALL" };
+    let mut out: Vec<String> = vec![fcall.into(), function.into()];
+    let owned = |words: &[&str]| -> Vec<String> { words.iter().map(|w| w.to_string()).collect() };
+    match function {
+        "rl_admitall" => out.extend(admitall_form(args)),
+        "rl_admit" | "rl_ttl" | "rl_refund" => match args.split_first() {
+            None => out.push("0".into()),
+            Some((key, options)) => {
+                // Options come in name-value pairs; the first META with a
+                // value is the META hash.
+                let meta_at = (0..options.len())
+                    .step_by(2)
+                    .find(|&i| options[i].eq_ignore_ascii_case("META") && i + 1 < options.len());
+                match meta_at {
+                    Some(i) => {
+                        out.extend(owned(&["2", key, options[i + 1]]));
+                        out.extend(owned(&options[..i]));
+                        out.extend(owned(&options[i + 2..]));
+                    }
+                    None => {
+                        out.extend(owned(&["1", key]));
+                        out.extend(owned(options));
+                    }
+                }
+            }
+        },
+        // RL.LIMIT, RL.RESET and RL.THROTTLE take one key, first.
+        _ => match args.split_first() {
+            None => out.push("0".into()),
+            Some((key, rest)) => {
+                out.extend(owned(&["1", key]));
+                out.extend(owned(rest));
+            }
+        },
+    }
+    out
+}
+
+/// RL.ADMITALL's arguments (after the name) in the library's form: the
+/// counters and then each META hash a POLICY names (once, in order of
+/// appearance) as keys, the options unchanged (a POLICY still names its META
+/// hash by key name). A call whose numkeys is not a count of the words that
+/// follow goes through unchanged, numkeys included, for the library (or
+/// FCALL) to refuse.
+fn admitall_form(args: &[&str]) -> Vec<String> {
+    let owned = || args.iter().map(|w| w.to_string()).collect::<Vec<String>>();
+    let Some(numkeys) = args.first().and_then(|n| n.parse::<usize>().ok()) else {
+        return owned();
+    };
+    if numkeys == 0 || numkeys + 1 > args.len() {
+        return owned();
+    }
+    let counters = &args[1..=numkeys];
+    let options = &args[numkeys + 1..];
+    let mut metas: Vec<&str> = Vec::new();
+    for pair in options.windows(2) {
+        if pair[0].eq_ignore_ascii_case("META") && !metas.contains(&pair[1]) {
+            metas.push(pair[1]);
+        }
+    }
+    let mut out = vec![(numkeys + metas.len()).to_string()];
+    out.extend(
+        counters
+            .iter()
+            .chain(&metas)
+            .chain(options)
+            .map(|w| w.to_string()),
+    );
+    out
+}
+
+/// A server with no module loaded and `enable-module-command no` (plus
+/// `extra`), on 127.0.0.1, as `Server::start_with` starts one with the
+/// module.
+pub fn start_without_module(extra: &[&str]) -> Server {
+    server_binary();
+    let dir = new_server_dir();
+    let mut args: Vec<String> = NO_MODULES.iter().map(|s| s.to_string()).collect();
+    args.extend(extra.iter().map(|s| s.to_string()));
+    for _ in 0..START_ATTEMPTS {
+        let port = free_port();
+        match launch_without_module(port, &dir, &args) {
+            Ok(child) => {
+                return Server {
+                    port,
+                    dir,
+                    child,
+                    extra: args,
+                }
+            }
+            Err(StartError::PortTaken) => continue,
+            Err(StartError::Fatal(msg)) => {
+                remove_dir(&dir);
+                panic!("{msg}");
+            }
+        }
+    }
+    remove_dir(&dir);
+    panic!("valkey-server: no free port after {START_ATTEMPTS} attempts");
+}
+
+/// `super::launch` without `--loadmodule`: the same defaults, log and
+/// readiness check (PING answered by this very pid).
+fn launch_without_module(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> {
+    let log_path = dir.join("server.log");
+    let log = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .expect("open server.log");
+    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0) as usize;
+    let log_err: File = log.try_clone().expect("clone log handle");
+    let binary = server_binary();
+    let mut child = Command::new(&binary)
+        .current_dir(dir)
+        .args(["--port", &port.to_string()])
+        .args(["--bind", "127.0.0.1"])
+        .arg("--dir")
+        .arg(dir)
+        .args(["--save", ""])
+        .args(["--appendonly", "no"])
+        .args(["--enable-debug-command", "local"])
+        .args(["--repl-diskless-sync-delay", "0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err)
+        .spawn()
+        .map_err(|e| StartError::Fatal(format!("spawn {}: {e}", binary.display())))?;
+    let start = Instant::now();
+    loop {
+        let exited = matches!(child.try_wait(), Ok(Some(_)));
+        if !exited && ping_pid(port) == Some(child.id()) {
+            return Ok(child);
+        }
+        if exited || start.elapsed() > WAIT_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            let text = fs::read(&log_path).unwrap_or_default();
+            let this_run = String::from_utf8_lossy(&text[log_start.min(text.len())..]).into_owned();
+            if this_run.contains("Address already in use") {
+                return Err(StartError::PortTaken);
+            }
+            return Err(StartError::Fatal(format!(
+                "valkey-server ({}) without the module on port {port} did not come up; \
+                 log tail ({}):\n{}",
+                binary.display(),
+                log_path.display(),
+                tail(&this_run, 30)
+            )));
+        }
+        thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+// Scenarios on a frozen clock.
+
+/// A step of a scenario, in the module's syntax.
+#[derive(Debug, Clone)]
+pub enum Step {
+    /// A call, translated for the backend.
+    Call(Vec<String>),
+    /// `SET key value`, the value's `{ms+N}`, `{ns+N}` and `{win W+k}`
+    /// fields resolved against the frozen `now` (ms; ns; the start of the
+    /// W-aligned window k windows from now's), with an expiry `pxat` ms
+    /// from now, or none.
+    Seed {
+        key: String,
+        value: String,
+        pxat: Option<i64>,
+    },
+}
+
+/// A call step from words of any kind: `call!["RL.ADMIT", "k", "LIMIT", 3]`.
+#[allow(unused_macros)]
+macro_rules! call {
+    ($($w:expr),* $(,)?) => {
+        $crate::common::backend::Step::Call(vec![$($w.to_string()),*])
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use call;
+
+/// A seed step.
+pub fn seed(key: &str, value: &str, pxat: Option<i64>) -> Step {
+    Step::Seed {
+        key: key.into(),
+        value: value.into(),
+        pxat,
+    }
+}
+
+/// Sets KEYS[1] to ARGV[1] with its time fields resolved against the
+/// server's `now` (frozen inside MULTI/EXEC), expiring ARGV[2] ms from
+/// then unless ARGV[2] is empty. ns are built as strings: they pass 2^53.
+const SEED_SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local function ns(off)
+  local q = math.floor(off / 1000000)
+  return string.format('%d%06d', now + q, off - q * 1000000)
+end
+local v = string.gsub(ARGV[1], '{(%a+)([^}]*)}', function(kind, arg)
+  if kind == 'ms' then return string.format('%d', now + tonumber(arg)) end
+  if kind == 'ns' then return ns(tonumber(arg)) end
+  if kind == 'win' then
+    local w, k = string.match(arg, '^%s*(%d+)%s*([-+]%d+)$')
+    w, k = tonumber(w), tonumber(k)
+    return string.format('%d', now - now % w + k * w)
+  end
+  return error('unknown seed field ' .. kind)
+end)
+if ARGV[2] == '' then return redis.call('SET', KEYS[1], v) end
+return redis.call('SET', KEYS[1], v, 'PXAT', now + tonumber(ARGV[2]))
+"#;
+
+/// What a scenario did on one backend, with every absolute time relative
+/// to the frozen `now`: comparable across servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transcript {
+    /// One line per call step: the reply in `show` form.
+    pub replies: Vec<String>,
+    /// Per watched key: `key type value expiry`, value and expiry relative.
+    pub state: Vec<String>,
+}
+
+/// Runs `steps` on `backend` in one MULTI/EXEC after TIME, followed by the
+/// TYPE, GET and PEXPIRETIME of each of `keys`, on a flushed database. With
+/// `pin = Some((period, phase))`, retried (flushing again) until `now %
+/// period == phase`, so window-aligned algorithms (sliding) see the same
+/// phase on every server.
+pub fn run_scenario(
+    backend: Backend,
+    con: &mut Connection,
+    steps: &[Step],
+    keys: &[&str],
+    pin: Option<(i64, i64)>,
+) -> Transcript {
+    let mut cmds: Vec<Vec<String>> = vec![vec!["TIME".into()]];
+    for step in steps {
+        cmds.push(match step {
+            Step::Call(words) => backend.call_owned(words),
+            Step::Seed { key, value, pxat } => vec![
+                "EVAL".into(),
+                SEED_SCRIPT.into(),
+                "1".into(),
+                key.clone(),
+                value.clone(),
+                pxat.map(|p| p.to_string()).unwrap_or_default(),
+            ],
+        });
+    }
+    for key in keys {
+        cmds.push(vec!["TYPE".into(), key.to_string()]);
+        cmds.push(vec!["GET".into(), key.to_string()]);
+        cmds.push(vec!["PEXPIRETIME".into(), key.to_string()]);
+    }
+    for _ in 0..10_000 {
+        assert_eq!(cmd_raw(con, &["FLUSHALL"]), Value::Okay);
+        let mut replies = super::exec(con, &cmds);
+        let now = super::time_ms(&replies.remove(0));
+        if pin.is_some_and(|(period, phase)| now.rem_euclid(period) != phase) {
+            continue;
+        }
+        let (steps_part, state_part) = replies.split_at(steps.len());
+        let mut out = Transcript {
+            replies: Vec::new(),
+            state: Vec::new(),
+        };
+        for (step, reply) in steps.iter().zip(steps_part) {
+            match step {
+                Step::Call(_) => out.replies.push(show(reply)),
+                Step::Seed { key, .. } => {
+                    assert_eq!(reply, &Value::Okay, "{backend:?}: seeding {key}")
+                }
+            }
+        }
+        for (key, parts) in keys.iter().zip(state_part.chunks(3)) {
+            let value = match &parts[1] {
+                Value::BulkString(b) => relative(&String::from_utf8_lossy(b), now),
+                other => show(other),
+            };
+            let expiry = match &parts[2] {
+                Value::Int(t) if *t >= 0 => format!("now{:+}", t - now),
+                other => show(other),
+            };
+            out.state
+                .push(format!("{key} {} {value} {expiry}", show(&parts[0])));
+        }
+        return out;
+    }
+    panic!("{backend:?}: the clock never showed phase {pin:?}");
+}
+
+/// A stored value with its time fields (colon-separated integers within
+/// ~115 days of `now`, in ms or in ns) written relative to `now`.
+pub fn relative(value: &str, now_ms: i64) -> String {
+    let now_ms = i128::from(now_ms);
+    let now_ns = now_ms * 1_000_000;
+    value
+        .split(':')
+        .map(|field| match field.parse::<i128>() {
+            Ok(v) if (v - now_ms).abs() <= 10_000_000_000 => format!("ms{:+}", v - now_ms),
+            Ok(v) if (v - now_ns).abs() <= 10_000_000_000_000_000 => {
+                format!("ns{:+}", v - now_ns)
+            }
+            _ => field.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// A reply as one line: integers, `[..]` arrays, `{k: v}` maps, strings
+/// quoted, error replies as `!` and their exact text.
+pub fn show(v: &Value) -> String {
+    match v {
+        Value::Int(n) => n.to_string(),
+        Value::Nil => "nil".into(),
+        Value::Okay => "OK".into(),
+        Value::SimpleString(s) => format!("+{s}"),
+        Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(b)),
+        Value::Array(items) | Value::Set(items) => format!(
+            "[{}]",
+            items.iter().map(show).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Map(pairs) => format!(
+            "{{{}}}",
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{}: {}", show(k), show(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::ServerError(e) => format!("!{}", error_text(v).unwrap_or_else(|| format!("{e:?}"))),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The exact error line of an error reply (`"ERR ..."`, `"WRONGTYPE ..."`).
+pub fn error_text(v: &Value) -> Option<String> {
+    match v {
+        Value::ServerError(e) => Some(match e.details() {
+            Some(detail) => format!("{} {detail}", e.code()),
+            None => e.code().to_string(),
+        }),
+        _ => None,
+    }
+}

@@ -1,0 +1,347 @@
+//! Replication and persistence of both backends' writes: after a random
+//! workload (every algorithm, throttle, admitall, refund, reset, peeks), a
+//! replica and an AOF-restarted primary hold the same value and PEXPIRETIME
+//! for every key, and refusals and reads leave `master_repl_offset` alone.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::thread::sleep;
+use std::time::Duration;
+
+use common::backend::{error_text, Backend, BOTH};
+use common::{repl_offset, snapshot, wait_replica_offset, Rng, Server, QUIET};
+use redis::Connection;
+
+/// Each limiter key with its algorithm; the META hash `m0` is not written
+/// by any call and not compared (GET cannot read a hash).
+const LIMITERS: &[(&str, &str)] = &[
+    ("f0", "fixed"),
+    ("f1", "fixed"),
+    ("s0", "sliding"),
+    ("s1", "sliding"),
+    ("k0", "token"),
+    ("k1", "token"),
+    ("g0", "gcra"),
+    ("g1", "gcra"),
+    ("l0", "leaky"),
+    ("l1", "leaky"),
+];
+const THROTTLED: &[&str] = &["t0", "t1"];
+
+fn all_keys() -> Vec<&'static str> {
+    LIMITERS
+        .iter()
+        .map(|(k, _)| *k)
+        .chain(THROTTLED.iter().copied())
+        .collect()
+}
+
+/// Policy options for a limiter of `algo`: short windows (gone a second
+/// after the workload) or long ones (still there at the comparison).
+fn policy(rng: &mut Rng, algo: &str) -> Vec<String> {
+    let limit = rng.pick(&[2, 3, 5]);
+    let window = rng.pick(&[150, 150, 20_000, 60_000]);
+    let mut p = vec![
+        "ALGO".to_string(),
+        algo.to_string(),
+        "LIMIT".to_string(),
+        limit.to_string(),
+        "WINDOW".to_string(),
+        window.to_string(),
+    ];
+    if matches!(algo, "token" | "gcra" | "leaky") && rng.pct(50) {
+        let low = if algo == "leaky" { 0 } else { 1 };
+        p.push("BURST".into());
+        p.push((low + rng.below(limit as usize) as i64).to_string());
+    }
+    p
+}
+
+/// One random call in the module's syntax.
+fn random_call(rng: &mut Rng) -> Vec<String> {
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    let (key, algo) = rng.pick(LIMITERS);
+    match rng.below(100) {
+        0..=39 => [words(&["RL.ADMIT", key]), policy(rng, algo)].concat(),
+        40..=49 => {
+            let cost = rng.below(4).to_string();
+            [
+                words(&["RL.ADMIT", key]),
+                policy(rng, algo),
+                words(&["COST", &cost]),
+            ]
+            .concat()
+        }
+        50..=59 => {
+            let cost = rng.below(3).to_string();
+            [
+                words(&["RL.REFUND", key]),
+                policy(rng, algo),
+                words(&["COST", &cost]),
+            ]
+            .concat()
+        }
+        60..=63 => words(&["RL.RESET", key]),
+        64..=67 => [words(&["RL.TTL", key]), policy(rng, algo)].concat(),
+        // m0 holds a token policy: only for the token keys.
+        68..=71 => words(&["RL.ADMIT", rng.pick(&["k0", "k1"]), "META", "m0"]),
+        72..=81 => {
+            let t = rng.pick(THROTTLED);
+            let burst = rng.below(3).to_string();
+            let period = rng.pick(&["1", "1", "30"]);
+            let q = rng.below(3).to_string();
+            words(&["RL.THROTTLE", t, &burst, "2", period, &q])
+        }
+        _ => {
+            let (other, other_algo) = rng.pick(LIMITERS);
+            if other == key {
+                return [
+                    words(&["RL.ADMITALL", "1", key, "POLICY"]),
+                    policy(rng, algo),
+                ]
+                .concat();
+            }
+            let cost = rng.below(3).to_string();
+            [
+                words(&["RL.ADMITALL", "2", key, other, "COST", &cost, "POLICY"]),
+                policy(rng, algo),
+                words(&["POLICY"]),
+                policy(rng, other_algo),
+            ]
+            .concat()
+        }
+    }
+}
+
+/// Runs `n` random calls (with a few short sleeps, so windows expire and
+/// buckets refill); returns the error replies, counted by text.
+fn workload(
+    backend: Backend,
+    con: &mut Connection,
+    rng: &mut Rng,
+    n: usize,
+) -> BTreeMap<String, usize> {
+    let mut errors = BTreeMap::new();
+    for _ in 0..n {
+        if rng.pct(3) {
+            sleep(Duration::from_millis(rng.below(40) as u64));
+        }
+        let call = random_call(rng);
+        let words: Vec<&str> = call.iter().map(String::as_str).collect();
+        if let Some(e) = error_text(&backend.raw(con, &words)) {
+            *errors.entry(e).or_default() += 1;
+        }
+    }
+    errors
+}
+
+/// Primary, replica and the primary's snapshot agree, read when no key
+/// expired in between (the primary read twice around the replica).
+fn assert_same(primary: &Server, other: &Server, keys: &[&str], what: &str) {
+    let (mut p, mut o) = (primary.client(), other.client());
+    for _ in 0..20 {
+        let before = snapshot(&mut p, keys);
+        let seen = snapshot(&mut o, keys);
+        if snapshot(&mut p, keys) == before {
+            assert_eq!(seen, before, "{what}");
+            return;
+        }
+    }
+    panic!("{what}: the primary never held still");
+}
+
+#[test]
+fn a_replica_and_an_aof_restart_hold_every_value_and_expiry() {
+    let seed = common::seed("functions_replication");
+    for backend in BOTH {
+        let args: Vec<&str> = [QUIET, &["--appendonly", "yes", "--appendfsync", "always"]].concat();
+        let mut primary = backend.start_with(&args);
+        let replica = backend.start();
+        replica.replica_of(&primary);
+        let mut con = primary.client();
+        let _: () = redis::cmd("HSET")
+            .arg(&["m0", "max", "3", "duration", "20000", "algorithm", "token"])
+            .query(&mut con)
+            .unwrap();
+        let mut rng = Rng::new(seed);
+        let keys = all_keys();
+        let mut errors = BTreeMap::new();
+        for round in 0..6 {
+            for (e, n) in workload(backend, &mut con, &mut rng, 250) {
+                *errors.entry(e).or_default() += n;
+            }
+            wait_replica_offset(&primary, &replica);
+            let what = format!("{backend:?} replica after {} calls", 250 * (round + 1));
+            assert_same(&primary, &replica, &keys, &what);
+        }
+        let failed: usize = errors.values().sum();
+        assert!(
+            failed < 1500 / 10,
+            "{backend:?}: {failed} of 1500 calls failed: {errors:#?}"
+        );
+        // A last write on every key with a long window, so that most keys
+        // are still there after the restart below.
+        for (key, algo) in LIMITERS {
+            backend.raw(
+                &mut con,
+                &[
+                    "RL.ADMIT", key, "ALGO", algo, "LIMIT", "9", "WINDOW", "60000",
+                ],
+            );
+        }
+        for key in THROTTLED {
+            backend.raw(&mut con, &["RL.THROTTLE", key, "5", "1", "60"]);
+        }
+        // The short windows run out; what is left expires well after the
+        // restart below.
+        sleep(Duration::from_millis(1_200));
+        wait_replica_offset(&primary, &replica);
+        let held = snapshot(&mut con, &keys);
+        let live = held.iter().filter(|(_, v, _)| v.is_some()).count();
+        assert!(live >= 4, "{backend:?}: only {live} keys left: {held:?}");
+        assert_same(&primary, &replica, &keys, &format!("{backend:?} replica"));
+
+        backend.restart(&mut primary);
+        let mut con = primary.client();
+        assert_eq!(
+            snapshot(&mut con, &keys),
+            held,
+            "{backend:?}: the AOF gave back other values or expiries"
+        );
+        if backend == Backend::Functions {
+            // The library came back from the AOF as well and still answers.
+            let r = backend.raw(&mut con, &["RL.LIMIT", "m0"]);
+            assert_eq!(r, redis::Value::Int(3), "{backend:?} after restart");
+        }
+    }
+}
+
+#[test]
+fn refusals_peeks_and_reads_propagate_nothing() {
+    for backend in BOTH {
+        let primary = backend.start_with(QUIET);
+        let replica = backend.start();
+        replica.replica_of(&primary);
+        let mut con = primary.client();
+        // Full limiters of every kind, written by admissions.
+        let fill: Vec<Vec<&str>> = vec![
+            vec!["RL.ADMIT", "f", "LIMIT", "1", "WINDOW", "60000"],
+            vec![
+                "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec![
+                "RL.ADMIT", "k", "ALGO", "token", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec![
+                "RL.ADMIT", "g", "ALGO", "gcra", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec![
+                "RL.ADMIT", "l", "ALGO", "leaky", "LIMIT", "1", "WINDOW", "60000", "BURST", "0",
+            ],
+            vec!["RL.THROTTLE", "t", "0", "1", "60"],
+            vec!["HSET", "m", "max", "1", "duration", "60000"],
+        ];
+        for call in &fill {
+            let r = backend.raw(&mut con, call);
+            assert!(error_text(&r).is_none(), "{backend:?} {call:?}: {r:?}");
+        }
+        wait_replica_offset(&primary, &replica);
+        let offset = repl_offset(&mut con);
+        let quiet: Vec<Vec<&str>> = vec![
+            vec!["RL.ADMIT", "f", "LIMIT", "1", "WINDOW", "60000"],
+            vec!["RL.ADMIT", "f", "META", "m"],
+            vec![
+                "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec![
+                "RL.ADMIT", "k", "ALGO", "token", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec![
+                "RL.ADMIT", "g", "ALGO", "gcra", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec![
+                "RL.ADMIT", "l", "ALGO", "leaky", "LIMIT", "1", "WINDOW", "60000", "BURST", "0",
+            ],
+            vec![
+                "RL.ADMIT", "g", "ALGO", "gcra", "LIMIT", "1", "WINDOW", "60000", "COST", "0",
+            ],
+            vec![
+                "RL.ADMIT", "new", "ALGO", "token", "LIMIT", "1", "WINDOW", "60000", "COST", "0",
+            ],
+            vec![
+                "RL.ADMIT", "new", "ALGO", "token", "LIMIT", "1", "WINDOW", "60000", "COST", "5",
+            ],
+            vec!["RL.ADMIT", "free"],
+            vec!["RL.THROTTLE", "t", "0", "1", "60"],
+            vec!["RL.THROTTLE", "t", "0", "1", "60", "0"],
+            vec!["RL.TTL", "f", "LIMIT", "1", "WINDOW", "60000"],
+            vec![
+                "RL.TTL", "k", "ALGO", "token", "LIMIT", "1", "WINDOW", "60000",
+            ],
+            vec!["RL.LIMIT", "m"],
+            vec![
+                "RL.REFUND",
+                "f",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+                "COST",
+                "0",
+            ],
+            vec![
+                "RL.REFUND",
+                "new",
+                "ALGO",
+                "gcra",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+            ],
+            vec!["RL.RESET", "new"],
+            vec![
+                "RL.ADMITALL",
+                "2",
+                "x",
+                "f",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+            ],
+            vec![
+                "RL.ADMITALL",
+                "2",
+                "x",
+                "y",
+                "COST",
+                "0",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "9",
+                "POLICY",
+                "META",
+                "m",
+            ],
+            vec!["RL.ADMIT", "f", "LIMIT", "x", "WINDOW", "60000"],
+        ];
+        for call in &quiet {
+            backend.raw(&mut con, call);
+            assert_eq!(
+                repl_offset(&mut con),
+                offset,
+                "{backend:?}: {call:?} propagated"
+            );
+        }
+    }
+}
