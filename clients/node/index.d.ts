@@ -1,0 +1,101 @@
+// Types of valkey-ratelimit (index.js), written by hand.
+
+/** Sends one command through any client, e.g. `(...args) => client.call(...args)`. */
+export type SendCommand = (...args: string[]) => unknown | Promise<unknown>;
+
+export type Algorithm = "fixed" | "sliding" | "token" | "gcra" | "leaky";
+export type BackendOption = "auto" | "module" | "functions";
+export type FailurePolicy = "open" | "closed";
+
+export const ALGORITHMS: readonly Algorithm[];
+
+export interface LimiterOptions {
+  sendCommand: SendCommand;
+  /** Prepended to every limiter key. Default "" (ValkeyStore: "rl:"). */
+  prefix?: string;
+  /** Default "auto": the module if loaded, else the FUNCTION library. */
+  backend?: BackendOption;
+  /** When Valkey is unreachable or times out: "open" (default) admits, "closed" refuses. */
+  failure?: FailurePolicy;
+  /** Milliseconds to wait for a reply; 0 (default) waits as long as the client does. */
+  timeoutMs?: number;
+  /** Source of functions/ratelimit.lua: loaded with FUNCTION LOAD when neither backend is there. */
+  library?: string;
+  /** Called with the error whenever the failure policy answers instead of Valkey. */
+  onError?: (error: unknown) => void;
+}
+
+export interface Policy {
+  limit: number;
+  windowMs: number;
+  algorithm?: Algorithm;
+  burst?: number;
+  /** A META hash (its `max`/`duration` fields override limit/windowMs). */
+  meta?: string;
+}
+
+export interface AdmitOptions extends Policy {
+  /** Default 1; 0 is a peek. */
+  cost?: number;
+}
+
+export interface Decision {
+  readonly admitted: boolean;
+  readonly limit: number;
+  readonly remaining: number;
+  /** Refused: ms until the same call would pass, -1 if never. Admitted: 0 (leaky: the delay). */
+  readonly retryAfterMs: number;
+  /** ms until the limiter is back to its full budget. */
+  readonly resetAfterMs: number;
+  /** Who answered; "unavailable" when the failure policy did. */
+  readonly backend: "module" | "functions" | "unavailable";
+  /** Set when the failure policy answered: why Valkey could not. */
+  readonly error?: unknown;
+}
+
+export class Limiter {
+  constructor(options: LimiterOptions);
+  /** The backend in use; detected on first use and cached per sendCommand. */
+  backend(): Promise<"module" | "functions">;
+  admit(key: string, options: AdmitOptions): Promise<Decision>;
+  refund(key: string, options: AdmitOptions): Promise<Decision>;
+  ttl(key: string, policy: Policy): Promise<number>;
+  reset(key: string): Promise<boolean>;
+}
+
+export interface HeaderOptions {
+  windowMs: number;
+  /** The policy's name in the header fields. Default "default". */
+  name?: string;
+}
+
+/** RateLimit-Policy, RateLimit and (on a refusal) Retry-After for a decision. */
+export function headers(decision: Decision, options: HeaderOptions): Record<string, string>;
+
+export interface ValkeyStoreOptions extends Omit<LimiterOptions, "prefix"> {
+  /** Default "rl:". */
+  prefix?: string;
+  algorithm?: Algorithm;
+  burst?: number;
+}
+
+export interface ClientRateLimitInfo {
+  totalHits: number;
+  resetTime: Date | undefined;
+}
+
+/** An express-rate-limit 8 Store. */
+export class ValkeyStore {
+  constructor(options: ValkeyStoreOptions);
+  readonly prefix: string;
+  readonly localKeys: false;
+  readonly limiter: Limiter;
+  init(options: { limit?: unknown; max?: unknown; windowMs: number }): void;
+  increment(key: string): Promise<ClientRateLimitInfo>;
+  decrement(key: string): Promise<void>;
+  resetKey(key: string): Promise<void>;
+  get(key: string): Promise<ClientRateLimitInfo | undefined>;
+}
+
+export class BackendMissingError extends Error {}
+export class TimeoutError extends Error {}
