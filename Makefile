@@ -10,7 +10,7 @@
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build run functions test test-all test-valkey8 example-deps lint fmt clean bench profile
+.PHONY: all build run functions test test-all test-valkey8 example-deps client-deps lint fmt clean bench profile
 
 all: build
 
@@ -62,6 +62,12 @@ test-valkey8: build
 # examples/node/package-lock.json.
 example-deps:
 	cd "$(ROOT)" && scripts/example-deps.sh
+
+# What tests/frameworks.rs needs for the packages in clients/: npm ci in
+# clients/node (package-lock.json) and the pinned
+# clients/python/requirements-test.txt into .deps/clients-venv.
+client-deps:
+	cd "$(ROOT)" && scripts/client-deps.sh
 
 # Also builds bench/api_floor.rs, the control module the report compares with.
 bench: build

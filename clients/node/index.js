@@ -199,29 +199,26 @@ class Limiter {
     return withTimeout(Promise.resolve().then(() => this.sendCommand(...words)), this.timeoutMs);
   }
 
-  // One limiter call: `module` is the RL.* form; `fn` the library's
-  // (function name, read-only); `keys` the key and optional META hash.
+  // One limiter call: `command` is the module's name, `fn` the library's
+  // function (called with FCALL_RO when `readOnly`); `keys` the key and an
+  // optional META hash.
   async call(command, fn, readOnly, keys, args) {
-    const backend = await this.backend();
-    const words =
+    const words = (backend) =>
       backend === "module"
         ? [command, keys[0], ...args, ...(keys.length > 1 ? ["META", keys[1]] : [])]
         : [readOnly ? "FCALL_RO" : "FCALL", fn, String(keys.length), ...keys, ...args];
+    let backend = await this.backend();
     try {
-      return { reply: await this.send(words), backend };
+      return { reply: await this.send(words(backend)), backend };
     } catch (e) {
-      if (backend === "functions" && isFunctionMissing(e)) {
-        // The library was flushed since: detect again next time.
-        detected.delete(this.sendCommand);
-        if (this.backendOption === "auto") {
-          await this.loadLibrary(e);
-          return { reply: await this.send(words), backend };
-        }
-      }
-      if (backend === "module" && isUnknownCommand(e) && this.backendOption === "auto") {
-        detected.delete(this.sendCommand);
-      }
-      throw e;
+      const stale =
+        (backend === "functions" && isFunctionMissing(e)) || (backend === "module" && isUnknownCommand(e));
+      if (this.backendOption !== "auto" || !stale) throw e;
+      // The server changed since detection (module unloaded, library
+      // flushed): detect again, once.
+      detected.delete(this.sendCommand);
+      backend = await this.backend();
+      return { reply: await this.send(words(backend)), backend };
     }
   }
 
@@ -299,9 +296,14 @@ const ceilSeconds = (ms) => Math.ceil(ms / 1000);
 function headers(decision, { windowMs, name = "default" } = {}) {
   checkInt("windowMs", windowMs, 1);
   const out = {};
-  if (decision.limit > 0) {
+  // A decision of the failure policy advertises no quota.
+  if (decision.limit > 0 && decision.backend !== "unavailable") {
     out["RateLimit-Policy"] = `"${name}";q=${decision.limit};w=${ceilSeconds(windowMs)}`;
-    out["RateLimit"] = `"${name}";r=${decision.remaining};t=${ceilSeconds(decision.resetAfterMs)}`;
+    // Refused, the effective window ends when the request would pass, so
+    // that Retry-After never points before it.
+    const waits = !decision.admitted && decision.retryAfterMs >= 0;
+    const t = ceilSeconds(waits ? decision.retryAfterMs : decision.resetAfterMs);
+    out["RateLimit"] = `"${name}";r=${decision.remaining};t=${t}`;
   }
   if (!decision.admitted && decision.retryAfterMs >= 0) {
     out["Retry-After"] = String(Math.max(1, ceilSeconds(decision.retryAfterMs)));
@@ -324,23 +326,31 @@ class ValkeyStore {
     this.localKeys = false;
     this.limit = undefined;
     this.windowMs = undefined;
+    this.initError = undefined;
   }
 
   /** Called by express-rate-limit with its options: takes `limit` and `windowMs`. */
   init(options) {
     const limit = options.limit ?? options.max;
-    if (typeof limit !== "number") {
-      throw new TypeError(
-        "valkey-ratelimit: ValkeyStore needs a numeric `limit` (a function of the request is not supported)",
-      );
+    try {
+      if (typeof limit !== "number") {
+        throw new TypeError(
+          "valkey-ratelimit: ValkeyStore needs a numeric `limit` (a function of the request is not supported)",
+        );
+      }
+      // Validate now rather than on the first request.
+      policyArgs({ limit, windowMs: options.windowMs, algorithm: this.algorithm, burst: this.burst });
+    } catch (e) {
+      // express-rate-limit only logs an init error: every request raises it too.
+      this.initError = e;
+      throw e;
     }
     this.limit = limit;
     this.windowMs = options.windowMs;
-    // Validate now rather than on the first request.
-    policyArgs(this.policy());
   }
 
   policy() {
+    if (this.initError) throw this.initError;
     if (this.limit === undefined) {
       throw new Error("valkey-ratelimit: ValkeyStore used before init(): pass it to rateLimit({ store })");
     }
@@ -356,10 +366,12 @@ class ValkeyStore {
   // gives exactly ceil(ms / 1000).
   toInfo(decision) {
     const limit = this.limit;
-    const ms = decision.admitted ? decision.resetAfterMs : Math.max(0, decision.retryAfterMs);
+    // A fail-open answer is the first hit of a fresh window.
+    const failedOpen = decision.admitted && decision.backend === "unavailable";
+    const ms = failedOpen ? this.windowMs : decision.admitted ? decision.resetAfterMs : Math.max(0, decision.retryAfterMs);
     const resetTime = new Date(Date.now() + ceilSeconds(ms) * 1000);
     if (!decision.admitted) return { totalHits: limit + 1, resetTime };
-    const used = decision.backend === "unavailable" ? 1 : decision.limit - decision.remaining;
+    const used = failedOpen ? 1 : decision.limit - decision.remaining;
     return { totalHits: Math.min(limit, Math.max(1, used)), resetTime };
   }
 

@@ -174,7 +174,7 @@ async function live(expectBackend) {
   assert.ok(d.retryAfterMs > 4000 && d.retryAfterMs <= 5000);
   const h = headers(d, { windowMs: 5000 });
   assert.equal(h["RateLimit-Policy"], '"default";q=2;w=5');
-  assert.equal(h["RateLimit"], `"default";r=0;t=${Math.ceil(d.resetAfterMs / 1000)}`);
+  assert.equal(h["RateLimit"], `"default";r=0;t=${Math.ceil(d.retryAfterMs / 1000)}`);
   assert.equal(h["Retry-After"], String(Math.ceil(d.retryAfterMs / 1000)));
   const ttl = await limiter.ttl("k", policy);
   assert.ok(ttl > 0 && ttl <= d.retryAfterMs);
@@ -199,6 +199,8 @@ async function live(expectBackend) {
     await assert.rejects(forced.admit("k", policy), /unknown command/);
     ok("functions: backend 'module' forced on a library-only server raises unknown command");
     await c.call("FUNCTION", "DELETE", "ratelimit");
+    // The cached answer is stale now: detected again, and found missing.
+    await assert.rejects(limiter.admit("k", policy), (e) => e instanceof BackendMissingError);
     const c2 = client();
     const bare = new Limiter({ sendCommand: (...args) => c2.call(...args) });
     await assert.rejects(bare.admit("k", policy), (e) => e instanceof BackendMissingError && /FUNCTION LOAD/.test(e.message));
@@ -236,6 +238,8 @@ async function down() {
       await res.text();
       if (failure === "open") {
         assert.equal(res.status, 200);
+        // Reported as the first hit of a fresh window.
+        assert.equal(res.headers.get("ratelimit"), '"3-in-10sec"; r=2; t=10');
       } else {
         assert.equal(res.status, 429);
         assert.equal(res.headers.get("retry-after"), "1");

@@ -258,6 +258,12 @@ def live(expect: str) -> None:
         except valkey.exceptions.ResponseError as e:
             assert "unknown command" in str(e)
         sync.function_delete("ratelimit")
+        # The cached answer is stale now: detected again, and found missing.
+        try:
+            plain.admit("k", limit=2, window_ms=5000)
+            raise AssertionError("a flushed library must be noticed")
+        except BackendMissingError:
+            pass
         fresh = valkey.Valkey(host=HOST, port=PORT)
         try:
             Limiter(fresh).admit("k", limit=2, window_ms=5000)

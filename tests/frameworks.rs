@@ -1,0 +1,411 @@
+//! The framework packages in `clients/` against real servers with real
+//! HTTP: the Node.js package (an Express app with express-rate-limit 8 and
+//! `ValkeyStore`, hit with fetch) and the Python package (a Starlette app
+//! with `RateLimitMiddleware` under uvicorn, hit with httpx). Each runs
+//! once against a server with the module and once against a server with
+//! only the FUNCTION library, then again with that server stopped
+//! (fail-open, fail-closed, timeouts). The test programs
+//! (`clients/node/test/frameworks.test.js`,
+//! `clients/python/tests/test_frameworks.py`) make the HTTP checks; this
+//! file starts the servers, runs them, and checks their exit status and
+//! that every check reported `ok`. Also here: `npm pack` and
+//! `python -m build` produce artifacts that install and import.
+//!
+//! Their dependencies come from `scripts/client-deps.sh` (.ci/run runs
+//! it). Without them these tests fail when `$CI` is set and are skipped,
+//! with a note on stderr, otherwise.
+
+mod common;
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use common::backend::Backend;
+
+const REPO: &str = env!("CARGO_MANIFEST_DIR");
+/// A test program that runs longer than this is hung.
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A dependency is missing: fail under CI, skip (return None) locally.
+fn unavailable<T>(what: &str) -> Option<T> {
+    let msg = format!(
+        "{what}; install the client packages' test dependencies with \
+         scripts/client-deps.sh (run by .ci/run)"
+    );
+    if common::in_ci() {
+        panic!("CI=true and {msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    None
+}
+
+/// Runs a command to completion (killed after `RUN_TIMEOUT`): its stdout
+/// if it succeeded, else a panic with stdout and stderr.
+fn run(mut cmd: Command) -> String {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if start.elapsed() > RUN_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("{what} failed ({s})\n--- stdout:\n{out}\n--- stderr:\n{err}"),
+        None => panic!(
+            "{what} still running after {RUN_TIMEOUT:?}\n--- stdout:\n{out}\n--- stderr:\n{err}"
+        ),
+    }
+}
+
+/// `node`, with the package's dev dependencies installed by `npm ci`.
+fn node() -> Option<Command> {
+    let installed = Path::new(REPO).join("clients/node/node_modules/express-rate-limit");
+    if !installed.is_dir() {
+        return unavailable(&format!("{} is missing", installed.display()));
+    }
+    let version = Command::new("node").arg("--version").output();
+    if !version.is_ok_and(|o| o.status.success()) {
+        return unavailable("node is not on PATH");
+    }
+    let mut cmd = Command::new("node");
+    cmd.current_dir(Path::new(REPO).join("clients/node"));
+    Some(cmd)
+}
+
+/// The venv's python: `$RL_CLIENTS_PYTHON`, else `.deps/clients-venv`.
+fn python_path() -> Option<PathBuf> {
+    let python = match std::env::var_os("RL_CLIENTS_PYTHON") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => Path::new(REPO).join(".deps/clients-venv/bin/python"),
+    };
+    let check = Command::new(&python)
+        .args(["-c", "import valkey, starlette, uvicorn, httpx"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if !check.is_ok_and(|s| s.success()) {
+        return unavailable(&format!(
+            "{} cannot import valkey, starlette, uvicorn and httpx",
+            python.display()
+        ));
+    }
+    Some(python)
+}
+
+/// The python that runs the package from its source tree.
+fn python() -> Option<Command> {
+    let mut cmd = Command::new(python_path()?);
+    cmd.current_dir(Path::new(REPO).join("clients/python"))
+        .env("PYTHONPATH", Path::new(REPO).join("clients/python/src"));
+    Some(cmd)
+}
+
+/// A test program's command for `phase` against 127.0.0.1:`port`.
+fn program(lang: &str, phase: &str, port: u16, backend: Option<Backend>) -> Option<Command> {
+    let mut cmd = match lang {
+        "node" => {
+            let mut cmd = node()?;
+            cmd.arg("test/frameworks.test.js");
+            cmd
+        }
+        _ => {
+            let mut cmd = python()?;
+            cmd.arg("tests/test_frameworks.py");
+            cmd
+        }
+    };
+    cmd.arg(phase)
+        .env("VALKEY_HOST", "127.0.0.1")
+        .env("VALKEY_PORT", port.to_string());
+    match backend {
+        Some(Backend::Module) => cmd.env("RL_EXPECT_BACKEND", "module"),
+        Some(Backend::Functions) => cmd.env("RL_EXPECT_BACKEND", "functions"),
+        None => cmd.env_remove("RL_EXPECT_BACKEND"),
+    };
+    Some(cmd)
+}
+
+/// Every line of `out` that starts with one of `expected` is there, and
+/// the program reported its PASS line.
+fn assert_reported(out: &str, expected: &[&str], pass: &str) {
+    for line in expected {
+        assert!(
+            out.lines().any(|l| l.starts_with(line)),
+            "no `{line}` line in the output:\n{out}"
+        );
+    }
+    assert!(out.lines().any(|l| l == pass), "no `{pass}` line:\n{out}");
+}
+
+/// The `ok` lines a live run prints on `backend`, by language.
+fn live_checks(lang: &str, backend: Backend) -> Vec<String> {
+    let name = match backend {
+        Backend::Module => "module",
+        Backend::Functions => "functions",
+    };
+    let mut checks: Vec<String> = (1..=3)
+        .map(|i| format!("ok {name}: request {i} admitted"))
+        .collect();
+    checks.push(format!("ok {name}: request 4 refused"));
+    checks.push(format!(
+        "ok {name}: 50 concurrent requests, exactly 20 admitted"
+    ));
+    match lang {
+        "node" => {
+            checks.push(format!("ok {name}: store.get peeks 3 hits"));
+            checks.push(format!("ok {name}: resetKey admits again"));
+            checks.push(format!("ok {name}: decrement refunds"));
+            checks.push(format!("ok {name}: Limiter admit/ttl/refund/reset/headers"));
+            checks.push(format!(
+                "ok {name}: server errors are raised, not failed open"
+            ));
+        }
+        _ => {
+            checks.push(format!("ok {name}: reset admits again"));
+            checks.push(format!("ok {name}: Limiter admit/ttl/refund/reset"));
+            checks.push(format!("ok {name}: AsyncLimiter admit/ttl/refund/reset"));
+        }
+    }
+    if backend == Backend::Functions {
+        checks.push("ok functions: without the library, BackendMissingError".into());
+        checks.push("ok functions: opted in, the client loads the library itself".into());
+    }
+    checks
+}
+
+/// The `ok` lines of a run against the stopped server.
+fn down_checks(lang: &str) -> Vec<String> {
+    let mut checks = vec![
+        "ok down: fail-open".to_string(),
+        "ok down: fail-closed".to_string(),
+    ];
+    if lang == "node" {
+        checks.push("ok down: fail-open after a 300 ms timeout: HTTP 200".into());
+        checks.push("ok down: fail-closed after a 300 ms timeout: HTTP 429".into());
+    } else {
+        checks.push(
+            "ok down: fail-open (after a 0.3 s timeout): sync admitted=True, HTTP 200".into(),
+        );
+        checks.push(
+            "ok down: fail-closed (after a 0.3 s timeout): sync admitted=False, HTTP 429".into(),
+        );
+    }
+    checks
+}
+
+/// The live run on a fresh server of `backend`, then the down run once that
+/// server is stopped, on its port.
+fn live_then_down(lang: &str, backend: Backend) {
+    let mut server = backend.start();
+    let Some(cmd) = program(lang, "live", server.port, Some(backend)) else {
+        return;
+    };
+    let out = run(cmd);
+    let checks = live_checks(lang, backend);
+    let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+    assert_reported(&out, &checks, &format!("PASS {lang} live"));
+
+    server.stop();
+    let Some(cmd) = program(lang, "down", server.port, None) else {
+        return;
+    };
+    let out = run(cmd);
+    let checks = down_checks(lang);
+    let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+    assert_reported(&out, &checks, &format!("PASS {lang} down"));
+}
+
+#[test]
+fn node_express_store_on_the_module() {
+    live_then_down("node", Backend::Module);
+}
+
+#[test]
+fn node_express_store_on_the_function_library() {
+    live_then_down("node", Backend::Functions);
+}
+
+#[test]
+fn python_asgi_middleware_on_the_module() {
+    live_then_down("python", Backend::Module);
+}
+
+#[test]
+fn python_asgi_middleware_on_the_function_library() {
+    live_then_down("python", Backend::Functions);
+}
+
+#[test]
+fn python_decision_headers_match_the_drafts_examples() {
+    let Some(mut cmd) = python() else {
+        return;
+    };
+    cmd.args(["tests/test_frameworks.py", "unit"]);
+    let out = run(cmd);
+    assert_reported(
+        &out,
+        &[
+            "ok unit: Decision.headers() gives the draft's examples",
+            "ok unit: t, w and Retry-After are whole seconds rounded up",
+            "ok unit: problem body and frozen Decision",
+        ],
+        "PASS python unit",
+    );
+}
+
+/// A fresh directory for build artifacts, removed by `Drop`.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir()
+            .join("rl-tests")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The one file in `dir` whose name ends with `suffix`.
+fn only_file(dir: &Path, suffix: &str) -> PathBuf {
+    let found: Vec<PathBuf> = fs::read_dir(dir)
+        .expect("read_dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one *{suffix} in {}: {found:?}",
+        dir.display()
+    );
+    found[0].clone()
+}
+
+#[test]
+fn npm_pack_gives_a_package_that_loads() {
+    let Some(_) = node() else {
+        return;
+    };
+    let scratch = Scratch::new("npm-pack");
+    let mut pack = Command::new("npm");
+    pack.current_dir(Path::new(REPO).join("clients/node"))
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(&scratch.0);
+    run(pack);
+    let tarball = only_file(&scratch.0, "valkey-ratelimit-0.1.0.tgz");
+    let mut untar = Command::new("tar");
+    untar.arg("xzf").arg(&tarball).arg("-C").arg(&scratch.0);
+    run(untar);
+    let package = scratch.0.join("package");
+    for file in [
+        "index.js",
+        "index.d.ts",
+        "README.md",
+        "CHANGELOG.md",
+        "package.json",
+    ] {
+        assert!(
+            package.join(file).is_file(),
+            "{file} missing from the tarball"
+        );
+    }
+    assert!(
+        !package.join("test").exists(),
+        "the tests are not part of the package"
+    );
+    let mut load = Command::new("node");
+    load.arg("-e")
+        .arg("const m = require(process.argv[1]); console.log(Object.keys(m).sort().join(' '))")
+        .arg(&package);
+    let out = run(load);
+    assert_eq!(
+        out.trim(),
+        "ALGORITHMS BackendMissingError Limiter TimeoutError ValkeyStore headers"
+    );
+}
+
+#[test]
+fn python_build_gives_a_wheel_that_imports() {
+    let Some(python) = python_path() else {
+        return;
+    };
+    let scratch = Scratch::new("python-build");
+    let out_dir = scratch.0.join("dist");
+    // --no-isolation: the pinned hatchling of the venv, no download.
+    let mut build = Command::new(&python);
+    build
+        .args(["-m", "build", "--no-isolation", "--outdir"])
+        .arg(&out_dir)
+        .arg(Path::new(REPO).join("clients/python"));
+    run(build);
+    let wheel = only_file(&out_dir, "valkey_ratelimit-0.1.0-py3-none-any.whl");
+    only_file(&out_dir, "valkey_ratelimit-0.1.0.tar.gz");
+    let site = scratch.0.join("site");
+    let mut install = Command::new(&python);
+    install
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+        ])
+        .arg(&site)
+        .arg(&wheel);
+    run(install);
+    let mut import = Command::new(&python);
+    import
+        .current_dir(&scratch.0)
+        .env("PYTHONPATH", &site)
+        .args([
+            "-c",
+            "import valkey_ratelimit as v, os; \
+             from valkey_ratelimit import RateLimitMiddleware; \
+             print(v.__version__, v.__file__.startswith(os.environ['PYTHONPATH']), \
+             os.path.exists(os.path.join(os.path.dirname(v.__file__), 'py.typed')))",
+        ]);
+    assert_eq!(run(import).trim(), "0.1.0 True True");
+}
