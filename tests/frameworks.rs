@@ -15,6 +15,10 @@
 //! it). Without them these tests fail when `$CI` is set and are skipped,
 //! with a note on stderr, otherwise.
 
+// Only part of the cluster helpers is used here.
+#[allow(dead_code)]
+#[path = "common/cluster.rs"]
+mod cluster;
 mod common;
 
 use std::fs;
@@ -268,6 +272,46 @@ fn python_asgi_middleware_on_the_function_library() {
     live_then_down("python", Backend::Functions);
 }
 
+/// Three primaries with the module, the library loaded into each: both
+/// programs' `cluster` phase, through the cluster clients (iovalkey
+/// Cluster, valkey-py ValkeyCluster), with the module and with FCALL.
+#[test]
+fn cluster_clients_route_both_backends_by_key() {
+    let (Some(mut node_cmd), Some(mut python_cmd)) = (node(), python()) else {
+        return;
+    };
+    let cluster = cluster::Cluster::start(3);
+    for node in &cluster.nodes {
+        common::backend::load_library(&mut node.client());
+    }
+    let port = cluster.nodes[0].port.to_string();
+    for cmd in [&mut node_cmd, &mut python_cmd] {
+        cmd.env("VALKEY_HOST", "127.0.0.1")
+            .env("VALKEY_PORT", &port)
+            .env_remove("RL_EXPECT_BACKEND");
+    }
+    node_cmd.args(["test/frameworks.test.js", "cluster"]);
+    python_cmd.args(["tests/test_frameworks.py", "cluster"]);
+    let out = run(node_cmd);
+    assert_reported(
+        &out,
+        &[
+            "ok cluster: module: keys on every shard",
+            "ok cluster: functions: keys on every shard",
+        ],
+        "PASS node cluster",
+    );
+    let out = run(python_cmd);
+    assert_reported(
+        &out,
+        &[
+            "ok cluster: module: keys on every shard",
+            "ok cluster: functions: keys on every shard",
+        ],
+        "PASS python cluster",
+    );
+}
+
 #[test]
 fn python_decision_headers_match_the_drafts_examples() {
     let Some(mut cmd) = python() else {
@@ -320,6 +364,17 @@ fn only_file(dir: &Path, suffix: &str) -> PathBuf {
         dir.display()
     );
     found[0].clone()
+}
+
+#[test]
+fn node_types_fit_express_rate_limit() {
+    // tsc (strict) on index.d.ts and test/types.test.ts: ValkeyStore is an
+    // express-rate-limit Store, and the plain API's types hold.
+    let Some(mut cmd) = node() else {
+        return;
+    };
+    cmd.args(["node_modules/typescript/bin/tsc", "-p", "tsconfig.json"]);
+    run(cmd);
 }
 
 #[test]

@@ -26,11 +26,13 @@ export interface LimiterOptions {
 }
 
 export interface Policy {
-  limit: number;
-  windowMs: number;
+  /** Requests per window; optional only with `meta`. */
+  limit?: number;
+  /** The window in ms; optional only with `meta`. */
+  windowMs?: number;
   algorithm?: Algorithm;
   burst?: number;
-  /** A META hash (its `max`/`duration` fields override limit/windowMs). */
+  /** A META hash, whose `max`/`duration`/`algorithm`/`burst` fields apply where no option is given. */
   meta?: string;
 }
 

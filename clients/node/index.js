@@ -117,9 +117,17 @@ function policyArgs(policy) {
     }
     args.push("ALGO", algorithm);
   }
-  checkInt("limit", policy.limit, 0);
-  checkInt("windowMs", policy.windowMs, 1);
-  args.push("LIMIT", String(policy.limit), "WINDOW", String(policy.windowMs));
+  // With a META hash, limit and window may come from its fields instead
+  // (inline options win over the hash).
+  const fromMeta = policy.meta !== undefined && policy.meta !== null;
+  if (!fromMeta || policy.limit !== undefined) {
+    checkInt("limit", policy.limit, 0);
+    args.push("LIMIT", String(policy.limit));
+  }
+  if (!fromMeta || policy.windowMs !== undefined) {
+    checkInt("windowMs", policy.windowMs, 1);
+    args.push("WINDOW", String(policy.windowMs));
+  }
   if (policy.burst !== undefined && policy.burst !== null) {
     checkInt("burst", policy.burst, 0);
     args.push("BURST", String(policy.burst));
@@ -227,10 +235,11 @@ class Limiter {
     if (e instanceof BackendMissingError || !isUnreachable(e)) throw e;
     if (typeof this.onError === "function") this.onError(e);
     const open = this.failure === "open";
+    const limit = policy.limit ?? 0;
     return Object.freeze({
       admitted: open,
-      limit: policy.limit,
-      remaining: open ? policy.limit : 0,
+      limit,
+      remaining: open ? limit : 0,
       retryAfterMs: open ? 0 : FAIL_CLOSED_RETRY_MS,
       resetAfterMs: 0,
       backend: "unavailable",

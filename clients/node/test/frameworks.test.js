@@ -3,6 +3,7 @@
 //
 //   VALKEY_HOST=127.0.0.1 VALKEY_PORT=6379 RL_EXPECT_BACKEND=module node test/frameworks.test.js live
 //   VALKEY_PORT=<the same port, server stopped> node test/frameworks.test.js down
+//   VALKEY_PORT=<a node of a cluster with the module and library> node test/frameworks.test.js cluster
 //
 // `live` expects a running server with the module (RL_EXPECT_BACKEND=module)
 // or with only the FUNCTION library loaded (functions); `down` expects
@@ -262,6 +263,55 @@ async function down() {
   waiting.disconnect();
 }
 
+// A cluster of primaries with the module and the library loaded: the store
+// and the limiter through iovalkey's Cluster client, with keys on every
+// shard, a META hash next to its counter by hash tag, once through the
+// module and once through FCALL (backend forced to "functions").
+async function cluster() {
+  const c = new Valkey.Cluster([{ host: HOST, port: PORT }], {
+    redisOptions: { maxRetriesPerRequest: 1 },
+    clusterRetryStrategy: (times) => (times > 3 ? null : 200),
+  });
+  c.on("error", () => {});
+  const send = (...args) => c.call(...args);
+  for (const backend of ["module", "functions"]) {
+    const limiter = new Limiter({ sendCommand: send, backend: backend === "module" ? "auto" : "functions" });
+    assert.equal(await limiter.backend(), backend);
+    // {a}, {b} and {c} hash to slots owned by three different primaries.
+    for (const tag of ["a", "b", "c"]) {
+      const key = `${backend}:{${tag}}:k`;
+      const policy = { limit: 2, windowMs: 10000 };
+      const got = [];
+      for (let i = 0; i < 3; i++) got.push((await limiter.admit(key, policy)).admitted);
+      assert.deepEqual(got, [true, true, false], key);
+      assert.equal(Number(await c.get(key)), 2);
+      assert.equal(await limiter.reset(key), true);
+    }
+    const meta = `${backend}:{acme}:meta`;
+    await c.hset(meta, "max", "1", "duration", "10000");
+    const viaMeta = [];
+    for (let i = 0; i < 2; i++) {
+      viaMeta.push((await limiter.admit(`${backend}:{acme}:k`, { meta })).admitted);
+    }
+    assert.deepEqual(viaMeta, [true, false], "the META hash's max applies");
+    const { middleware } = limiterFor(c, { backend: backend === "module" ? "auto" : "functions", prefix: `${backend}:{http}:` });
+    const app = await serve({ "/api": middleware });
+    try {
+      const statuses = [];
+      for (let i = 0; i < 4; i++) {
+        const res = await fetch(`${app.base}/api`, { headers: { "x-client": "acme" } });
+        await res.text();
+        statuses.push(res.status);
+      }
+      assert.deepEqual(statuses, [200, 200, 200, 429]);
+    } finally {
+      await app.close();
+    }
+    ok(`cluster: ${backend}: keys on every shard, META by hash tag, Express 200 200 200 429`);
+  }
+  c.disconnect();
+}
+
 async function main() {
   const phase = process.argv[2];
   if (phase === "live") {
@@ -270,8 +320,10 @@ async function main() {
     await live(expect);
   } else if (phase === "down") {
     await down();
+  } else if (phase === "cluster") {
+    await cluster();
   } else {
-    throw new Error("usage: frameworks.test.js live|down");
+    throw new Error("usage: frameworks.test.js live|down|cluster");
   }
   console.log(`PASS node ${phase}`);
 }

@@ -5,6 +5,7 @@ the sync and asyncio limiters directly.
     python tests/test_frameworks.py unit
     VALKEY_PORT=6379 RL_EXPECT_BACKEND=module python tests/test_frameworks.py live
     VALKEY_PORT=<the same port, server stopped> python tests/test_frameworks.py down
+    VALKEY_PORT=<a node of a cluster with module and library> python tests/test_frameworks.py cluster
 
 ``unit`` needs no server (Decision.headers() against the draft's examples);
 ``live`` a running server with the module (RL_EXPECT_BACKEND=module) or with
@@ -313,6 +314,41 @@ def down() -> None:
     silent.close()
 
 
+def cluster() -> None:
+    """A cluster of primaries with the module and the library loaded: the
+    limiters through valkey-py's cluster clients (sync and asyncio), keys
+    on every shard, a META hash next to its counter by hash tag, and the
+    middleware, once through the module and once through FCALL."""
+    import httpx
+    import valkey
+    import valkey.asyncio
+
+    from valkey_ratelimit import AsyncLimiter, Limiter
+
+    sync = valkey.ValkeyCluster(host=HOST, port=PORT)
+    for backend in ("module", "functions"):
+        option = "auto" if backend == "module" else "functions"
+        limiter = Limiter(sync, backend=option)
+        assert limiter.backend() == backend
+        for tag in ("a", "b", "c"):
+            key = f"py:{backend}:{{{tag}}}:k"
+            got = [limiter.admit(key, limit=2, window_ms=10_000).admitted for _ in range(3)]
+            assert got == [True, True, False], (key, got)
+            assert int(sync.get(key)) == 2
+            assert limiter.reset(key) is True
+        meta = f"py:{backend}:{{acme}}:meta"
+        sync.hset(meta, mapping={"max": 1, "duration": 10_000})
+        got = [limiter.admit(f"py:{backend}:{{acme}}:k", meta=meta).admitted for _ in range(2)]
+        assert got == [True, False], "the META hash's max applies"
+
+        aclient = valkey.asyncio.ValkeyCluster(host=HOST, port=PORT)
+        alimiter = AsyncLimiter(aclient, backend=option, prefix=f"py:{backend}:{{http}}:")
+        with Uvicorn(app_for(alimiter, 3)) as base, httpx.Client(base_url=base) as http:
+            statuses = [http.get("/api", headers={"x-client": "acme"}).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429], statuses
+        ok(f"cluster: {backend}: keys on every shard, META by hash tag, ASGI 200 200 200 429")
+
+
 def main() -> None:
     phase = sys.argv[1] if len(sys.argv) > 1 else ""
     if phase == "unit":
@@ -323,8 +359,10 @@ def main() -> None:
         live(expect)
     elif phase == "down":
         down()
+    elif phase == "cluster":
+        cluster()
     else:
-        sys.exit("usage: test_frameworks.py unit|live|down")
+        sys.exit("usage: test_frameworks.py unit|live|down|cluster")
     print(f"PASS python {phase}", flush=True)
 
 

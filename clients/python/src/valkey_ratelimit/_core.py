@@ -114,19 +114,24 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 
 def policy_args(
-    limit: int,
-    window_ms: int,
+    limit: Optional[int],
+    window_ms: Optional[int],
     algorithm: Optional[str] = None,
     burst: Optional[int] = None,
+    meta: Optional[str] = None,
 ) -> List[str]:
-    """The policy options, in the order both backends take them."""
+    """The policy options, in the order both backends take them. With a
+    META hash, limit and window may come from its fields instead (inline
+    options win over the hash)."""
     args: List[str] = []
     if algorithm is not None:
         if algorithm not in ALGORITHMS:
             raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}")
         args += ["ALGO", algorithm]
-    args += ["LIMIT", str(_check_int("limit", limit, 0))]
-    args += ["WINDOW", str(_check_int("window_ms", window_ms, 1))]
+    if meta is None or limit is not None:
+        args += ["LIMIT", str(_check_int("limit", limit, 0))]
+    if meta is None or window_ms is not None:
+        args += ["WINDOW", str(_check_int("window_ms", window_ms, 1))]
     if burst is not None:
         args += ["BURST", str(_check_int("burst", burst, 0))]
     return args
@@ -157,7 +162,7 @@ def to_int(v: Any) -> int:
     return int(v)
 
 
-def parse_decision(reply: Any, backend: str, window_ms: int) -> Decision:
+def parse_decision(reply: Any, backend: str, window_ms: Optional[int]) -> Decision:
     """RL.ADMIT / RL.REFUND reply: a RESP2 array or the module's RESP3 map."""
     if isinstance(reply, dict):
         by_name = {_text(k): v for k, v in reply.items()}
@@ -170,8 +175,9 @@ def parse_decision(reply: Any, backend: str, window_ms: int) -> Decision:
     return Decision(admitted == 1, limit, remaining, retry, reset, window_ms, backend)
 
 
-def failed_decision(policy: str, limit: int, window_ms: int, error: BaseException) -> Decision:
+def failed_decision(policy: str, limit: Optional[int], window_ms: Optional[int], error: BaseException) -> Decision:
     """The failure policy's answer: open admits, closed refuses."""
+    limit = limit or 0
     if policy == "open":
         return Decision(True, limit, limit, 0, 0, window_ms, "unavailable", error)
     return Decision(False, limit, 0, FAIL_CLOSED_RETRY_MS, 0, window_ms, "unavailable", error)

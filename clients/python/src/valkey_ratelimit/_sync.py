@@ -112,8 +112,8 @@ class Limiter:
     def admit(
         self,
         key: str,
-        limit: int,
-        window_ms: int,
+        limit: Optional[int] = None,
+        window_ms: Optional[int] = None,
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
         cost: int = 1,
@@ -121,7 +121,7 @@ class Limiter:
     ) -> Decision:
         """Counts a request of ``cost`` against ``key``; ``cost=0`` peeks.
         Applies the failure policy when Valkey is unreachable."""
-        args = _core.policy_args(limit, window_ms, algorithm, burst) + _core.cost_args(cost)
+        args = _core.policy_args(limit, window_ms, algorithm, burst, meta) + _core.cost_args(cost)
         try:
             reply, backend = self._call("RL.ADMIT", "rl_admit", False, self._keys(key, meta), args)
         except Exception as e:
@@ -133,29 +133,29 @@ class Limiter:
     def refund(
         self,
         key: str,
-        limit: int,
-        window_ms: int,
+        limit: Optional[int] = None,
+        window_ms: Optional[int] = None,
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
         cost: int = 1,
         meta: Optional[str] = None,
     ) -> Decision:
         """Gives back ``cost``: the state afterwards, as a peek sees it."""
-        args = _core.policy_args(limit, window_ms, algorithm, burst) + _core.cost_args(cost)
+        args = _core.policy_args(limit, window_ms, algorithm, burst, meta) + _core.cost_args(cost)
         reply, backend = self._call("RL.REFUND", "rl_refund", False, self._keys(key, meta), args)
         return _core.parse_decision(reply, backend, window_ms)
 
     def ttl(
         self,
         key: str,
-        limit: int,
-        window_ms: int,
+        limit: Optional[int] = None,
+        window_ms: Optional[int] = None,
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
         meta: Optional[str] = None,
     ) -> int:
         """The back-off in ms a request of cost 1 would be told now; 0 if it would pass."""
-        args = _core.policy_args(limit, window_ms, algorithm, burst)
+        args = _core.policy_args(limit, window_ms, algorithm, burst, meta)
         reply, _ = self._call("RL.TTL", "rl_ttl", True, self._keys(key, meta), args)
         return _core.to_int(reply)
 

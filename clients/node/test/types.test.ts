@@ -1,0 +1,44 @@
+// Compile-time checks of index.d.ts (tsc --noEmit, strict): ValkeyStore is
+// an express-rate-limit Store, and the plain API's types say what index.js
+// returns. Run by tests/frameworks.rs; nothing here executes.
+import type { Store } from "express-rate-limit";
+import { rateLimit } from "express-rate-limit";
+import {
+  ALGORITHMS,
+  BackendMissingError,
+  Decision,
+  Limiter,
+  TimeoutError,
+  ValkeyStore,
+  headers,
+} from "..";
+
+declare const client: { call(...args: string[]): Promise<unknown> };
+
+const store: Store = new ValkeyStore({
+  sendCommand: (...args: string[]) => client.call(...args),
+  prefix: "rl:",
+  algorithm: "sliding",
+  backend: "auto",
+  failure: "closed",
+  timeoutMs: 250,
+});
+rateLimit({ windowMs: 10_000, limit: 3, standardHeaders: "draft-8", store });
+
+async function plain(): Promise<string> {
+  const limiter = new Limiter({ sendCommand: (...args) => client.call(...args), library: "#!lua name=ratelimit" });
+  const backend: "module" | "functions" = await limiter.backend();
+  const d: Decision = await limiter.admit("k", { limit: 10, windowMs: 1000, cost: 2, algorithm: "token", burst: 5 });
+  const admitted: boolean = d.admitted;
+  const fields: Record<string, string> = headers(d, { windowMs: 1000, name: "api" });
+  const ttl: number = await limiter.ttl("k", { limit: 10, windowMs: 1000 });
+  const existed: boolean = await limiter.reset("k");
+  const refunded: Decision = await limiter.refund("k", { limit: 10, windowMs: 1000 });
+  const e: Error = new BackendMissingError();
+  const t: Error = new TimeoutError();
+  return [backend, admitted, fields, ttl, existed, refunded, e, t, ALGORITHMS.join()].join();
+}
+void plain;
+
+// @ts-expect-error: an unknown algorithm is a type error.
+new ValkeyStore({ sendCommand: () => null, algorithm: "cell" });
