@@ -5,24 +5,16 @@
 //! the server's time is frozen there, so a limiter answers RL.ADMITALL and
 //! RL.ADMIT (on a COPY of its key) from the same state at the same time.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, repl_offset, snapshot,
+    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, raw_state, repl_offset, run, snapshot,
     wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
-
-macro_rules! c {
-    ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
-fn run(con: &mut Connection, cmd: &[String]) -> Value {
-    let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    cmd_raw(con, &words)
-}
 
 fn bytes(v: &Value) -> Option<Vec<u8>> {
     match v {
@@ -96,13 +88,6 @@ fn decider(each: &[Vec<i64>]) -> (i64, i64) {
     // Admitted: the caller proceeds after the longest wait (a leaky delay).
     let longest_delay = each.iter().map(|d| d[3]).max().unwrap_or(0).max(0);
     best.map_or((0, longest_delay), |(i, wait)| (i as i64 + 1, wait))
-}
-
-/// DUMP and PEXPIRETIME of each key.
-fn raw_state(con: &mut Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
-    keys.iter()
-        .map(|k| (dump(con, k), pexpiretime(con, k)))
-        .collect()
 }
 
 /// One limiter of each algorithm.
