@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{assert_refused_naming, raw_state, Server};
+use common::{assert_refused_naming, raw_state, split, Server};
 use redis::Commands;
 
 #[test]
@@ -153,7 +153,7 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
     ];
     let mut cases: Vec<(Vec<&str>, &str)> = table
         .iter()
-        .map(|(call, mention)| (call.split(' ').collect(), *mention))
+        .map(|(call, mention)| (split(call), *mention))
         .collect();
     // A number with a leading space is not a number (its words hold a space).
     cases.push((

@@ -14,7 +14,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use cluster::{err_line, redirect, Cluster};
-use common::{cmd_raw, pexpiretime, try_ints, try_text};
+use common::{cmd_raw, pexpiretime, split, try_ints, try_text};
 use redis::{Connection, Value};
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
@@ -31,11 +31,6 @@ impl Lim {
         c.extend(self.args.iter().cloned());
         c
     }
-}
-
-/// The words of a command or a list, written as one line.
-fn split(line: &str) -> Vec<&str> {
-    line.split_whitespace().collect()
 }
 
 fn strs(v: &[String]) -> Vec<&str> {
@@ -247,20 +242,15 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         }
     }
     // A META hash in the counter's slot is read on the slot's owner.
-    let (_, t_owner) = c.route(
-        "{t}x",
-        &["HSET", "{t}meta", "max", "2", "duration", "60000"],
-    );
+    let (_, t_owner) = c.route("{t}x", &split("HSET {t}meta max 2 duration 60000"));
     let (v, _) = c.route("{t}y", &["RL.ADMIT", "{t}y", "META", "{t}meta"]);
     assert_eq!(try_ints(&v).unwrap()[..3], [1, 2, 1]);
     let v = cmd_raw(&mut c.client(t_owner), &["RL.LIMIT", "{t}meta"]);
     assert_eq!(v, Value::Int(2));
 
     // RL.ADMITALL: keys in different slots are refused by the server ...
-    let mut cross = vec!["RL.ADMITALL", "2", "alpha", "beta", "POLICY"];
-    cross.extend(p);
-    cross.push("POLICY");
-    cross.extend(p);
+    let cross =
+        split("RL.ADMITALL 2 alpha beta POLICY LIMIT 5 WINDOW 60000 POLICY LIMIT 5 WINDOW 60000");
     assert_ne!(c.keyslot("alpha"), c.keyslot("beta"));
     for node in 0..3 {
         let v = cmd_raw(&mut c.client(node), &cross);
@@ -268,32 +258,17 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         assert!(e.starts_with("CROSSSLOT"), "node {node}: {v:?}");
     }
     // ... and so is a META hash in another slot than its counters ...
-    let v = c
-        .route(
-            "{t}a",
-            &[
-                "RL.ADMITALL",
-                "2",
-                "{t}a",
-                "{t}b",
-                "POLICY",
-                "META",
-                "{t}meta",
-                "POLICY",
-                "META",
-                "{u}meta",
-            ],
-        )
-        .0;
+    let mixed = split("RL.ADMITALL 2 {t}a {t}b POLICY META {t}meta POLICY META {u}meta");
+    let v = c.route("{t}a", &mixed).0;
     assert!(
         err_line(&v).unwrap_or_default().starts_with("CROSSSLOT"),
         "{v:?}"
     );
     // ... while a shared hash tag works, on the tag's owner.
-    let mut tagged = vec!["RL.ADMITALL", "3", "{t}a", "{t}b", "{t}c", "POLICY"];
-    tagged.extend(p);
-    tagged.extend(["POLICY", "ALGO", "gcra", "LIMIT", "2", "WINDOW", "60000"]);
-    tagged.extend(["POLICY", "META", "{t}meta"]);
+    let tagged = split(
+        "RL.ADMITALL 3 {t}a {t}b {t}c POLICY LIMIT 5 WINDOW 60000 \
+         POLICY ALGO gcra LIMIT 2 WINDOW 60000 POLICY META {t}meta",
+    );
     for round in 0..3 {
         let (v, node) = c.route("{t}a", &tagged);
         assert_eq!(node, t_owner);
@@ -332,23 +307,11 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     peek.extend(["COST".to_string(), "0".to_string()]);
     let v = cmd_raw(&mut con, &strs(&peek));
     assert!(try_ints(&v).is_some(), "ASKING + peek on the target: {v:?}");
-    let both = [
-        "RL.ADMITALL",
-        "2",
-        moved.key.as_str(),
-        here.key.as_str(),
-        "POLICY",
-        "LIMIT",
-        "9",
-        "WINDOW",
-        "1000",
-        "POLICY",
-        "LIMIT",
-        "9",
-        "WINDOW",
-        "1000",
-    ];
-    let v = cmd_raw(&mut c.client(src), &both);
+    let both = format!(
+        "RL.ADMITALL 2 {} {} POLICY LIMIT 9 WINDOW 1000 POLICY LIMIT 9 WINDOW 1000",
+        moved.key, here.key
+    );
+    let v = cmd_raw(&mut c.client(src), &split(&both));
     assert!(
         err_line(&v).unwrap_or_default().starts_with("TRYAGAIN"),
         "{v:?}"

@@ -14,9 +14,9 @@ use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, err_text, get, info_field, keyspace, pexpiretime, pipeline, run,
-    seed, server_time_ms, timed, try_ints, try_text, wait_replica_offset, words, Rng, Server, Snap,
-    QUIET,
+    cmd_err, cmd_ints, cmd_raw, err_text, get, info_field, keyspace, pexpiretime, pipeline,
+    raw_state, run, seed, server_time_ms, split, timed, try_ints, try_text, wait_replica_offset,
+    words, Rng, Server, Snap, QUIET,
 };
 use redis::{Connection, Value};
 
@@ -1034,8 +1034,7 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         "ACL SETUSER a on >pw resetkeys ~tenant:a:* +@ratelimit",
         "ACL SETUSER r on >pw resetkeys ~lim:* %R~meta:* +@ratelimit +hset +get +hget",
     ] {
-        let parts: Vec<&str> = rule.split(' ').collect();
-        assert_eq!(cmd_raw(&mut admin, &parts), Value::Okay, "{rule}");
+        assert_eq!(cmd_raw(&mut admin, &split(rule)), Value::Okay, "{rule}");
     }
     // Tenant b has state that tenant a must not be able to touch.
     let _: () = redis::cmd("HSET")
@@ -1052,67 +1051,43 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
     );
     cmd_ints(&mut admin, &["RL.THROTTLE", "tenant:b:t", "1", "1", "60"]);
     let b_keys = ["tenant:b:k", "tenant:b:t", "tenant:b:meta"];
-    let before: Vec<_> = b_keys
-        .iter()
-        .map(|k| (common::dump(&mut admin, k), pexpiretime(&mut admin, k)))
-        .collect();
+    let before = raw_state(&mut admin, &b_keys);
 
+    // Tenant a is refused every call that touches tenant b's keys ...
     let mut a = login(&server, "a");
-    let p: &[&str] = &["LIMIT", "5", "WINDOW", "60000"];
-    let denied: Vec<Vec<&str>> = vec![
-        [&["RL.ADMIT", "tenant:b:k"][..], p].concat(),
-        vec!["RL.ADMIT", "tenant:a:k", "META", "tenant:b:meta"],
-        [&["RL.REFUND", "tenant:b:k"][..], p].concat(),
-        vec!["RL.TTL", "tenant:b:k", "LIMIT", "5"],
-        vec!["RL.TTL", "tenant:a:k", "META", "tenant:b:meta"],
-        vec!["RL.LIMIT", "tenant:b:meta"],
-        vec!["RL.RESET", "tenant:b:k"],
-        vec!["RL.RESET", "tenant:b:meta"],
-        vec!["RL.THROTTLE", "tenant:b:t", "1", "1", "60"],
-        [
-            &["RL.ADMITALL", "2", "tenant:a:k", "tenant:b:k", "POLICY"][..],
-            p,
-            &["POLICY"][..],
-            p,
-        ]
-        .concat(),
-        vec![
-            "RL.ADMITALL",
-            "1",
-            "tenant:a:k",
-            "POLICY",
-            "META",
-            "tenant:b:meta",
-        ],
-    ];
-    for call in &denied {
-        let e = cmd_err(&mut a, call);
+    for call in [
+        "RL.ADMIT tenant:b:k LIMIT 5 WINDOW 60000",
+        "RL.ADMIT tenant:a:k META tenant:b:meta",
+        "RL.REFUND tenant:b:k LIMIT 5 WINDOW 60000",
+        "RL.TTL tenant:b:k LIMIT 5",
+        "RL.TTL tenant:a:k META tenant:b:meta",
+        "RL.LIMIT tenant:b:meta",
+        "RL.RESET tenant:b:k",
+        "RL.RESET tenant:b:meta",
+        "RL.THROTTLE tenant:b:t 1 1 60",
+        "RL.ADMITALL 2 tenant:a:k tenant:b:k POLICY LIMIT 5 WINDOW 60000 POLICY LIMIT 5 WINDOW 60000",
+        "RL.ADMITALL 1 tenant:a:k POLICY META tenant:b:meta",
+    ] {
+        let e = cmd_err(&mut a, &split(call));
         assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
     }
-    // The same calls on tenant a's own keys pass.
-    let allowed: Vec<Vec<&str>> = vec![
-        [&["RL.ADMIT", "tenant:a:k"][..], p].concat(),
-        vec!["RL.ADMIT", "tenant:a:k", "META", "tenant:a:meta"],
-        [&["RL.REFUND", "tenant:a:k"][..], p].concat(),
-        vec!["RL.TTL", "tenant:a:k", "LIMIT", "5"],
-        vec!["RL.LIMIT", "tenant:a:meta"],
-        vec!["RL.THROTTLE", "tenant:a:t", "1", "1", "60"],
-        [
-            &["RL.ADMITALL", "2", "tenant:a:k", "tenant:a:j", "POLICY"][..],
-            p,
-            &["POLICY", "META", "tenant:a:meta"][..],
-        ]
-        .concat(),
-        vec!["RL.RESET", "tenant:a:k"],
-    ];
-    for call in &allowed {
-        let v = cmd_raw(&mut a, call);
+    // ... and the same calls on its own keys pass.
+    for call in [
+        "RL.ADMIT tenant:a:k LIMIT 5 WINDOW 60000",
+        "RL.ADMIT tenant:a:k META tenant:a:meta",
+        "RL.REFUND tenant:a:k LIMIT 5 WINDOW 60000",
+        "RL.TTL tenant:a:k LIMIT 5",
+        "RL.LIMIT tenant:a:meta",
+        "RL.THROTTLE tenant:a:t 1 1 60",
+        "RL.ADMITALL 2 tenant:a:k tenant:a:j POLICY LIMIT 5 WINDOW 60000 POLICY META tenant:a:meta",
+        "RL.RESET tenant:a:k",
+    ] {
+        let v = cmd_raw(&mut a, &split(call));
         assert!(!is_err(&v), "{call:?}: {v:?}");
     }
     // RL.RESET only deletes, as DEL does: write-only access is enough.
     let rule = "ACL SETUSER w on >pw resetkeys %W~lim:* +@ratelimit";
-    let parts: Vec<&str> = rule.split(' ').collect();
-    assert_eq!(cmd_raw(&mut admin, &parts), Value::Okay);
+    assert_eq!(cmd_raw(&mut admin, &split(rule)), Value::Okay);
     cmd_ints(
         &mut admin,
         &["RL.ADMIT", "lim:w", "LIMIT", "5", "WINDOW", "60000"],
@@ -1124,10 +1099,7 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         &["RL.ADMIT", "lim:w", "LIMIT", "5", "WINDOW", "60000"],
     );
     assert!(e.starts_with("NOPERM"), "RL.ADMIT reads the counter: {e}");
-    let after: Vec<_> = b_keys
-        .iter()
-        .map(|k| (common::dump(&mut admin, k), pexpiretime(&mut admin, k)))
-        .collect();
+    let after = raw_state(&mut admin, &b_keys);
     assert_eq!(before, after, "tenant b's keys are untouched");
 
     // Read-only access to META hashes is enough to be admitted through them.
@@ -1153,12 +1125,12 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
     let hget = cmd_raw(&mut r, &["HGET", "meta:x", "max"]);
     assert_eq!(try_text(&hget).as_deref(), Some("2"));
     for call in [
-        vec!["HSET", "meta:x", "max", "100"],
-        vec!["RL.ADMIT", "meta:x", "LIMIT", "5", "WINDOW", "1000"],
-        vec!["RL.RESET", "meta:x"],
-        vec!["RL.ADMIT", "lim:y", "META", "other:x"],
+        "HSET meta:x max 100",
+        "RL.ADMIT meta:x LIMIT 5 WINDOW 1000",
+        "RL.RESET meta:x",
+        "RL.ADMIT lim:y META other:x",
     ] {
-        let e = cmd_err(&mut r, &call);
+        let e = cmd_err(&mut r, &split(call));
         assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
     }
 
@@ -1169,17 +1141,10 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         .query(&mut admin)
         .unwrap();
     let got: BTreeSet<String> = cat.iter().map(|c| c.to_ascii_uppercase()).collect();
-    let want: BTreeSet<String> = [
-        "RL.ADMIT",
-        "RL.ADMITALL",
-        "RL.TTL",
-        "RL.LIMIT",
-        "RL.REFUND",
-        "RL.RESET",
-        "RL.THROTTLE",
-    ]
-    .iter()
-    .map(|s| s.to_string())
+    let want: BTreeSet<String> = common::words(&split(
+        "RL.ADMIT RL.ADMITALL RL.TTL RL.LIMIT RL.REFUND RL.RESET RL.THROTTLE",
+    ))
+    .into_iter()
     .collect();
     assert_eq!(got, want);
 }

@@ -653,6 +653,11 @@ pub fn repl_offset(con: &mut Connection) -> i64 {
         .expect("an integer offset")
 }
 
+/// The words of a command (or a list) written as one line.
+pub fn split(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
 /// The words of a command, owned.
 pub fn words(args: &[&str]) -> Vec<String> {
     args.iter().map(|s| s.to_string()).collect()
