@@ -22,7 +22,7 @@ How the figure is made (run it with `make figure`):
   start is read from the state the module wrote (`leaky:<ns>`, the time the
   queue drains, one interval after the start), in ns, since arrival +
   retry_after_ms is rounded up to whole ms. token and gcra must decide alike;
-  the script checks it.
+  the script checks it, and draws both if they do not.
 No plotting library: the SVG is written directly. Only the Python standard
 library is needed.
 """
