@@ -10,7 +10,7 @@
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build run test test-all test-valkey8 example-deps lint fmt clean bench profile budget
+.PHONY: all build run test test-all test-valkey8 example-deps lint fmt clean bench profile budget figure
 
 all: build
 
@@ -70,6 +70,11 @@ profile: build
 budget: build
 	cd "$(ROOT)" && cargo build --release --example api_floor
 	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/budget.py
+
+# docs/algorithms.svg: one bursty trace replayed against the built module on a
+# throwaway server (scripts/algorithms_figure.py; Python standard library only).
+figure: build
+	cd "$(ROOT)" && python3 scripts/algorithms_figure.py
 
 # Only cargo output; .deps (downloaded valkey-server wheels) is kept.
 clean:
