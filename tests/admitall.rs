@@ -5,24 +5,16 @@
 //! the server's time is frozen there, so a limiter answers RL.ADMITALL and
 //! RL.ADMIT (on a COPY of its key) from the same state at the same time.
 
+#[macro_use]
 mod common;
 
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, repl_offset, snapshot,
-    wait_replica_offset, Server, QUIET,
+    cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, raw_state, repl_offset, run, snapshot,
+    split, wait_replica_offset, words, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
-
-macro_rules! c {
-    ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
-fn run(con: &mut Connection, cmd: &[String]) -> Value {
-    let words: Vec<&str> = cmd.iter().map(String::as_str).collect();
-    cmd_raw(con, &words)
-}
 
 fn bytes(v: &Value) -> Option<Vec<u8>> {
     match v {
@@ -96,13 +88,6 @@ fn decider(each: &[Vec<i64>]) -> (i64, i64) {
     // Admitted: the caller proceeds after the longest wait (a leaky delay).
     let longest_delay = each.iter().map(|d| d[3]).max().unwrap_or(0).max(0);
     best.map_or((0, longest_delay), |(i, wait)| (i as i64 + 1, wait))
-}
-
-/// DUMP and PEXPIRETIME of each key.
-fn raw_state(con: &mut Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
-    keys.iter()
-        .map(|k| (dump(con, k), pexpiretime(con, k)))
-        .collect()
 }
 
 /// One limiter of each algorithm.
@@ -493,8 +478,8 @@ fn unlimited_members_pass_and_are_never_written() {
 fn meta_policies_and_declared_keys() {
     let server = Server::start();
     let mut con = server.client();
-    let _: () = con
-        .hset_multiple(
+    let metas: [(&str, &[(&str, &str)]); 2] = [
+        (
             "m:1",
             &[
                 ("algorithm", "token"),
@@ -502,36 +487,22 @@ fn meta_policies_and_declared_keys() {
                 ("duration", "10000"),
                 ("burst", "2"),
             ],
-        )
-        .unwrap();
-    let _: () = con
-        .hset_multiple(
+        ),
+        (
             "m:2",
             &[
                 ("algorithm", "sliding"),
                 ("max", "1"),
                 ("duration", "60000"),
             ],
-        )
-        .unwrap();
-    let call = c![
-        "RL.ADMITALL",
-        3,
-        "c:1",
-        "c:2",
-        "c:3",
-        "POLICY",
-        "META",
-        "m:1",
-        "POLICY",
-        "META",
-        "m:2",
-        "POLICY",
-        "META",
-        "m:1",
-        "BURST",
-        5
+        ),
     ];
+    for (key, fields) in metas {
+        let _: () = con.hset_multiple(key, fields).unwrap();
+    }
+    let call = words(&split(
+        "RL.ADMITALL 3 c:1 c:2 c:3 POLICY META m:1 POLICY META m:2 POLICY META m:1 BURST 5",
+    ));
     let first = all(&run(&mut con, &call));
     assert_eq!(first.admitted, 1);
     assert_eq!(first.each[0][..3], [1, 2, 1], "token, burst 2 from META");
@@ -540,104 +511,41 @@ fn meta_policies_and_declared_keys() {
     let second = all(&run(&mut con, &call));
     assert_eq!((second.admitted, second.refused_by), (0, 2));
 
-    let getkeys = |con: &mut Connection, args: Vec<String>| -> Vec<String> {
-        redis::cmd("COMMAND")
+    // (call, the keys COMMAND GETKEYS reports for it)
+    for (call, keys) in [
+        (
+            "RL.ADMITALL 2 a b POLICY LIMIT 1 WINDOW 10 META m1 POLICY META m2",
+            "a b m1 m2",
+        ),
+        ("RL.ADMITALL 1 a COST 3 POLICY META m", "a m"),
+        ("RL.ADMITALL 1 a POLICY ALGO gcra LIMIT 1 WINDOW 9", "a"),
+    ] {
+        let got: Vec<String> = redis::cmd("COMMAND")
             .arg("GETKEYS")
-            .arg(&args)
-            .query(con)
-            .unwrap()
-    };
-    assert_eq!(
-        getkeys(
-            &mut con,
-            c![
-                "RL.ADMITALL",
-                2,
-                "a",
-                "b",
-                "POLICY",
-                "LIMIT",
-                1,
-                "WINDOW",
-                10,
-                "META",
-                "m1",
-                "POLICY",
-                "META",
-                "m2"
-            ]
-        ),
-        ["a", "b", "m1", "m2"]
-    );
-    assert_eq!(
-        getkeys(
-            &mut con,
-            c!["RL.ADMITALL", 1, "a", "COST", 3, "POLICY", "META", "m"]
-        ),
-        ["a", "m"]
-    );
-    assert_eq!(
-        getkeys(
-            &mut con,
-            c![
-                "RL.ADMITALL",
-                1,
-                "a",
-                "POLICY",
-                "ALGO",
-                "gcra",
-                "LIMIT",
-                1,
-                "WINDOW",
-                9
-            ]
-        ),
-        ["a"]
-    );
+            .arg(split(call))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, split(keys), "{call}");
+    }
 
     // ACLs follow the declared keys: counters read-write, META read-only.
-    let _: () = redis::cmd("ACL")
-        .arg(&[
-            "SETUSER", "tenant", "on", "nopass", "+@all", "~c:*", "%R~m:*",
-        ])
-        .query(&mut con)
-        .unwrap();
+    let rule = "ACL SETUSER tenant on nopass +@all ~c:* %R~m:*";
+    assert_eq!(cmd_raw(&mut con, &split(rule)), Value::Okay);
     let mut tenant = server.client();
     let _: () = redis::cmd("AUTH")
         .arg(&["tenant", "x"])
         .query(&mut tenant)
         .unwrap();
-    let ok = c![
-        "RL.ADMITALL",
-        2,
-        "c:4",
-        "c:5",
-        "POLICY",
-        "META",
-        "m:1",
-        "POLICY",
-        "META",
-        "m:2"
-    ];
+    let ok = words(&split(
+        "RL.ADMITALL 2 c:4 c:5 POLICY META m:1 POLICY META m:2",
+    ));
     assert_eq!(all(&run(&mut tenant, &ok)).admitted, 1);
     for bad in [
-        c![
-            "RL.ADMITALL",
-            2,
-            "c:6",
-            "other",
-            "POLICY",
-            "META",
-            "m:1",
-            "POLICY",
-            "META",
-            "m:2"
-        ],
-        c!["RL.ADMITALL", 1, "c:6", "POLICY", "META", "other"],
-        c!["RL.ADMITALL", 1, "m:1", "POLICY", "LIMIT", 1, "WINDOW", 10],
+        "RL.ADMITALL 2 c:6 other POLICY META m:1 POLICY META m:2",
+        "RL.ADMITALL 1 c:6 POLICY META other",
+        "RL.ADMITALL 1 m:1 POLICY LIMIT 1 WINDOW 10",
     ] {
-        let refs: Vec<&str> = bad.iter().map(String::as_str).collect();
-        let err = cmd_err(&mut tenant, &refs);
+        let err = cmd_err(&mut tenant, &split(bad));
         assert!(err.starts_with("NOPERM"), "{bad:?}: {err}");
     }
     assert!(!con.exists::<_, bool>("c:6").unwrap());

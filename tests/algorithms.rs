@@ -7,13 +7,14 @@
 //! together with TIME: the server's time is frozen for the whole
 //! transaction, so TIME there is exactly the `now` the module used.
 
+#[macro_use]
 mod common;
 
 use std::thread::sleep;
 use std::time::Duration;
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, dump, exec, int, ints, pexpiretime, pttl, repl_offset,
+    ceil_ms, cmd_err, cmd_ints, cmd_raw, exec, get, int, ints, pttl, raw_state, repl_offset,
     server_time_ms, snapshot, text, timed, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
@@ -25,26 +26,8 @@ const NS_PER_MS: i128 = 1_000_000;
 // Talking to the server
 // ---------------------------------------------------------------------------
 
-/// A command from words of any printable type.
-macro_rules! c {
-    ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
-/// A GET reply.
-fn get(con: &mut Connection, key: &str) -> Option<String> {
-    con.get(key).unwrap()
-}
-
 fn exists(con: &mut Connection, key: &str) -> bool {
     con.exists(key).unwrap()
-}
-
-/// (value, PEXPIRETIME) of each key.
-/// DUMP and PEXPIRETIME of each key, for "nothing changed" checks.
-fn raw_state(con: &mut Connection, keys: &[&str]) -> Vec<(Option<Vec<u8>>, i64)> {
-    keys.iter()
-        .map(|k| (dump(con, k), pexpiretime(con, k)))
-        .collect()
 }
 
 /// A small deterministic generator, so a failure can be replayed.
@@ -59,10 +42,6 @@ impl Rng {
             .wrapping_add(1_442_695_040_888_963_407);
         ((self.0 >> 33) % n as u64) as i64
     }
-}
-
-fn ceil_ms(ns: i128) -> i64 {
-    ((ns.max(0) + NS_PER_MS - 1) / NS_PER_MS) as i64
 }
 
 // ---------------------------------------------------------------------------

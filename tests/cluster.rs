@@ -14,7 +14,7 @@ use std::thread::sleep;
 use std::time::{Duration, Instant};
 
 use cluster::{err_line, redirect, Cluster};
-use common::{cmd_raw, pexpiretime, try_ints, try_text};
+use common::{cmd_raw, pexpiretime, split, try_ints, try_text};
 use redis::{Connection, Value};
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
@@ -242,20 +242,15 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         }
     }
     // A META hash in the counter's slot is read on the slot's owner.
-    let (_, t_owner) = c.route(
-        "{t}x",
-        &["HSET", "{t}meta", "max", "2", "duration", "60000"],
-    );
+    let (_, t_owner) = c.route("{t}x", &split("HSET {t}meta max 2 duration 60000"));
     let (v, _) = c.route("{t}y", &["RL.ADMIT", "{t}y", "META", "{t}meta"]);
     assert_eq!(try_ints(&v).unwrap()[..3], [1, 2, 1]);
     let v = cmd_raw(&mut c.client(t_owner), &["RL.LIMIT", "{t}meta"]);
     assert_eq!(v, Value::Int(2));
 
     // RL.ADMITALL: keys in different slots are refused by the server ...
-    let mut cross = vec!["RL.ADMITALL", "2", "alpha", "beta", "POLICY"];
-    cross.extend(p);
-    cross.push("POLICY");
-    cross.extend(p);
+    let cross =
+        split("RL.ADMITALL 2 alpha beta POLICY LIMIT 5 WINDOW 60000 POLICY LIMIT 5 WINDOW 60000");
     assert_ne!(c.keyslot("alpha"), c.keyslot("beta"));
     for node in 0..3 {
         let v = cmd_raw(&mut c.client(node), &cross);
@@ -263,32 +258,17 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         assert!(e.starts_with("CROSSSLOT"), "node {node}: {v:?}");
     }
     // ... and so is a META hash in another slot than its counters ...
-    let v = c
-        .route(
-            "{t}a",
-            &[
-                "RL.ADMITALL",
-                "2",
-                "{t}a",
-                "{t}b",
-                "POLICY",
-                "META",
-                "{t}meta",
-                "POLICY",
-                "META",
-                "{u}meta",
-            ],
-        )
-        .0;
+    let mixed = split("RL.ADMITALL 2 {t}a {t}b POLICY META {t}meta POLICY META {u}meta");
+    let v = c.route("{t}a", &mixed).0;
     assert!(
         err_line(&v).unwrap_or_default().starts_with("CROSSSLOT"),
         "{v:?}"
     );
     // ... while a shared hash tag works, on the tag's owner.
-    let mut tagged = vec!["RL.ADMITALL", "3", "{t}a", "{t}b", "{t}c", "POLICY"];
-    tagged.extend(p);
-    tagged.extend(["POLICY", "ALGO", "gcra", "LIMIT", "2", "WINDOW", "60000"]);
-    tagged.extend(["POLICY", "META", "{t}meta"]);
+    let tagged = split(
+        "RL.ADMITALL 3 {t}a {t}b {t}c POLICY LIMIT 5 WINDOW 60000 \
+         POLICY ALGO gcra LIMIT 2 WINDOW 60000 POLICY META {t}meta",
+    );
     for round in 0..3 {
         let (v, node) = c.route("{t}a", &tagged);
         assert_eq!(node, t_owner);
@@ -327,23 +307,11 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     peek.extend(["COST".to_string(), "0".to_string()]);
     let v = cmd_raw(&mut con, &strs(&peek));
     assert!(try_ints(&v).is_some(), "ASKING + peek on the target: {v:?}");
-    let both = [
-        "RL.ADMITALL",
-        "2",
-        moved.key.as_str(),
-        here.key.as_str(),
-        "POLICY",
-        "LIMIT",
-        "9",
-        "WINDOW",
-        "1000",
-        "POLICY",
-        "LIMIT",
-        "9",
-        "WINDOW",
-        "1000",
-    ];
-    let v = cmd_raw(&mut c.client(src), &both);
+    let both = format!(
+        "RL.ADMITALL 2 {} {} POLICY LIMIT 9 WINDOW 1000 POLICY LIMIT 9 WINDOW 1000",
+        moved.key, here.key
+    );
+    let v = cmd_raw(&mut c.client(src), &split(&both));
     assert!(
         err_line(&v).unwrap_or_default().starts_with("TRYAGAIN"),
         "{v:?}"
@@ -611,54 +579,18 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     let lag = std::thread::spawn(move || cmd_raw(&mut sleeper, &["DEBUG", "SLEEP", "0.3"]));
     sleep(Duration::from_millis(50));
     let (lims, mut keys) = populate_slot(&c, "rep");
-    let long_fixed = [
-        "RL.ADMIT",
-        "{rep}:long:fixed",
-        "LIMIT",
-        "3",
-        "WINDOW",
-        "600000",
-    ];
-    let long_token = [
-        "RL.ADMIT",
-        "{rep}:long:token",
-        "ALGO",
-        "token",
-        "LIMIT",
-        "3",
-        "WINDOW",
-        "600000",
-        "BURST",
-        "2",
-    ];
+    let long_fixed = split("RL.ADMIT {rep}:long:fixed LIMIT 3 WINDOW 600000");
+    let long_token = split("RL.ADMIT {rep}:long:token ALGO token LIMIT 3 WINDOW 600000 BURST 2");
     for i in 0..4 {
         assert_eq!(c.route_ints("{rep}", &long_fixed)[0], i64::from(i < 3));
     }
     for i in 0..3 {
         assert_eq!(c.route_ints("{rep}", &long_token)[0], i64::from(i < 2));
     }
-    let all = [
-        "RL.ADMITALL",
-        "3",
-        "{rep}:all:a",
-        "{rep}:all:b",
-        "{rep}:all:c",
-        "POLICY",
-        "LIMIT",
-        "5",
-        "WINDOW",
-        "60000",
-        "POLICY",
-        "ALGO",
-        "sliding",
-        "LIMIT",
-        "2",
-        "WINDOW",
-        "60000",
-        "POLICY",
-        "META",
-        "{rep}:meta",
-    ];
+    let all = split(
+        "RL.ADMITALL 3 {rep}:all:a {rep}:all:b {rep}:all:c \
+         POLICY LIMIT 5 WINDOW 60000 POLICY ALGO sliding LIMIT 2 WINDOW 60000 POLICY META {rep}:meta",
+    );
     for admitted in [1, 1, 0] {
         let (v, _) = c.route("{rep}", &all);
         let Value::Array(items) = &v else {
@@ -666,24 +598,13 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         };
         assert_eq!(items[0], Value::Int(admitted), "{v:?}");
     }
-    c.route_ints(
-        "{rep}",
-        &["RL.ADMIT", "{rep}:gone", "LIMIT", "3", "WINDOW", "60000"],
-    );
+    c.route_ints("{rep}", &split("RL.ADMIT {rep}:gone LIMIT 3 WINDOW 60000"));
     let (v, _) = c.route("{rep}", &["RL.RESET", "{rep}:gone"]);
     assert_eq!(v, Value::Int(1));
     keys.extend(
-        [
-            "{rep}:long:fixed",
-            "{rep}:long:token",
-            "{rep}:all:a",
-            "{rep}:all:b",
-            "{rep}:all:c",
-            "{rep}:gone",
-            "{rep}:after",
-            "{rep}:hammer",
-        ]
-        .map(String::from),
+        split("{rep}:long:fixed {rep}:long:token {rep}:all:a {rep}:all:b {rep}:all:c {rep}:gone {rep}:after {rep}:hammer")
+            .into_iter()
+            .map(String::from),
     );
     assert!(
         matches!(lag.join().unwrap(), Value::Okay),
@@ -724,10 +645,8 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         peek,
         lims[1].call("RL.REFUND"),
         vec!["RL.RESET".into(), lims[1].key.clone()],
-        ["RL.THROTTLE", "{rep}:thr", "2", "3", "60"]
-            .map(String::from)
-            .to_vec(),
-        all.map(String::from).to_vec(),
+        common::words(&split("RL.THROTTLE {rep}:thr 2 3 60")),
+        common::words(&all),
     ];
     let mut plain = c.client(r);
     for w in &writes {
@@ -743,13 +662,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         let v = cmd_raw(&mut plain, &strs(&read));
         assert_eq!(redirect(&v, "MOVED"), primary_port, "{read:?}: {v:?}");
     }
-    for cmd in [
-        "RL.ADMIT",
-        "RL.REFUND",
-        "RL.RESET",
-        "RL.THROTTLE",
-        "RL.ADMITALL",
-    ] {
+    for cmd in split("RL.ADMIT RL.REFUND RL.RESET RL.THROTTLE RL.ADMITALL") {
         let stat = cmdstat(&c, r, cmd);
         // Rejected calls count as `rejected_calls`, never as `calls`.
         assert!(
@@ -768,7 +681,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     let v = common::exec(
         &mut c.client(r),
         &[
-            long_fixed.map(String::from).to_vec(),
+            common::words(&long_fixed),
             vec!["PTTL".into(), "{rep}:long:fixed".into()],
         ],
     );
@@ -782,7 +695,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     assert_eq!(d[..3], [0, 2, 0], "{d:?}");
     assert!(d[3] > 190_000, "{d:?}");
     // New writes on the new primary reach the old one.
-    let after = ["RL.ADMIT", "{rep}:after", "LIMIT", "5", "WINDOW", "60000"];
+    let after = split("RL.ADMIT {rep}:after LIMIT 5 WINDOW 60000");
     c.route_ints("{rep}", &after);
     c.route_ints("{rep}", &after);
     c.route_ints("{rep}", &strs(&lims[1].call("RL.REFUND")));
@@ -794,22 +707,40 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     let mut ro = c.readonly_client(p);
     assert_eq!(state_of(&mut ro, &keys), on_new, "old primary vs new");
 
-    // A forced failover under load: a client keeps calling RL.ADMIT,
-    // following MOVED, while the old primary takes the slots back.
+    // A forced failover under load: the old primary takes the slots back.
+    let (admitted, calls) = hammer_through_a_forced_failover(&c, p, r);
+    wait_in_sync(&c, p, r);
+    let final_state = state_on(&c, p, &keys);
+    let mut ro = c.readonly_client(r);
+    assert_eq!(state_of(&mut ro, &keys), final_state, "after FORCE");
+    let counted: i64 = final_state["{rep}:hammer"].0[0].parse().unwrap();
+    assert!(
+        counted <= admitted && counted > 0,
+        "{counted} counted, {admitted} admitted"
+    );
+    println!(
+        "cluster replica: {} keys identical on primary and replica (replica lagging 0.3 s), \
+         failover kept them; FORCE under load: {admitted} admitted ({} on the new primary), \
+         {counted} counted, {} lost; {} ms in all",
+        on_primary.len(),
+        calls[0],
+        admitted - counted,
+        started.elapsed().as_millis()
+    );
+}
+
+/// Runs RL.ADMIT in a loop, following MOVED, while `CLUSTER FAILOVER FORCE`
+/// on `p` (the replica of `r`) takes the slots back; every call is admitted
+/// or redirected, and both nodes served some. Returns the calls admitted and
+/// how many each node served, [p, r].
+fn hammer_through_a_forced_failover(c: &Cluster, p: usize, r: usize) -> (i64, [u64; 2]) {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ports = [c.nodes[p].port, c.nodes[r].port];
     let hammer = {
         let stop = stop.clone();
         let mut cons: Vec<Connection> = [p, r].map(|n| c.client(n)).into();
         std::thread::spawn(move || {
-            let call = [
-                "RL.ADMIT",
-                "{rep}:hammer",
-                "LIMIT",
-                "100000000",
-                "WINDOW",
-                "600000",
-            ];
+            let call = split("RL.ADMIT {rep}:hammer LIMIT 100000000 WINDOW 600000");
             let (mut at, mut admitted, mut calls, mut other) = (1, 0i64, [0u64; 2], Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                 let v = cmd_raw(&mut cons[at], &call);
@@ -850,24 +781,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         calls.iter().all(|&n| n > 0),
         "calls on [old, new]: {calls:?}"
     );
-    wait_in_sync(&c, p, r);
-    let final_state = state_on(&c, p, &keys);
-    let mut ro = c.readonly_client(r);
-    assert_eq!(state_of(&mut ro, &keys), final_state, "after FORCE");
-    let counted: i64 = final_state["{rep}:hammer"].0[0].parse().unwrap();
-    assert!(
-        counted <= admitted && counted > 0,
-        "{counted} counted, {admitted} admitted"
-    );
-    println!(
-        "cluster replica: {} keys identical on primary and replica (replica lagging 0.3 s), \
-         failover kept them; FORCE under load: {admitted} admitted ({} on the new primary), \
-         {counted} counted, {} lost; {} ms in all",
-        on_primary.len(),
-        calls[0],
-        admitted - counted,
-        started.elapsed().as_millis()
-    );
+    (admitted, calls)
 }
 
 /// A connection to `node` that has selected db `n` (after `READONLY`, with

@@ -5,17 +5,12 @@ mod common;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{cmd_err, cmd_ints, dump, pexpiretime, pttl, Server};
+use common::{cmd_err, cmd_int, cmd_ints, dump, pexpiretime, pttl, server_time_ms, Server};
 use redis::Commands;
 use serial_test::serial;
 
 const ORDERS_META: &str = "emq:{orders}:meta";
 const ORDERS: &str = "emq:{orders}:limiter";
-
-fn server_time_ms(con: &mut redis::Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    secs * 1000 + micros / 1000
-}
 
 #[test]
 #[serial]
@@ -214,33 +209,30 @@ fn rl_ttl_answers_the_backoff_only_at_or_over_the_limit() {
         .hset_multiple("m", &[("max", "2"), ("duration", "5000")])
         .unwrap();
     assert_eq!(
-        cmd_ints_one(&mut con, &["RL.TTL", "k", "META", "m"]),
+        cmd_int(&mut con, &["RL.TTL", "k", "META", "m"]),
         0,
         "no counter yet"
     );
     cmd_ints(&mut con, &["RL.ADMIT", "k", "META", "m"]);
     assert_eq!(
-        cmd_ints_one(&mut con, &["RL.TTL", "k", "META", "m"]),
+        cmd_int(&mut con, &["RL.TTL", "k", "META", "m"]),
         0,
         "under the limit"
     );
     cmd_ints(&mut con, &["RL.ADMIT", "k", "META", "m"]);
-    let backoff = cmd_ints_one(&mut con, &["RL.TTL", "k", "META", "m"]);
+    let backoff = cmd_int(&mut con, &["RL.TTL", "k", "META", "m"]);
     let ttl = pttl(&mut con, "k");
     assert!(
         backoff > 0 && (backoff - ttl).abs() <= 5,
         "{backoff} vs {ttl}"
     );
     // Inline LIMIT instead of META.
-    assert!(cmd_ints_one(&mut con, &["RL.TTL", "k", "LIMIT", "2"]) > 0);
-    assert_eq!(cmd_ints_one(&mut con, &["RL.TTL", "k", "LIMIT", "3"]), 0);
+    assert!(cmd_int(&mut con, &["RL.TTL", "k", "LIMIT", "2"]) > 0);
+    assert_eq!(cmd_int(&mut con, &["RL.TTL", "k", "LIMIT", "3"]), 0);
     // Unconfigured: 0.
-    assert_eq!(cmd_ints_one(&mut con, &["RL.TTL", "k"]), 0);
-    assert_eq!(
-        cmd_ints_one(&mut con, &["RL.TTL", "k", "META", "nothing"]),
-        0
-    );
-    assert_eq!(cmd_ints_one(&mut con, &["RL.TTL", "k", "LIMIT", "0"]), 0);
+    assert_eq!(cmd_int(&mut con, &["RL.TTL", "k"]), 0);
+    assert_eq!(cmd_int(&mut con, &["RL.TTL", "k", "META", "nothing"]), 0);
+    assert_eq!(cmd_int(&mut con, &["RL.TTL", "k", "LIMIT", "0"]), 0);
 }
 
 /// Given a window, RL.TTL reads foreign state as RL.ADMIT does: a counter
@@ -280,7 +272,7 @@ fn rl_ttl_with_a_window_agrees_with_rl_admit_on_foreign_counters() {
         .arg(&["plain", "3", "PX", "100000000"])
         .query(&mut con)
         .unwrap();
-    assert!(cmd_ints_one(&mut con, &["RL.TTL", "plain", "LIMIT", "3"]) > 99_000_000);
+    assert!(cmd_int(&mut con, &["RL.TTL", "plain", "LIMIT", "3"]) > 99_000_000);
 }
 
 /// A refund that empties a fixed window deletes its counter, as for every
@@ -314,11 +306,11 @@ fn a_refund_to_empty_deletes_the_counter() {
 fn rl_limit_reads_the_cap() {
     let server = Server::start();
     let mut con = server.client();
-    assert_eq!(cmd_ints_one(&mut con, &["RL.LIMIT", "m"]), 0);
+    assert_eq!(cmd_int(&mut con, &["RL.LIMIT", "m"]), 0);
     let _: () = con.hset("m", "duration", "1000").unwrap();
-    assert_eq!(cmd_ints_one(&mut con, &["RL.LIMIT", "m"]), 0);
+    assert_eq!(cmd_int(&mut con, &["RL.LIMIT", "m"]), 0);
     let _: () = con.hset("m", "max", "42").unwrap();
-    assert_eq!(cmd_ints_one(&mut con, &["RL.LIMIT", "m"]), 42);
+    assert_eq!(cmd_int(&mut con, &["RL.LIMIT", "m"]), 42);
     let _: () = con.hset("m", "max", "lots").unwrap();
     let err = cmd_err(&mut con, &["RL.LIMIT", "m"]);
     assert!(err.starts_with("ERR ") && err.contains("'max'"), "{err}");
@@ -501,7 +493,7 @@ fn keys_are_declared_for_routing_and_acl() {
         cmd_ints(&mut tenant, &["RL.ADMIT", "c:1", "META", "m:1"])[..2],
         [1, 5]
     );
-    assert_eq!(cmd_ints_one(&mut tenant, &["RL.LIMIT", "m:1"]), 5);
+    assert_eq!(cmd_int(&mut tenant, &["RL.LIMIT", "m:1"]), 5);
     let err = cmd_err(
         &mut tenant,
         &["RL.ADMIT", "m:1", "LIMIT", "1", "WINDOW", "10"],
@@ -509,12 +501,4 @@ fn keys_are_declared_for_routing_and_acl() {
     assert!(err.starts_with("NOPERM"), "{err}");
     let err = cmd_err(&mut tenant, &["RL.ADMIT", "c:1", "META", "other"]);
     assert!(err.starts_with("NOPERM"), "{err}");
-}
-
-fn cmd_ints_one(con: &mut redis::Connection, args: &[&str]) -> i64 {
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(con).unwrap_or_else(|e| panic!("{args:?}: {e}"))
 }

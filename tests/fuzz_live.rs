@@ -10,8 +10,8 @@ mod common;
 
 use std::collections::BTreeSet;
 
-use common::{info_field, Rng, Server};
-use redis::{Connection, ConnectionLike, Value};
+use common::{info_field, pipeline, raw_state, server_time_ms, Rng, Server};
+use redis::{Connection, Value};
 
 const COMMANDS: &[&str] = &[
     "RL.ADMIT",
@@ -371,37 +371,6 @@ fn random_call(rng: &mut Rng) -> Call {
     }
 }
 
-fn pack(args: &Call) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a);
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// DUMP and PEXPIRETIME of every sentinel, in one round trip.
-fn state(con: &mut Connection) -> Vec<(Value, Value)> {
-    let mut packed = Vec::new();
-    for k in SENTINELS {
-        packed.extend(pack(&vec![b("DUMP"), b(k)]));
-        packed.extend(pack(&vec![b("PEXPIRETIME"), b(k)]));
-    }
-    let replies = con
-        .req_packed_commands(&packed, 0, 2 * SENTINELS.len())
-        .expect("DUMP/PEXPIRETIME");
-    replies
-        .chunks(2)
-        .map(|r| (r[0].clone(), r[1].clone()))
-        .collect()
-}
-
-fn server_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).expect("TIME");
-    secs * 1000 + micros / 1000
-}
-
 fn errors_counter(con: &mut Connection) -> i64 {
     info_field(con, "ratelimit", "ratelimit_errors")
         .and_then(|v| v.parse().ok())
@@ -426,11 +395,9 @@ fn fuzz(want_malformed: usize) {
     let mut con = server.client();
     setup(&mut con);
     let pid_before = info_field(&mut con, "server", "process_id");
-    let before = state(&mut con);
+    let before = raw_state(&mut con, SENTINELS);
     assert!(
-        before
-            .iter()
-            .all(|(d, _)| matches!(d, Value::BulkString(_))),
+        before.iter().all(|(d, _)| d.is_some()),
         "every sentinel exists: {before:?}"
     );
     let module_errors_before = errors_counter(&mut con);
@@ -446,12 +413,7 @@ fn fuzz(want_malformed: usize) {
     let mut last = before;
     while malformed < want_malformed && sent < want_malformed * 6 {
         let batch: Vec<Call> = (0..100).map(|_| random_call(&mut rng)).collect();
-        let mut packed = Vec::new();
-        for c in &batch {
-            packed.extend(pack(c));
-        }
-        let replies = con
-            .req_packed_commands(&packed, 0, batch.len())
+        let replies = pipeline(&mut con, &batch)
             .unwrap_or_else(|e| panic!("connection lost after {sent} calls: {e}"));
         // Sentinels an accepted call of this batch may have written.
         let mut touched: BTreeSet<&str> = BTreeSet::new();
@@ -478,16 +440,15 @@ fn fuzz(want_malformed: usize) {
             }
         }
         // Every other sentinel is exactly as it was before the batch.
-        let now = state(&mut con);
-        let now_ms = server_ms(&mut con);
+        let now = raw_state(&mut con, SENTINELS);
+        let now_ms = server_time_ms(&mut con);
         for ((name, b), a) in SENTINELS.iter().zip(&last).zip(&now) {
             if touched.contains(name) {
                 continue;
             }
             // A sentinel an earlier accepted call rewrote with a short
             // window may expire meanwhile: that is time, not the fuzz.
-            let expired =
-                matches!(b.1, Value::Int(at) if at > 0 && at <= now_ms) && a.0 == Value::Nil;
+            let expired = b.1 > 0 && b.1 <= now_ms && a.0.is_none();
             if expired {
                 expirations += 1;
                 continue;

@@ -7,17 +7,18 @@
 
 mod common;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
 use common::{
-    cmd_err, cmd_ints, cmd_raw, info_field, pexpiretime, seed, try_ints, try_text,
-    wait_replica_offset, Rng, Server, QUIET,
+    cmd_err, cmd_ints, cmd_raw, err_text, get, info_field, keyspace, pexpiretime, pipeline,
+    raw_state, run, seed, server_time_ms, split, timed, try_ints, try_text, wait_replica_offset,
+    words, Rng, Server, Snap, QUIET,
 };
-use redis::{Connection, ConnectionLike, Value};
+use redis::{Connection, Value};
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
 
@@ -25,53 +26,8 @@ const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
 // Small shared helpers
 // ---------------------------------------------------------------------------
 
-/// RESP encoding of one command.
-fn pack(args: &[String]) -> Vec<u8> {
-    let mut out = format!("*{}\r\n", args.len()).into_bytes();
-    for a in args {
-        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
-        out.extend_from_slice(a.as_bytes());
-        out.extend_from_slice(b"\r\n");
-    }
-    out
-}
-
-/// Sends all commands at once and returns every reply (errors included, as
-/// `Value::ServerError`).
-fn pipeline(con: &mut Connection, cmds: &[Vec<String>]) -> redis::RedisResult<Vec<Value>> {
-    let mut packed = Vec::new();
-    for c in cmds {
-        packed.extend(pack(c));
-    }
-    con.req_packed_commands(&packed, 0, cmds.len())
-}
-
-fn words(args: &[&str]) -> Vec<String> {
-    args.iter().map(|s| s.to_string()).collect()
-}
-
 fn is_err(v: &Value) -> bool {
     matches!(v, Value::ServerError(_))
-}
-
-fn err_text(v: &Value) -> String {
-    match v {
-        Value::ServerError(e) => match e.details() {
-            Some(d) => format!("{} {d}", e.code()),
-            None => e.code().to_string(),
-        },
-        other => format!("not an error: {other:?}"),
-    }
-}
-
-/// The server's clock in ms.
-fn server_ms(con: &mut Connection) -> i64 {
-    let (secs, micros): (i64, i64) = redis::cmd("TIME").query(con).unwrap();
-    secs * 1000 + micros / 1000
-}
-
-fn get(con: &mut Connection, key: &str) -> Option<String> {
-    redis::cmd("GET").arg(key).query(con).expect("GET")
 }
 
 fn signal(pid: u32, sig: libc::c_int) {
@@ -83,63 +39,6 @@ fn signal(pid: u32, sig: libc::c_int) {
 // ---------------------------------------------------------------------------
 // Comparing whole keyspaces across nodes
 // ---------------------------------------------------------------------------
-
-/// key -> (type, value words, PEXPIRETIME)
-type Snap = BTreeMap<String, (String, Vec<String>, i64)>;
-
-/// Every key of a node: its type, value (string, or sorted hash fields) and
-/// absolute expiry; plus the server time when the snapshot ended.
-fn snapshot(con: &mut Connection) -> (Snap, i64) {
-    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).expect("KEYS");
-    let mut meta_cmds = Vec::new();
-    for k in &keys {
-        meta_cmds.push(words(&["TYPE", k]));
-        meta_cmds.push(words(&["PEXPIRETIME", k]));
-    }
-    let meta = pipeline(con, &meta_cmds).expect("TYPE/PEXPIRETIME");
-    let mut value_cmds = Vec::new();
-    let mut kept = Vec::new();
-    for (i, k) in keys.iter().enumerate() {
-        let kind = try_text(&meta[2 * i]).unwrap_or_default();
-        let at = match meta[2 * i + 1] {
-            Value::Int(n) => n,
-            ref other => panic!("PEXPIRETIME {k}: {other:?}"),
-        };
-        let cmd = match kind.as_str() {
-            "string" => words(&["GET", k]),
-            "hash" => words(&["HGETALL", k]),
-            "none" => continue, // expired between KEYS and TYPE
-            other => panic!("unexpected type {other} for {k}"),
-        };
-        value_cmds.push(cmd);
-        kept.push((k.clone(), kind, at));
-    }
-    let values = pipeline(con, &value_cmds).expect("values");
-    let end = server_ms(con);
-    let mut snap = Snap::new();
-    for ((k, kind, at), v) in kept.into_iter().zip(values) {
-        let mut vals: Vec<String> = match &v {
-            Value::Array(items) => items.iter().filter_map(try_text).collect(),
-            Value::Map(pairs) => pairs
-                .iter()
-                .flat_map(|(a, b)| [try_text(a), try_text(b)])
-                .flatten()
-                .collect(),
-            Value::Nil => continue, // expired meanwhile
-            other => vec![try_text(other).unwrap_or_else(|| format!("{other:?}"))],
-        };
-        if kind == "hash" {
-            let mut pairs: Vec<(String, String)> = vals
-                .chunks(2)
-                .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
-                .collect();
-            pairs.sort();
-            vals = pairs.into_iter().flat_map(|(a, b)| [a, b]).collect();
-        }
-        snap.insert(k, (kind, vals, at));
-    }
-    (snap, end)
-}
 
 struct Compared {
     /// Keys present on every node with identical value and PEXPIRETIME.
@@ -154,7 +53,7 @@ struct Compared {
 fn assert_same_keyspace(nodes: &[(&str, &Server)]) -> Compared {
     let snaps: Vec<(Snap, i64)> = nodes
         .iter()
-        .map(|(_, s)| snapshot(&mut s.client()))
+        .map(|(_, s)| keyspace(&mut s.client()))
         .collect();
     let latest_end = snaps.iter().map(|s| s.1).max().unwrap();
     let all_keys: BTreeSet<&String> = snaps.iter().flat_map(|s| s.0.keys()).collect();
@@ -869,11 +768,6 @@ impl Lim {
     }
 }
 
-fn run(con: &mut Connection, c: &[String]) -> Value {
-    let args: Vec<&str> = c.iter().map(String::as_str).collect();
-    cmd_raw(con, &args)
-}
-
 /// Limiters of every algorithm in every interesting state: spent (refused),
 /// partly used, refunded, configured through META; plus RL.THROTTLE and an
 /// INCR-made counter given its expiry by a refusal.
@@ -957,29 +851,16 @@ struct PersistView {
     ttls: Vec<(String, i64, i64)>,
 }
 
-/// A read and the server's clock in one MULTI/EXEC: the reply and the ms
-/// it was computed at (TIME may be a µs later than the call's clock).
-fn timed(con: &mut Connection, call: Vec<String>) -> (Value, i64) {
-    let cmds = vec![words(&["MULTI"]), words(&["TIME"]), call, words(&["EXEC"])];
-    let replies = pipeline(con, &cmds).expect("MULTI/TIME");
-    let Value::Array(exec) = &replies[3] else {
-        panic!("{replies:?}")
-    };
-    let Value::Array(t) = &exec[0] else {
-        panic!("{exec:?}")
-    };
-    let secs: i64 = try_text(&t[0]).unwrap().parse().unwrap();
-    let micros: i64 = try_text(&t[1]).unwrap().parse().unwrap();
-    (exec[1].clone(), secs * 1000 + micros / 1000)
-}
-
 fn persist_view(con: &mut Connection, lims: &[Lim]) -> PersistView {
-    let (state, _) = snapshot(con);
+    let (state, _) = keyspace(con);
     let ttls = lims
         .iter()
-        .map(|l| match timed(con, l.call("RL.TTL", None)) {
-            (Value::Int(n), at) => (l.key.clone(), n, at),
-            (other, _) => panic!("RL.TTL {}: {other:?}", l.key),
+        .map(|l| {
+            let (at, replies) = timed(con, &[l.call("RL.TTL", None)]);
+            match replies[..] {
+                [Value::Int(n)] => (l.key.clone(), n, at),
+                ref other => panic!("RL.TTL {}: {other:?}", l.key),
+            }
         })
         .collect();
     PersistView { state, ttls }
@@ -1153,8 +1034,7 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         "ACL SETUSER a on >pw resetkeys ~tenant:a:* +@ratelimit",
         "ACL SETUSER r on >pw resetkeys ~lim:* %R~meta:* +@ratelimit +hset +get +hget",
     ] {
-        let parts: Vec<&str> = rule.split(' ').collect();
-        assert_eq!(cmd_raw(&mut admin, &parts), Value::Okay, "{rule}");
+        assert_eq!(cmd_raw(&mut admin, &split(rule)), Value::Okay, "{rule}");
     }
     // Tenant b has state that tenant a must not be able to touch.
     let _: () = redis::cmd("HSET")
@@ -1171,67 +1051,43 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
     );
     cmd_ints(&mut admin, &["RL.THROTTLE", "tenant:b:t", "1", "1", "60"]);
     let b_keys = ["tenant:b:k", "tenant:b:t", "tenant:b:meta"];
-    let before: Vec<_> = b_keys
-        .iter()
-        .map(|k| (common::dump(&mut admin, k), pexpiretime(&mut admin, k)))
-        .collect();
+    let before = raw_state(&mut admin, &b_keys);
 
+    // Tenant a is refused every call that touches tenant b's keys ...
     let mut a = login(&server, "a");
-    let p: &[&str] = &["LIMIT", "5", "WINDOW", "60000"];
-    let denied: Vec<Vec<&str>> = vec![
-        [&["RL.ADMIT", "tenant:b:k"][..], p].concat(),
-        vec!["RL.ADMIT", "tenant:a:k", "META", "tenant:b:meta"],
-        [&["RL.REFUND", "tenant:b:k"][..], p].concat(),
-        vec!["RL.TTL", "tenant:b:k", "LIMIT", "5"],
-        vec!["RL.TTL", "tenant:a:k", "META", "tenant:b:meta"],
-        vec!["RL.LIMIT", "tenant:b:meta"],
-        vec!["RL.RESET", "tenant:b:k"],
-        vec!["RL.RESET", "tenant:b:meta"],
-        vec!["RL.THROTTLE", "tenant:b:t", "1", "1", "60"],
-        [
-            &["RL.ADMITALL", "2", "tenant:a:k", "tenant:b:k", "POLICY"][..],
-            p,
-            &["POLICY"][..],
-            p,
-        ]
-        .concat(),
-        vec![
-            "RL.ADMITALL",
-            "1",
-            "tenant:a:k",
-            "POLICY",
-            "META",
-            "tenant:b:meta",
-        ],
-    ];
-    for call in &denied {
-        let e = cmd_err(&mut a, call);
+    for call in [
+        "RL.ADMIT tenant:b:k LIMIT 5 WINDOW 60000",
+        "RL.ADMIT tenant:a:k META tenant:b:meta",
+        "RL.REFUND tenant:b:k LIMIT 5 WINDOW 60000",
+        "RL.TTL tenant:b:k LIMIT 5",
+        "RL.TTL tenant:a:k META tenant:b:meta",
+        "RL.LIMIT tenant:b:meta",
+        "RL.RESET tenant:b:k",
+        "RL.RESET tenant:b:meta",
+        "RL.THROTTLE tenant:b:t 1 1 60",
+        "RL.ADMITALL 2 tenant:a:k tenant:b:k POLICY LIMIT 5 WINDOW 60000 POLICY LIMIT 5 WINDOW 60000",
+        "RL.ADMITALL 1 tenant:a:k POLICY META tenant:b:meta",
+    ] {
+        let e = cmd_err(&mut a, &split(call));
         assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
     }
-    // The same calls on tenant a's own keys pass.
-    let allowed: Vec<Vec<&str>> = vec![
-        [&["RL.ADMIT", "tenant:a:k"][..], p].concat(),
-        vec!["RL.ADMIT", "tenant:a:k", "META", "tenant:a:meta"],
-        [&["RL.REFUND", "tenant:a:k"][..], p].concat(),
-        vec!["RL.TTL", "tenant:a:k", "LIMIT", "5"],
-        vec!["RL.LIMIT", "tenant:a:meta"],
-        vec!["RL.THROTTLE", "tenant:a:t", "1", "1", "60"],
-        [
-            &["RL.ADMITALL", "2", "tenant:a:k", "tenant:a:j", "POLICY"][..],
-            p,
-            &["POLICY", "META", "tenant:a:meta"][..],
-        ]
-        .concat(),
-        vec!["RL.RESET", "tenant:a:k"],
-    ];
-    for call in &allowed {
-        let v = cmd_raw(&mut a, call);
+    // ... and the same calls on its own keys pass.
+    for call in [
+        "RL.ADMIT tenant:a:k LIMIT 5 WINDOW 60000",
+        "RL.ADMIT tenant:a:k META tenant:a:meta",
+        "RL.REFUND tenant:a:k LIMIT 5 WINDOW 60000",
+        "RL.TTL tenant:a:k LIMIT 5",
+        "RL.LIMIT tenant:a:meta",
+        "RL.THROTTLE tenant:a:t 1 1 60",
+        "RL.ADMITALL 2 tenant:a:k tenant:a:j POLICY LIMIT 5 WINDOW 60000 POLICY META tenant:a:meta",
+        "RL.RESET tenant:a:k",
+    ] {
+        let v = cmd_raw(&mut a, &split(call));
         assert!(!is_err(&v), "{call:?}: {v:?}");
     }
     // RL.RESET only deletes, as DEL does: write-only access is enough.
     let rule = "ACL SETUSER w on >pw resetkeys %W~lim:* +@ratelimit";
-    let parts: Vec<&str> = rule.split(' ').collect();
-    assert_eq!(cmd_raw(&mut admin, &parts), Value::Okay);
+    assert_eq!(cmd_raw(&mut admin, &split(rule)), Value::Okay);
     cmd_ints(
         &mut admin,
         &["RL.ADMIT", "lim:w", "LIMIT", "5", "WINDOW", "60000"],
@@ -1243,10 +1099,7 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         &["RL.ADMIT", "lim:w", "LIMIT", "5", "WINDOW", "60000"],
     );
     assert!(e.starts_with("NOPERM"), "RL.ADMIT reads the counter: {e}");
-    let after: Vec<_> = b_keys
-        .iter()
-        .map(|k| (common::dump(&mut admin, k), pexpiretime(&mut admin, k)))
-        .collect();
+    let after = raw_state(&mut admin, &b_keys);
     assert_eq!(before, after, "tenant b's keys are untouched");
 
     // Read-only access to META hashes is enough to be admitted through them.
@@ -1272,12 +1125,12 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
     let hget = cmd_raw(&mut r, &["HGET", "meta:x", "max"]);
     assert_eq!(try_text(&hget).as_deref(), Some("2"));
     for call in [
-        vec!["HSET", "meta:x", "max", "100"],
-        vec!["RL.ADMIT", "meta:x", "LIMIT", "5", "WINDOW", "1000"],
-        vec!["RL.RESET", "meta:x"],
-        vec!["RL.ADMIT", "lim:y", "META", "other:x"],
+        "HSET meta:x max 100",
+        "RL.ADMIT meta:x LIMIT 5 WINDOW 1000",
+        "RL.RESET meta:x",
+        "RL.ADMIT lim:y META other:x",
     ] {
-        let e = cmd_err(&mut r, &call);
+        let e = cmd_err(&mut r, &split(call));
         assert!(e.starts_with("NOPERM"), "{call:?}: {e}");
     }
 
@@ -1288,17 +1141,10 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         .query(&mut admin)
         .unwrap();
     let got: BTreeSet<String> = cat.iter().map(|c| c.to_ascii_uppercase()).collect();
-    let want: BTreeSet<String> = [
-        "RL.ADMIT",
-        "RL.ADMITALL",
-        "RL.TTL",
-        "RL.LIMIT",
-        "RL.REFUND",
-        "RL.RESET",
-        "RL.THROTTLE",
-    ]
-    .iter()
-    .map(|s| s.to_string())
+    let want: BTreeSet<String> = common::words(&split(
+        "RL.ADMIT RL.ADMITALL RL.TTL RL.LIMIT RL.REFUND RL.RESET RL.THROTTLE",
+    ))
+    .into_iter()
     .collect();
     assert_eq!(got, want);
 }
@@ -1812,7 +1658,7 @@ fn set_state(con: &mut Connection, key: &str, state: &str) {
 fn far_future_state_gives_a_bounded_back_off_and_no_error() {
     let server = Server::start();
     let mut con = server.client();
-    let now = server_ms(&mut con);
+    let now = server_time_ms(&mut con);
     for (key, state, policy, bound) in far_future_cases(now) {
         set_state(&mut con, &key, &state);
         let mut call = words(&["RL.ADMIT", &key]);
@@ -1893,7 +1739,7 @@ fn far_future_state_gives_a_bounded_back_off_and_no_error() {
 fn far_future_state_is_admitted_again_after_the_back_off() {
     let server = Server::start();
     let mut con = server.client();
-    let now = server_ms(&mut con);
+    let now = server_time_ms(&mut con);
     let mut cases: Vec<(String, String, Vec<String>)> = far_future_cases(now)
         .into_iter()
         .map(|(k, s, p, _)| {

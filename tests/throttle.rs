@@ -6,10 +6,11 @@
 //! together with TIME (or inside one script): the server's time is frozen
 //! there, so TIME is exactly the `now` the module used.
 
+#[macro_use]
 mod common;
 
 use common::{
-    assert_refused_naming, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
+    assert_refused_naming, ceil_ms, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
     server_time_ms, snapshot, text, timed, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
@@ -17,20 +18,12 @@ use redis::{Commands, Connection, Value};
 const NS_PER_MS: i128 = 1_000_000;
 const NS_PER_S: i128 = 1_000_000_000;
 
-macro_rules! c {
-    ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
-}
-
 fn throttle(key: &str, burst: i64, count: i64, period: i64, quantity: i64) -> Vec<String> {
     c!["RL.THROTTLE", key, burst, count, period, quantity]
 }
 
 fn ceil_s(ns: i128) -> i64 {
     ((ns.max(0) + NS_PER_S - 1) / NS_PER_S) as i64
-}
-
-fn ceil_ms(ns: i128) -> i64 {
-    ((ns.max(0) + NS_PER_MS - 1) / NS_PER_MS) as i64
 }
 
 /// CL.THROTTLE's GCRA as redis-cell documents it, in ns: the reply and the

@@ -8,6 +8,7 @@
 pub mod fixed;
 pub mod gcra;
 pub mod leaky;
+pub mod lease;
 pub mod policy;
 pub mod sliding;
 pub mod state;

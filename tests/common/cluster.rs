@@ -4,7 +4,9 @@
 //! manual router that asks the node owning a key's slot and follows `MOVED`.
 //!
 //! Include it with `#[path = "common/cluster.rs"] mod cluster;` next to
-//! `mod common;`.
+//! `mod common;`. Each test binary uses a part of it.
+
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -39,7 +41,6 @@ pub struct Cluster {
     extra: Vec<String>,
 }
 
-#[allow(dead_code)]
 impl Cluster {
     /// `n` primaries sharing the slots evenly (for 3: 0-5460, 5461-10922,
     /// 10923-16383), up once every node reports `cluster_state:ok`.

@@ -2,13 +2,23 @@
 //! module loaded, plus small helpers for talking to them.
 //!
 //! Each test binary includes this file with `mod common;` and uses a subset of
-//! it, hence the `#[allow(dead_code)]` on every item.
+//! it, hence the one `#![allow(dead_code)]` below.
 //!
 //! Environment:
 //! - `RL_MODULE`: module to load (default `target/release/libvalkey_ratelimit.so`).
 //! - `VALKEY_SERVER`: server binary (default: whatever `scripts/valkey-server.sh` prints).
 //! - `RL_KEEP_TEST_DIRS`: keep each server's directory (data files, server.log).
 
+#![allow(dead_code)]
+
+/// A command from words of any printable type: `c!["RL.ADMIT", key, "LIMIT", 5]`.
+/// (A test file that uses it declares `#[macro_use] mod common;`.)
+#[allow(unused_macros)]
+macro_rules! c {
+    ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
+}
+
+use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -49,13 +59,11 @@ const START_ATTEMPTS: usize = 5;
 
 /// True under CI (`CI=true`, as .ci/run is run): a missing tool fails a
 /// test there instead of skipping it.
-#[allow(dead_code)]
 pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
 /// The module under test: `$RL_MODULE` or the release build in this repo.
-#[allow(dead_code)]
 pub fn module_path() -> PathBuf {
     let path = match std::env::var_os("RL_MODULE") {
         Some(p) => PathBuf::from(p),
@@ -73,7 +81,6 @@ pub fn module_path() -> PathBuf {
 
 /// The valkey-server binary: `$VALKEY_SERVER`, else what `scripts/valkey-server.sh` prints.
 /// Resolved once per test binary (the script may pip-install on first use).
-#[allow(dead_code)]
 pub fn server_binary() -> PathBuf {
     static BINARY: OnceLock<PathBuf> = OnceLock::new();
     BINARY
@@ -122,7 +129,6 @@ fn free_port() -> u16 {
 }
 
 /// Poll `check` every 20 ms until it returns true; panic with `what` after `timeout`.
-#[allow(dead_code)]
 pub fn wait_until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
     let start = Instant::now();
     while !check() {
@@ -174,7 +180,6 @@ pub struct Server {
     extra: Vec<String>,
 }
 
-#[allow(dead_code)]
 impl Server {
     /// A server with the default test configuration.
     pub fn start() -> Server {
@@ -286,7 +291,6 @@ impl Server {
 }
 
 /// Wait until `replica` has applied everything `primary` has propagated so far.
-#[allow(dead_code)]
 pub fn wait_replica_offset(primary: &Server, replica: &Server) {
     let mut p = primary.client();
     let mut r = replica.client();
@@ -433,7 +437,6 @@ fn ping_pid(port: u16) -> Option<u32> {
 }
 
 /// Build a command from its words, e.g. `&["SET", "k", "v"]`.
-#[allow(dead_code)]
 pub fn make_cmd(args: &[&str]) -> redis::Cmd {
     let (name, rest) = args.split_first().expect("empty command");
     let mut cmd = redis::cmd(name);
@@ -445,14 +448,12 @@ pub fn make_cmd(args: &[&str]) -> redis::Cmd {
 
 /// Run a command and return the raw reply; an error reply comes back as
 /// `Value::ServerError` instead of `Err`.
-#[allow(dead_code)]
 pub fn cmd_raw(con: &mut Connection, args: &[&str]) -> Value {
     con.req_command(&make_cmd(args))
         .unwrap_or_else(|e| panic!("{args:?}: connection error: {e}"))
 }
 
 /// Run a command that must reply with an array of integers.
-#[allow(dead_code)]
 pub fn cmd_ints(con: &mut Connection, args: &[&str]) -> Vec<i64> {
     match cmd_raw(con, args) {
         Value::Array(items) => items
@@ -468,22 +469,29 @@ pub fn cmd_ints(con: &mut Connection, args: &[&str]) -> Vec<i64> {
 
 /// Run a command that must fail; returns the error text exactly as the server
 /// sent it, e.g. `"ERR wrong number of arguments ..."` or `"WRONGTYPE ..."`.
-#[allow(dead_code)]
 pub fn cmd_err(con: &mut Connection, args: &[&str]) -> String {
+    match cmd_raw(con, args) {
+        e @ Value::ServerError(_) => err_text(&e),
+        other => panic!("{args:?}: expected an error reply, got {other:?}"),
+    }
+}
+
+/// The text of an error reply exactly as the server sent it (or a note that
+/// the reply is not an error).
+pub fn err_text(v: &Value) -> String {
     // The raw reply keeps the error intact; redis-rs splits it at the first
     // space into code and detail, which rejoin to the original line.
-    match cmd_raw(con, args) {
+    match v {
         Value::ServerError(e) => match e.details() {
             Some(detail) => format!("{} {detail}", e.code()),
             None => e.code().to_string(),
         },
-        other => panic!("{args:?}: expected an error reply, got {other:?}"),
+        other => format!("not an error: {other:?}"),
     }
 }
 
 /// A call refused with an `ERR`/`WRONGTYPE` reply that names `mention`,
 /// after which the server still answers PING.
-#[allow(dead_code)]
 pub fn assert_refused_naming(con: &mut Connection, call: &[&str], mention: &str) {
     let err = cmd_err(con, call);
     assert!(
@@ -499,13 +507,11 @@ pub fn assert_refused_naming(con: &mut Connection, call: &[&str], mention: &str)
 }
 
 /// PTTL of a key: ms left, -1 without expiry, -2 when missing.
-#[allow(dead_code)]
 pub fn pttl(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("PTTL").arg(key).query(con).expect("PTTL")
 }
 
 /// PEXPIRETIME of a key: absolute unix ms, -1 without expiry, -2 when missing.
-#[allow(dead_code)]
 pub fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("PEXPIRETIME")
         .arg(key)
@@ -514,13 +520,11 @@ pub fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
 }
 
 /// DUMP of a key (serialized value, for byte-for-byte comparisons), None when missing.
-#[allow(dead_code)]
 pub fn dump(con: &mut Connection, key: &str) -> Option<Vec<u8>> {
     redis::cmd("DUMP").arg(key).query(con).expect("DUMP")
 }
 
 /// One `field:value` line of `INFO <section>`.
-#[allow(dead_code)]
 pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<String> {
     let text: String = redis::cmd("INFO").arg(section).query(con).ok()?;
     text.lines().find_map(|line| {
@@ -531,7 +535,6 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<St
 
 // Reading replies (`redis::Value`) in tests.
 
-#[allow(dead_code)]
 pub fn bulk_i64(v: &redis::Value) -> i64 {
     match v {
         redis::Value::BulkString(b) => String::from_utf8_lossy(b).parse().expect("integer"),
@@ -540,7 +543,6 @@ pub fn bulk_i64(v: &redis::Value) -> i64 {
 }
 
 /// A TIME reply, in ms.
-#[allow(dead_code)]
 pub fn time_ms(v: &redis::Value) -> i64 {
     match v {
         redis::Value::Array(parts) => bulk_i64(&parts[0]) * 1000 + bulk_i64(&parts[1]) / 1000,
@@ -548,12 +550,10 @@ pub fn time_ms(v: &redis::Value) -> i64 {
     }
 }
 
-#[allow(dead_code)]
 pub fn server_time_ms(con: &mut redis::Connection) -> i64 {
     time_ms(&cmd_raw(con, &["TIME"]))
 }
 
-#[allow(dead_code)]
 pub fn ints(v: &redis::Value) -> Vec<i64> {
     match v {
         redis::Value::Array(items) => items
@@ -567,7 +567,6 @@ pub fn ints(v: &redis::Value) -> Vec<i64> {
     }
 }
 
-#[allow(dead_code)]
 pub fn int(v: &redis::Value) -> i64 {
     match v {
         redis::Value::Int(n) => *n,
@@ -576,7 +575,6 @@ pub fn int(v: &redis::Value) -> i64 {
 }
 
 /// A GET reply.
-#[allow(dead_code)]
 pub fn text(v: &redis::Value) -> Option<String> {
     match v {
         redis::Value::Nil => None,
@@ -586,7 +584,6 @@ pub fn text(v: &redis::Value) -> Option<String> {
 }
 
 /// An array of integers, or `None` for any other reply (an error included).
-#[allow(dead_code)]
 pub fn try_ints(v: &Value) -> Option<Vec<i64>> {
     match v {
         Value::Array(items) => items
@@ -601,7 +598,6 @@ pub fn try_ints(v: &Value) -> Option<Vec<i64>> {
 }
 
 /// A string-like reply (bulk, simple, OK), or `None` for any other.
-#[allow(dead_code)]
 pub fn try_text(v: &Value) -> Option<String> {
     match v {
         Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
@@ -613,10 +609,8 @@ pub fn try_text(v: &Value) -> Option<String> {
 
 /// xorshift64*: a tiny deterministic generator, so that a failing run can
 /// be replayed from its seed.
-#[allow(dead_code)]
 pub struct Rng(u64);
 
-#[allow(dead_code)]
 impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed.max(1))
@@ -654,7 +648,6 @@ impl Rng {
 
 /// The primary's `master_repl_offset`: it moves only when something is
 /// propagated.
-#[allow(dead_code)]
 pub fn repl_offset(con: &mut Connection) -> i64 {
     info_field(con, "replication", "master_repl_offset")
         .expect("master_repl_offset")
@@ -662,9 +655,156 @@ pub fn repl_offset(con: &mut Connection) -> i64 {
         .expect("an integer offset")
 }
 
+/// The words of a command (or a list) written as one line.
+pub fn split(line: &str) -> Vec<&str> {
+    line.split_whitespace().collect()
+}
+
+/// The words of a command, owned.
+pub fn words(args: &[&str]) -> Vec<String> {
+    args.iter().map(|s| s.to_string()).collect()
+}
+
+/// `cmd_raw` for a command held as owned words.
+pub fn run(con: &mut Connection, cmd: &[String]) -> Value {
+    let args: Vec<&str> = cmd.iter().map(String::as_str).collect();
+    cmd_raw(con, &args)
+}
+
+/// Run a command that must reply with an integer.
+pub fn cmd_int(con: &mut Connection, args: &[&str]) -> i64 {
+    match cmd_raw(con, args) {
+        Value::Int(n) => n,
+        other => panic!("{args:?}: expected an integer, got {other:?}"),
+    }
+}
+
+/// GET of a key.
+pub fn get(con: &mut Connection, key: &str) -> Option<String> {
+    redis::cmd("GET").arg(key).query(con).expect("GET")
+}
+
+/// RESP encoding of one command, whose words may be any bytes.
+pub fn pack<A: AsRef<[u8]>>(args: &[A]) -> Vec<u8> {
+    let mut out = format!("*{}\r\n", args.len()).into_bytes();
+    for a in args {
+        let a = a.as_ref();
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+    out
+}
+
+/// Sends all commands at once and returns every reply (errors included, as
+/// `Value::ServerError`).
+pub fn pipeline<A: AsRef<[u8]>>(
+    con: &mut Connection,
+    cmds: &[Vec<A>],
+) -> redis::RedisResult<Vec<Value>> {
+    let mut packed = Vec::new();
+    for c in cmds {
+        packed.extend(pack(c));
+    }
+    con.req_packed_commands(&packed, 0, cmds.len())
+}
+
+/// Nanoseconds rounded up to whole ms, as the module rounds every time it
+/// replies (negative: 0).
+pub fn ceil_ms(ns: i128) -> i64 {
+    const NS_PER_MS: i128 = 1_000_000;
+    ((ns.max(0) + NS_PER_MS - 1) / NS_PER_MS) as i64
+}
+
+// Snapshots of state, to compare before and after, or a replica with its
+// primary.
+
+/// DUMP and PEXPIRETIME of each key, in one round trip: the serialized value
+/// (None when missing) and the absolute expiry, for byte-for-byte comparisons.
+pub fn raw_state<K: AsRef<str>>(con: &mut Connection, keys: &[K]) -> Vec<(Option<Vec<u8>>, i64)> {
+    let cmds: Vec<Vec<&str>> = keys
+        .iter()
+        .flat_map(|k| [vec!["DUMP", k.as_ref()], vec!["PEXPIRETIME", k.as_ref()]])
+        .collect();
+    let replies = pipeline(con, &cmds).expect("DUMP/PEXPIRETIME");
+    replies
+        .chunks(2)
+        .zip(keys)
+        .map(|(r, k)| {
+            let k = k.as_ref();
+            let dumped = match &r[0] {
+                Value::Nil => None,
+                Value::BulkString(b) => Some(b.clone()),
+                other => panic!("DUMP {k}: {other:?}"),
+            };
+            let at = match r[1] {
+                Value::Int(n) => n,
+                ref other => panic!("PEXPIRETIME {k}: {other:?}"),
+            };
+            (dumped, at)
+        })
+        .collect()
+}
+
+/// key -> (type, value words, PEXPIRETIME)
+pub type Snap = BTreeMap<String, (String, Vec<String>, i64)>;
+
+/// Every key of a node: its type, value (string, or sorted hash fields) and
+/// absolute expiry; plus the server time when the snapshot ended.
+pub fn keyspace(con: &mut Connection) -> (Snap, i64) {
+    let keys: Vec<String> = redis::cmd("KEYS").arg("*").query(con).expect("KEYS");
+    let mut meta_cmds = Vec::new();
+    for k in &keys {
+        meta_cmds.push(words(&["TYPE", k]));
+        meta_cmds.push(words(&["PEXPIRETIME", k]));
+    }
+    let meta = pipeline(con, &meta_cmds).expect("TYPE/PEXPIRETIME");
+    let mut value_cmds = Vec::new();
+    let mut kept = Vec::new();
+    for (i, k) in keys.iter().enumerate() {
+        let kind = try_text(&meta[2 * i]).unwrap_or_default();
+        let at = match meta[2 * i + 1] {
+            Value::Int(n) => n,
+            ref other => panic!("PEXPIRETIME {k}: {other:?}"),
+        };
+        let cmd = match kind.as_str() {
+            "string" => words(&["GET", k]),
+            "hash" => words(&["HGETALL", k]),
+            "none" => continue, // expired between KEYS and TYPE
+            other => panic!("unexpected type {other} for {k}"),
+        };
+        value_cmds.push(cmd);
+        kept.push((k.clone(), kind, at));
+    }
+    let values = pipeline(con, &value_cmds).expect("values");
+    let end = server_time_ms(con);
+    let mut snap = Snap::new();
+    for ((k, kind, at), v) in kept.into_iter().zip(values) {
+        let mut vals: Vec<String> = match &v {
+            Value::Array(items) => items.iter().filter_map(try_text).collect(),
+            Value::Map(pairs) => pairs
+                .iter()
+                .flat_map(|(a, b)| [try_text(a), try_text(b)])
+                .flatten()
+                .collect(),
+            Value::Nil => continue, // expired meanwhile
+            other => vec![try_text(other).unwrap_or_else(|| format!("{other:?}"))],
+        };
+        if kind == "hash" {
+            let mut pairs: Vec<(String, String)> = vals
+                .chunks(2)
+                .map(|c| (c[0].clone(), c.get(1).cloned().unwrap_or_default()))
+                .collect();
+            pairs.sort();
+            vals = pairs.into_iter().flat_map(|(a, b)| [a, b]).collect();
+        }
+        snap.insert(k, (kind, vals, at));
+    }
+    (snap, end)
+}
+
 /// Each key with its value (GET) and PEXPIRETIME, to compare a replica with
 /// its primary.
-#[allow(dead_code)]
 pub fn snapshot<K: AsRef<str>>(
     con: &mut Connection,
     keys: &[K],
@@ -680,7 +820,6 @@ pub fn snapshot<K: AsRef<str>>(
 
 /// `$RL_SEED`, or a fresh one; printed either way, so a failing random run
 /// can be replayed.
-#[allow(dead_code)]
 pub fn seed(test: &str) -> u64 {
     let seed = std::env::var("RL_SEED")
         .ok()
@@ -697,12 +836,10 @@ pub fn seed(test: &str) -> u64 {
 
 /// Primary options for tests that watch the replication offset: the
 /// primary's replication PINGs would move it on their own.
-#[allow(dead_code)]
 pub const QUIET: &[&str] = &["--repl-ping-replica-period", "3600"];
 
 /// Runs `cmds` in one MULTI/EXEC and returns each reply; an error reply of
 /// one command comes back as `Value::ServerError` in its place.
-#[allow(dead_code)]
 pub fn exec(con: &mut redis::Connection, cmds: &[Vec<String>]) -> Vec<redis::Value> {
     assert_eq!(cmd_raw(con, &["MULTI"]), redis::Value::Okay);
     for cmd in cmds {
@@ -724,7 +861,6 @@ pub fn exec(con: &mut redis::Connection, cmds: &[Vec<String>]) -> Vec<redis::Val
 
 /// `exec` with TIME first: the server time (ms), frozen for the whole
 /// transaction and so the `now` every command in it saw, and the replies.
-#[allow(dead_code)]
 pub fn timed(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<redis::Value>) {
     let mut all = vec![vec!["TIME".to_string()]];
     all.extend_from_slice(cmds);
@@ -735,14 +871,12 @@ pub fn timed(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<red
 
 /// The server's version from `INFO server`: `valkey_version`, or
 /// `redis_version` on servers that only report that.
-#[allow(dead_code)]
 pub fn server_version(con: &mut redis::Connection) -> Option<String> {
     info_field(con, "server", "valkey_version")
         .or_else(|| info_field(con, "server", "redis_version"))
 }
 
 /// The major version of the server under test (0 if it reports none).
-#[allow(dead_code)]
 pub fn server_major_version() -> u32 {
     let server = Server::start();
     server_version(&mut server.client())

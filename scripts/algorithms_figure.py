@@ -1,0 +1,362 @@
+#!/usr/bin/env python3
+"""Draws docs/algorithms.svg: one bursty trace replayed against the real module.
+
+How the figure is made (run it with `make figure`):
+- A valkey-server (scripts/valkey-server.sh) is started on a free 127.0.0.1 port
+  with target/release/libvalkey_ratelimit.so loaded, and stopped at the end.
+- Time is real: the trace is played with real sleeps, WINDOW 1000 ms, about
+  4.6 s in all. It starts on a whole second of the clock, so the sliding
+  window's epoch-aligned windows begin at 0, 1, 2 ... s of the plot.
+- Each step of the trace is one MULTI/EXEC holding a TIME and every request of
+  the step for every algorithm, so all five limiters see one server time (the
+  module reads its clock once per call, and the clock is frozen in a
+  transaction). Each point is drawn at the TIME the server gave its step.
+- The trace: one request at 0.005 s opens the fixed window; a burst of 15 at
+  0.95 s, just before that window ends; a burst of 15 at 1.05 s, just after;
+  then, from 2.1 s to 4.5 s, one request every 105 ms: a client keeping just
+  under the limit's rate (every 100 ms would be at the rate, and a few ms of
+  timer jitter would then put 11 requests in some 1000 ms).
+- Every decision drawn is the module's reply. The line is the number of
+  requests admitted in the trailing window; the dashed line is LIMIT. For
+  leaky it counts the requests that proceed in the window instead: each one's
+  start is read from the state the module wrote (`leaky:<ns>`, the time the
+  queue drains, one interval after the start), in ns, since arrival +
+  retry_after_ms is rounded up to whole ms. token and gcra must decide alike;
+  the script checks it, and draws both if they do not.
+No plotting library: the SVG is written directly. Only the Python standard
+library is needed.
+"""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODULE = ROOT / "target" / "release" / "libvalkey_ratelimit.so"
+OUT = ROOT / "docs" / "algorithms.svg"
+
+LIMIT = 10
+WINDOW_MS = 1000
+BURST_SIZE = 15
+ALGOS = ["fixed", "sliding", "token", "gcra", "leaky"]
+# The buckets' emission interval: WINDOW / LIMIT, rounded up to whole ns.
+INTERVAL_NS = -(-WINDOW_MS * 1_000_000 // LIMIT)
+
+
+def trace():
+    """(offset in s from the aligned start, number of requests) per step."""
+    steps = [(0.005, 1), (0.95, BURST_SIZE), (1.05, BURST_SIZE)]
+    steps += [(2.1 + 0.105 * i, 1) for i in range(23)]
+    return steps
+
+
+# --- a minimal RESP client (standard library only) ---------------------------
+
+
+class Resp:
+    def __init__(self, port):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+
+    def send(self, *commands):
+        out = []
+        for args in commands:
+            out.append(b"*%d\r\n" % len(args))
+            for a in args:
+                a = str(a).encode()
+                out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+        self.sock.sendall(b"".join(out))
+
+    def _line(self):
+        while b"\r\n" not in self.buf:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("server closed the connection")
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def read(self):
+        line = self._line()
+        kind, rest = line[:1], line[1:]
+        if kind == b"+":
+            return rest.decode()
+        if kind == b"-":
+            raise RuntimeError(rest.decode())
+        if kind == b":":
+            return int(rest)
+        if kind == b"$":
+            n = int(rest)
+            if n < 0:
+                return None
+            while len(self.buf) < n + 2:
+                self.buf += self.sock.recv(65536)
+            data, self.buf = self.buf[:n], self.buf[n + 2 :]
+            return data.decode()
+        if kind == b"*":
+            return [self.read() for _ in range(int(rest))]
+        raise RuntimeError(f"unexpected reply {line!r}")
+
+    def call(self, *args):
+        self.send(args)
+        return self.read()
+
+
+# --- the server ---------------------------------------------------------------
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(workdir):
+    if not MODULE.exists():
+        sys.exit(f"{MODULE} is missing: run cargo build --release first")
+    server = subprocess.run(
+        [str(ROOT / "scripts" / "valkey-server.sh")],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    port = free_port()
+    proc = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", workdir, "--loadmodule", str(MODULE)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.STDOUT,
+    )
+    for _ in range(200):
+        try:
+            client = Resp(port)
+            if client.call("PING") == "PONG":
+                return proc, client
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    sys.exit("valkey-server did not start")
+
+
+# --- replaying the trace ----------------------------------------------------------
+
+
+def replay(client):
+    """Per algorithm, a list of (t_s, admitted, retry_after_ms, reset_after_ms,
+    start_s): start_s is when an admitted leaky request proceeds, else t_s."""
+    # Start just after a whole second, so the sliding windows line up with
+    # the plot's seconds and the fixed window opens at 0.005 s.
+    sec, usec = (int(x) for x in client.call("TIME"))
+    start = sec + 1
+    time.sleep(max(0.0, start - (sec + usec / 1e6) - 0.002))
+    local_start = time.monotonic()
+    decisions = {a: [] for a in ALGOS}
+    for offset, count in trace():
+        delay = local_start + offset - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        cmds = [("MULTI",), ("TIME",)]
+        for algo in ALGOS:
+            for _ in range(count):
+                cmds.append(("RL.ADMIT", f"fig:{algo}", "ALGO", algo,
+                             "LIMIT", LIMIT, "WINDOW", WINDOW_MS))
+                if algo == "leaky":
+                    cmds.append(("GET", f"fig:{algo}"))
+        cmds.append(("EXEC",))
+        client.send(*cmds)
+        for _ in range(len(cmds) - 1):
+            client.read()  # +OK and +QUEUED
+        replies = client.read()
+        sec, usec = (int(x) for x in replies[0])
+        t = sec - start + usec / 1e6
+        replies = iter(replies[1:])
+        for algo in ALGOS:
+            for _ in range(count):
+                admitted, _limit, _rem, retry, reset = next(replies)
+                began = t
+                if algo == "leaky":
+                    drains_ns = int(next(replies).split(":")[1])
+                    if admitted:
+                        began = (drains_ns - INTERVAL_NS) / 1e9 - start
+                        # The reply's delay is the same start, rounded up to ms.
+                        assert -0.002 < t + retry / 1000 - began < 0.002, (t, retry, began)
+                decisions[algo].append((t, admitted == 1, retry, reset, began))
+    return decisions
+
+
+# --- drawing ------------------------------------------------------------------------
+
+
+def trailing_counts(times, window_s):
+    """Step points (t, admitted in (t - window, t]) over the sorted times."""
+    times = sorted(times)
+    events = [(t, 1) for t in times] + [(t + window_s, -1) for t in times]
+    # A request leaves the window before one arriving at the same instant
+    # joins it: the window is (t - window, t].
+    events.sort(key=lambda e: (e[0], e[1]))
+    points, n = [(0.0, 0)], 0
+    for t, d in events:
+        n += d
+        points.append((t, n))
+    return points
+
+
+def burst_counts(rows):
+    """How many of each of the two bursts were admitted."""
+    bursts = [offset for offset, count in trace() if count > 1]
+    return [sum(1 for t, ok, _, _, _ in rows if ok and abs(t - b) < 0.04) for b in bursts]
+
+
+def svg(decisions, token_equals_gcra):
+    def seam(algo):
+        first, second = burst_counts(decisions[algo])
+        return first, second, first + second
+
+    f1, f2, fsum = seam("fixed")
+    _, s2, _ = seam("sliding")
+    t1, t2, _ = seam("token")
+    panels = [
+        ("fixed", f"fixed: {f1} admitted just before the window's seam and {f2} just "
+         f"after: {fsum} within 0.1 s"),
+        ("sliding", "sliding: the previous window still counts, so the burst after the "
+         f"seam gets {s2}"),
+        ("token", "token"
+         + (" = gcra (identical decisions)" if token_equals_gcra else "")
+         + f": a full bucket passes ({t1}), then the rate ({t2} after 0.1 s)"),
+        ("leaky", "leaky: admitted requests queue, then proceed one interval apart"),
+    ]
+    if not token_equals_gcra:
+        panels.insert(3, ("gcra", "gcra"))
+    width, left, right = 900, 40, 20
+    panel_h, top, gap = 110, 78, 62
+    t_max = 4.6
+    y_max = 2.4 * LIMIT
+    height = top + len(panels) * (panel_h + gap) + 4
+    plot_w = width - left - right
+
+    def x(t):
+        return left + plot_w * t / t_max
+
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" '
+        'font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{left}" y="22" font-size="15" font-weight="bold">One bursty trace '
+        f'through each algorithm, as the module decided it: LIMIT {LIMIT} WINDOW '
+        f'{WINDOW_MS}</text>',
+        f'<text x="{left}" y="42" fill="#444">Line: requests admitted in the trailing '
+        f'{WINDOW_MS} ms (leaky: requests proceeding in it). Dashed: the limit.</text>',
+        f'<text x="{left}" y="58" fill="#444">Ticks: each request at its arrival, '
+        'admitted (dark) or refused (red); a burst\'s tick says how many of it were '
+        'admitted.</text>',
+    ]
+    for i, (algo, title) in enumerate(panels):
+        y0 = top + i * (panel_h + gap) + 18  # top of the plot area
+        y1 = y0 + panel_h
+
+        def y(v):
+            return y1 - panel_h * v / y_max
+
+        rows = decisions[algo]
+        out.append(f'<text x="{left}" y="{y0 - 8}" font-weight="bold">{title}</text>')
+        # Fixed window: shade each window it opened, from its replies.
+        if algo == "fixed":
+            opened = []
+            for t, ok, _retry, reset, _ in rows:
+                if ok and (not opened or t >= opened[-1][1]):
+                    opened.append((t, t + reset / 1000))
+            for k, (a, b) in enumerate(opened):
+                fill = "#dfe8f6" if k % 2 == 0 else "#eef3fa"
+                out.append(f'<rect x="{x(a):.1f}" y="{y0}" '
+                           f'width="{x(min(b, t_max)) - x(a):.1f}" height="{panel_h}" '
+                           f'fill="{fill}"/>')
+                out.append(f'<line x1="{x(a):.1f}" y1="{y0}" x2="{x(a):.1f}" y2="{y1}" '
+                           'stroke="#7f9cc9" stroke-width="1"/>')
+                out.append(f'<text x="{x(a) + 3:.1f}" y="{y1 - 4}" font-size="10" '
+                           f'fill="#5a6b8c">window {k + 1}</text>')
+        for s in range(0, int(t_max) + 1):
+            out.append(f'<line x1="{x(s):.1f}" y1="{y0}" x2="{x(s):.1f}" y2="{y1}" '
+                       'stroke="#bbb" stroke-dasharray="2,3"/>')
+            if i == len(panels) - 1:
+                out.append(f'<text x="{x(s):.1f}" y="{y1 + 40}" text-anchor="middle" '
+                           f'fill="#444">{s} s</text>')
+        for v in (0, LIMIT, 2 * LIMIT):
+            out.append(f'<text x="{left - 6}" y="{y(v) + 4:.1f}" text-anchor="end" '
+                       f'fill="#444">{v}</text>')
+        out.append(f'<line x1="{left}" y1="{y1}" x2="{width - right}" y2="{y1}" '
+                   'stroke="#888"/>')
+        out.append(f'<line x1="{left}" y1="{y(LIMIT):.1f}" x2="{width - right}" '
+                   f'y2="{y(LIMIT):.1f}" stroke="#c0392b" stroke-width="1.5" '
+                   'stroke-dasharray="6,4"/>')
+        out.append(f'<text x="{width - right - 4}" y="{y(LIMIT) - 5:.1f}" '
+                   f'text-anchor="end" fill="#c0392b">LIMIT {LIMIT}</text>')
+        if algo == "leaky":
+            counted = [began for _, ok, _, _, began in rows if ok]
+        else:
+            counted = [t for t, ok, _, _, _ in rows if ok]
+        points = trailing_counts(counted, WINDOW_MS / 1000)
+        path = [f"M{x(0):.1f},{y(0):.1f}"]
+        prev = 0
+        for t, n in points:
+            t = min(t, t_max)
+            path.append(f"L{x(t):.1f},{y(prev):.1f}L{x(t):.1f},{y(n):.1f}")
+            prev = n
+        path.append(f"L{x(t_max):.1f},{y(prev):.1f}")
+        d = "".join(path)
+        out.append(f'<path d="{d}L{x(t_max):.1f},{y1}L{x(0):.1f},{y1}Z" fill="#2c3e50" '
+                   'fill-opacity="0.15" stroke="none"/>')
+        out.append(f'<path d="{d}" fill="none" stroke="#2c3e50" stroke-width="1.8"/>')
+        peak_t, peak = max(points, key=lambda p: p[1])
+        over = peak > LIMIT
+        label = f"at most {peak} in any {WINDOW_MS} ms"
+        out.append(f'<text x="{x(min(peak_t, 3.2)) + 6:.1f}" y="{y(peak) - 6:.1f}" '
+                   f'fill="{"#c0392b" if over else "#2c3e50"}" font-weight="bold">'
+                   f'{label}</text>')
+        # One tick per request at its arrival; each burst also gets a count.
+        for t, ok, _, _, _ in rows:
+            colour = "#2c3e50" if ok else "#e74c3c"
+            out.append(f'<line x1="{x(t):.1f}" y1="{y1 + 3}" x2="{x(t):.1f}" '
+                       f'y2="{y1 + 13}" stroke="{colour}" stroke-width="1.2"/>')
+        for offset, count in trace():
+            if count > 1:
+                near = [(t, a) for t, a, _, _, _ in rows if abs(t - offset) < 0.04]
+                ok = sum(1 for _, a in near if a)
+                t = min(t for t, _ in near)
+                anchor, dx = ("end", -3) if offset < 1 else ("start", 3)
+                out.append(f'<text x="{x(t) + dx:.1f}" y="{y1 + 26}" '
+                           f'text-anchor="{anchor}" font-size="11" fill="#333">'
+                           f'{ok} of {count}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def main():
+    workdir = tempfile.mkdtemp(prefix="rl-figure-")
+    proc, client = start_server(workdir)
+    try:
+        decisions = replay(client)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+    token = [ok for _, ok, _, _, _ in decisions["token"]]
+    gcra = [ok for _, ok, _, _, _ in decisions["gcra"]]
+    same = token == gcra
+    if not same:
+        print("note: token and gcra decided differently; both are drawn", file=sys.stderr)
+    OUT.write_text(svg(decisions, same))
+    for algo in ALGOS:
+        n = sum(1 for _, ok, _, _, _ in decisions[algo] if ok)
+        print(f"{algo:8} admitted {n} of {len(decisions[algo])}")
+    print(f"wrote {OUT.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    os.chdir(ROOT)
+    main()
