@@ -1,10 +1,12 @@
-//! The client examples in `examples/`, run as subprocesses against a real
-//! server: Python (valkey-py), Node.js (iovalkey) and Rust (`redis` crate).
-//! Each prints its HTTP responses; every one is checked for the status, the
-//! IETF `RateLimit-Policy` / `RateLimit` fields and `Retry-After`.
+//! The client examples, run as subprocesses against a real server: Python
+//! (`clients/python/examples`, the valkey_ratelimit Limiter on valkey-py),
+//! Node.js (`clients/node/examples`, the valkey-ratelimit Limiter on
+//! iovalkey) and Rust (`examples/`, the `redis` crate). Each prints its HTTP
+//! responses; every one is checked for the status, the IETF
+//! `RateLimit-Policy` / `RateLimit` fields and `Retry-After`.
 //!
-//! The Python and Node.js libraries come from `scripts/example-deps.sh`
-//! (`make example-deps`; `.ci/run` runs it). Without them these tests fail
+//! The Python and Node.js libraries come from `scripts/client-deps.sh`
+//! (`make client-deps`; `.ci/run` runs it). Without them these tests fail
 //! when `$CI` is set and are skipped, with a note on stderr, otherwise.
 
 #[path = "common/cluster.rs"]
@@ -27,8 +29,8 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(300);
 /// A client library is missing: fail under CI, skip (return None) locally.
 fn unavailable<T>(what: &str) -> Option<T> {
     let msg = format!(
-        "{what}; install the examples' client libraries with `make example-deps` \
-         (scripts/example-deps.sh, run by .ci/run)"
+        "{what}; install the examples' client libraries with `make client-deps` \
+         (scripts/client-deps.sh, run by .ci/run)"
     );
     if common::in_ci() {
         panic!("CI=true and {msg}");
@@ -98,12 +100,13 @@ impl Lang {
             Lang::Python => {
                 let python = python()?;
                 let mut cmd = Command::new(python);
-                cmd.arg("examples/python/ratelimit_handler.py");
+                cmd.arg("clients/python/examples/ratelimit_handler.py")
+                    .env("PYTHONPATH", Path::new(REPO).join("clients/python/src"));
                 Some(cmd)
             }
             Lang::Node => {
                 let module =
-                    Path::new(REPO).join("examples/node/node_modules/iovalkey/package.json");
+                    Path::new(REPO).join("clients/node/node_modules/iovalkey/package.json");
                 if !module.is_file() {
                     return unavailable(&format!(
                         "iovalkey is not installed ({} missing)",
@@ -115,7 +118,7 @@ impl Lang {
                     return unavailable("node is not on PATH");
                 }
                 let mut cmd = Command::new("node");
-                cmd.arg("examples/node/handler.js");
+                cmd.arg("clients/node/examples/handler.js");
                 Some(cmd)
             }
             Lang::Rust => {
@@ -143,13 +146,13 @@ impl Lang {
     }
 }
 
-/// The Python with valkey-py: `$RL_PYTHON`, else the venv of
-/// scripts/example-deps.sh, else python3.
+/// The Python with valkey-py: `$RL_CLIENTS_PYTHON`, else the venv of
+/// scripts/client-deps.sh, else python3.
 fn python() -> Option<PathBuf> {
-    let python = match std::env::var_os("RL_PYTHON") {
+    let python = match std::env::var_os("RL_CLIENTS_PYTHON") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => {
-            let venv = Path::new(REPO).join(".deps/examples-venv/bin/python");
+            let venv = Path::new(REPO).join(".deps/clients-venv/bin/python");
             if venv.is_file() {
                 venv
             } else {
@@ -430,9 +433,10 @@ fn rust_example_with_the_cluster_client() {
 
 /// A cluster client on three primaries, given only the first node: each
 /// client's limiter lands on the node that owns its slot, and no call is
-/// redirected. No node is asked `COMMAND GETKEYS`: the Python example names
-/// the node from the key's slot itself (valkey-py would otherwise ask before
-/// every call, as RL.ADMIT has movable keys), and the `redis` crate routes a
+/// redirected. No node is asked `COMMAND GETKEYS`: the Python package's
+/// Limiter names the node from the key's slot itself (valkey-py would
+/// otherwise ask before every call, as RL.ADMIT has movable keys), and the
+/// `redis` crate routes a
 /// command it does not know by its first argument.
 fn routes_by_key_on_three_primaries(lang: Lang) {
     // Before starting the cluster: the example may not be runnable here.

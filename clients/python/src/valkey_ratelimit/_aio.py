@@ -44,11 +44,19 @@ class AsyncLimiter:
         self.timeout = timeout
         self.library = library
 
-    async def _send(self, words: Sequence[str]) -> Any:
+    async def _send(self, words: Sequence[str], key: Optional[str]) -> Any:
+        async def call() -> Any:
+            route = {}
+            if key is not None and hasattr(self.client, "get_node_from_key"):
+                # The asyncio cluster client reads its slot table on first use.
+                await self.client.initialize()
+                route = _core.route(self.client, key)
+            return await self.client.execute_command(*words, **route)
+
         if self.timeout is None:
-            return await self.client.execute_command(*words)
+            return await call()
         try:
-            return await asyncio.wait_for(self.client.execute_command(*words), self.timeout)
+            return await asyncio.wait_for(call(), self.timeout)
         except asyncio.TimeoutError:
             raise LimiterTimeout(f"no reply from Valkey within {self.timeout} s") from None
 
@@ -61,13 +69,13 @@ class AsyncLimiter:
             return known
         probe = self.prefix + _core.PROBE_KEY
         try:
-            await self._send(("RL.LIMIT", probe))
+            await self._send(("RL.LIMIT", probe), probe)
             found = "module"
         except Exception as e:
             if not _core.is_unknown_command(e):
                 raise
             try:
-                await self._send(("FCALL_RO", "rl_limit", "1", probe))
+                await self._send(("FCALL_RO", "rl_limit", "1", probe), probe)
             except Exception as e2:
                 if not _core.is_function_missing(e2):
                     raise
@@ -80,7 +88,8 @@ class AsyncLimiter:
         if self.library is None:
             raise BackendMissingError()
         try:
-            await self._send(("FUNCTION", "LOAD", self.library))
+            # Not routed: the client's own routing for FUNCTION LOAD.
+            await self._send(("FUNCTION", "LOAD", self.library), None)
         except Exception as e:
             # Someone else loaded it meanwhile: fine.
             if "already exists" not in str(e):
@@ -90,7 +99,7 @@ class AsyncLimiter:
         backend = await self.backend()
         words = _core.command(backend, module_name, function, read_only, keys, args)
         try:
-            return await self._send(words), backend
+            return await self._send(words, keys[0]), backend
         except Exception as e:
             if self.backend_option == "auto" and (
                 (backend == "functions" and _core.is_function_missing(e))
@@ -100,7 +109,7 @@ class AsyncLimiter:
                 _detected.pop(self.client, None)
                 backend = await self.backend()
                 words = _core.command(backend, module_name, function, read_only, keys, args)
-                return await self._send(words), backend
+                return await self._send(words, keys[0]), backend
             raise
 
     def _keys(self, key: str, meta: Optional[str]) -> list:

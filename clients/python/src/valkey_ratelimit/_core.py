@@ -152,6 +152,16 @@ def command(
     return ("FCALL_RO" if read_only else "FCALL", function, str(len(keys)), *keys, *args)
 
 
+def route(client: Any, key: str) -> Dict[str, Any]:
+    """execute_command's routing for a call on ``key``: on a cluster client,
+    the node owning its slot. Left to itself, valkey-py's cluster client asks
+    ``COMMAND GETKEYS`` before every call (RL.* and FCALL report movable
+    keys); MOVED and ASK are still followed while slots migrate."""
+    if hasattr(client, "get_node_from_key"):
+        return {"target_nodes": client.get_node_from_key(key)}
+    return {}
+
+
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 

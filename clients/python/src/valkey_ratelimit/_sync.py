@@ -46,10 +46,11 @@ class Limiter:
         self.timeout = timeout
         self.library = library
 
-    def _send(self, words: Sequence[str]) -> Any:
+    def _send(self, words: Sequence[str], key: Optional[str]) -> Any:
+        route = _core.route(self.client, key) if key is not None else {}
         if self.timeout is None:
-            return self.client.execute_command(*words)
-        future = _pool.submit(self.client.execute_command, *words)
+            return self.client.execute_command(*words, **route)
+        future = _pool.submit(self.client.execute_command, *words, **route)
         try:
             return future.result(timeout=self.timeout)
         except concurrent.futures.TimeoutError:
@@ -64,13 +65,13 @@ class Limiter:
             return known
         probe = self.prefix + _core.PROBE_KEY
         try:
-            self._send(("RL.LIMIT", probe))
+            self._send(("RL.LIMIT", probe), probe)
             found = "module"
         except Exception as e:
             if not _core.is_unknown_command(e):
                 raise
             try:
-                self._send(("FCALL_RO", "rl_limit", "1", probe))
+                self._send(("FCALL_RO", "rl_limit", "1", probe), probe)
             except Exception as e2:
                 if not _core.is_function_missing(e2):
                     raise
@@ -83,7 +84,8 @@ class Limiter:
         if self.library is None:
             raise BackendMissingError()
         try:
-            self._send(("FUNCTION", "LOAD", self.library))
+            # Not routed: the client's own routing for FUNCTION LOAD.
+            self._send(("FUNCTION", "LOAD", self.library), None)
         except Exception as e:
             # Someone else loaded it meanwhile: fine.
             if "already exists" not in str(e):
@@ -93,7 +95,7 @@ class Limiter:
         backend = self.backend()
         words = _core.command(backend, module_name, function, read_only, keys, args)
         try:
-            return self._send(words), backend
+            return self._send(words, keys[0]), backend
         except Exception as e:
             if self.backend_option == "auto" and (
                 (backend == "functions" and _core.is_function_missing(e))
@@ -103,7 +105,7 @@ class Limiter:
                 _detected.pop(self.client, None)
                 backend = self.backend()
                 words = _core.command(backend, module_name, function, read_only, keys, args)
-                return self._send(words), backend
+                return self._send(words, keys[0]), backend
             raise
 
     def _keys(self, key: str, meta: Optional[str]) -> list:

@@ -1,31 +1,33 @@
 #!/usr/bin/env node
-// Rate-limit an HTTP handler with RL.ADMIT, using iovalkey.
+// Rate-limit an HTTP handler with valkey-ratelimit's Limiter, on iovalkey.
 //
-// handleRequest() is what an Express/Fastify middleware would call: it counts
-// the request against the client's limiter with one RL.ADMIT and maps the reply
-// onto the IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers):
+// handleRequest() is what an Express/Fastify handler would call: one
+// Limiter.admit per request against the client's limiter, and headers() for
+// the IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers):
 //
 //   RateLimit-Policy: "default";q=100;w=60   the quota: q requests per w seconds
 //   RateLimit: "default";r=42;t=17           r remaining, t seconds to the reset
 //   Retry-After: 17                          only on 429, seconds, rounded up
 //
-// Run it against a server with the module loaded (`make run`), after
-// `npm ci` in this directory:
+// (With Express, the package's ValkeyStore under express-rate-limit does this
+// for every request.) Run it against a server with the module loaded
+// (`make run`), after `make client-deps` (npm ci in clients/node):
 //
-//   node examples/node/handler.js --port 6379 --client acme --limit 3 -n 4
+//   node clients/node/examples/handler.js --port 6379 --client acme --limit 3 -n 4
 //
 // It prints the N responses as HTTP/1.1 text. The port also comes from
 // $VALKEY_PORT, the host from $VALKEY_HOST. --cluster uses Valkey.Cluster.
 //
 // With --queue N the policy shapes instead of capping: a leaky bucket
-// (ALGO leaky BURST N) lets requests proceed --limit per --window, one
-// interval apart, with up to N waiting. An admitted request told to wait
-// (retry_after_ms > 0) is held that long, then served; only a request that
+// (algorithm "leaky", burst N) lets requests proceed --limit per --window,
+// one interval apart, with up to N waiting. An admitted request told to wait
+// (retryAfterMs > 0) is held that long, then served; only a request that
 // would find the queue full is refused (429).
 "use strict";
 
 const { parseArgs } = require("node:util");
 const Valkey = require("iovalkey");
+const { Limiter, headers: rateLimitHeaders } = require("..");
 
 // The counter's key: rl:{<client id>}:<policy>. The braces are a cluster hash
 // tag, so all keys of one client share a slot (see the Python example).
@@ -36,25 +38,21 @@ function limiterKey(clientId, policy) {
   return `rl:{${clientId}}:${policy.name}`;
 }
 
-// Milliseconds to whole seconds, rounded up: a client that waits that long is
-// never early.
-const ceilSeconds = (ms) => Math.ceil(ms / 1000);
-
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-// RL.ADMIT's policy options: a fixed window of policy.limit per
-// policy.windowS seconds, or, with policy.queue, that rate as a leaky bucket
-// with policy.queue places to wait.
-function policyOptions(policy) {
-  const opts = ["LIMIT", policy.limit, "WINDOW", policy.windowS * 1000];
+// Limiter.admit's policy: a fixed window of policy.limit per policy.windowS
+// seconds, or, with policy.queue, that rate as a leaky bucket with
+// policy.queue places to wait.
+function admitOptions(policy) {
+  const opts = { limit: policy.limit, windowMs: policy.windowS * 1000 };
   if (policy.queue == null) {
     return opts;
   }
-  return ["ALGO", "leaky", ...opts, "BURST", policy.queue];
+  return { ...opts, algorithm: "leaky", burst: policy.queue };
 }
 
 // Admit or refuse one request of clientId: resolves to {status, headers, body}.
-async function handleRequest(client, clientId, policy) {
+async function handleRequest(limiter, clientId, policy) {
   let key;
   try {
     key = limiterKey(clientId, policy);
@@ -65,37 +63,32 @@ async function handleRequest(client, clientId, policy) {
       body: JSON.stringify({ error: e.message }),
     };
   }
-  // Module commands have no method of their own: call() sends any command.
-  const [admitted, limit, remaining, retryAfterMs, resetAfterMs] = await client.call(
-    "RL.ADMIT",
-    key,
-    ...policyOptions(policy),
-  );
-  const headers = {};
-  // A quota to advertise: not when unlimited (0), nor for a leaky bucket,
-  // whose limit is its queue, not a quota.
-  if (limit > 0 && policy.queue == null) {
-    headers["RateLimit-Policy"] = `"${policy.name}";q=${limit};w=${policy.windowS}`;
-    headers["RateLimit"] = `"${policy.name}";r=${remaining};t=${ceilSeconds(resetAfterMs)}`;
+  const decision = await limiter.admit(key, admitOptions(policy));
+  if (decision.error) {
+    // The Limiter's default failure policy: admit while Valkey is unreachable.
+    console.error(`valkey unreachable, failing open: ${decision.error.message}`);
+  }
+  let headers = rateLimitHeaders(decision, { windowMs: policy.windowS * 1000, name: policy.name });
+  if (policy.queue != null) {
+    // A leaky bucket's limit is its queue, not a quota: only Retry-After.
+    headers = "Retry-After" in headers ? { "Retry-After": headers["Retry-After"] } : {};
   }
   let status, body;
-  if (admitted === 1 && policy.queue != null) {
+  if (decision.admitted && policy.queue != null) {
     // Shaping: wait for this request's turn, then serve it.
-    await sleep(retryAfterMs);
+    await sleep(decision.retryAfterMs);
     status = 200;
-    body = { ok: true, client: clientId, waited_ms: retryAfterMs };
-  } else if (admitted === 1) {
+    body = { ok: true, client: clientId, waited_ms: decision.retryAfterMs };
+  } else if (decision.admitted) {
     status = 200;
     body = { ok: true, client: clientId };
-  } else if (retryAfterMs < 0) {
+  } else if (!("Retry-After" in headers)) {
     // The request costs more than the whole quota: waiting will not help.
     status = 429;
     body = { error: "request exceeds the quota" };
   } else {
-    const retryAfter = Math.max(1, ceilSeconds(retryAfterMs));
-    headers["Retry-After"] = String(retryAfter);
     status = 429;
-    body = { error: "rate limited", retry_after: retryAfter };
+    body = { error: "rate limited", retry_after: Number(headers["Retry-After"]) };
   }
   headers["Content-Type"] = "application/json";
   return { status, headers, body: JSON.stringify(body) };
@@ -118,9 +111,9 @@ function makeClient(host, port, cluster) {
   const options = { maxRetriesPerRequest: 1, connectTimeout: 5000, lazyConnect: true };
   if (cluster) {
     // Any node will do: the client discovers the others and follows
-    // MOVED/ASK. It knows the keys of built-in commands only: a module
-    // command such as RL.ADMIT goes to any node first and is redirected to
-    // the one owning its key's slot.
+    // MOVED/ASK. It knows the keys of built-in commands only: RL.ADMIT (sent
+    // with call()) goes to any node first and is redirected to the one
+    // owning its key's slot.
     // clusterRetryStrategy: give up after a few attempts to reach the
     // cluster (the default retries forever). A node that answers with an
     // empty address in CLUSTER SLOTS (a lone node without
@@ -165,9 +158,11 @@ async function main() {
   // Connection errors also reject the pending command; log them once here
   // instead of as "Unhandled error event".
   client.on("error", (e) => console.error(`valkey: ${e.message}`));
+  // Module commands have no method of their own: call() sends any command.
+  const limiter = new Limiter({ sendCommand: (...args) => client.call(...args) });
   try {
     for (let i = 0; i < int("requests"); i++) {
-      process.stdout.write(formatResponse(await handleRequest(client, values.client, policy)) + "\n");
+      process.stdout.write(formatResponse(await handleRequest(limiter, values.client, policy)) + "\n");
     }
   } finally {
     await client.quit();
