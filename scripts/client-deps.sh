@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# Install what the framework packages' tests (tests/frameworks.rs) need, at
-# pinned versions:
+# Install what the framework packages' tests (tests/frameworks.rs) and their
+# examples' tests (tests/clients.rs) need, at pinned versions:
 #   - Python: clients/python/requirements-test.txt (valkey, starlette,
 #     uvicorn, httpx, build, hatchling and what they pull in) into the venv
 #     .deps/clients-venv (the tests use its python; override with $RL_CLIENTS_PYTHON);
 #   - Node.js: `npm ci` in clients/node (package-lock.json: express,
 #     express-rate-limit, iovalkey), into its node_modules.
 # Needs python3 with venv/ensurepip (Debian: python3-venv), node and npm.
-# Idempotent: safe to run again; .ci/run calls it.
+# Idempotent: safe to run again; `make client-deps` and .ci/run call it.
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
