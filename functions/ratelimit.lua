@@ -420,6 +420,12 @@ local UNLIMITED = {1, 0, 0, 0, 0}
 
 -- Fixed window counter (src/algo/fixed.rs): one integer per window, and the
 -- key's expiry is the reset. `found`: {count, at} (at: -1 without a TTL).
+-- ms from now until `at` (none: 0).
+local function time_left(at, now)
+  if at == nil then return 0 end
+  return math.max(at - now, 0)
+end
+
 local function fixed_admit(found, p, cost, now)
   local fresh = now + p.window
   if found and found.at >= 0 and found.at <= now then found = nil end
@@ -431,23 +437,23 @@ local function fixed_admit(found, p, cost, now)
     -- limit - count below 2^53 keeps every reply exact.
     if p.limit - count > EXACT then fail(STATE_BEYOND_DOUBLES) end
   end
-  local function left(a) if a == nil then return 0 end return math.max(a - now, 0) end
-  local function remaining(c) return math.max(p.limit - c, 0) end
+  local left = time_left(at, now)
+  -- A refusal writes only the expiry a counter lacked (or outlived).
   local adoption = nil
   if adopted and cost > 0 then adoption = {at = at} end
   if cost > p.limit then
-    return decision(false, p.limit, remaining(count), -1, left(at)), adoption
+    return decision(false, p.limit, math.max(p.limit - count, 0), -1, left), adoption
   end
   local next = count + cost
   if next <= p.limit then
     local expires = at or fresh
-    local reset = left(expires)
+    local reset = time_left(expires, now)
     if cost == 0 and not found then reset = 0 end -- a peek at no state opens no window
     local write = nil
     if cost > 0 then write = {value = string.format('%d', next), at = expires} end
-    return decision(true, p.limit, remaining(next), 0, reset), write
+    return decision(true, p.limit, math.max(p.limit - next, 0), 0, reset), write
   end
-  return decision(false, p.limit, remaining(count), left(at), left(at)), adoption
+  return decision(false, p.limit, math.max(p.limit - count, 0), left, left), adoption
 end
 
 local function fixed_refund(found, p, amount, now)
@@ -615,27 +621,29 @@ end
 
 -- GCRA and the leaky queue (src/algo/gcra.rs `Schedule`): the state is one
 -- absolute ns time; its span after now is the debt, clamped to the bucket.
+-- The state `debt` ns ahead of now, expiring when the debt is paid.
+local function schedule_stored(algo, debt, now)
+  return {value = algo .. ':' .. ns_at(now, debt), at = now + ceil_ms(debt)}
+end
+
 local function schedule_admit(algo, state, p, cost, now)
   local ahead = state and state.ahead or 0
   local debt = math.min(math.max(ahead, 0), p.capacity)
-  local beyond = ahead > p.capacity
-  local function store(d)
-    return {value = algo .. ':' .. ns_at(now, d), at = now + ceil_ms(d)}
-  end
-  local function free(d) return math.min(room(p, d), p.burst) end
   local admitted, x = judge(p, debt, cost)
   if admitted then
     local retry = 0
     if algo == 'leaky' then retry = ceil_ms(debt) end -- the queue ahead of it
     local write = nil
-    if cost > 0 then write = store(x) end
-    return decision(true, p.burst, free(x), retry, ceil_ms(x)), write
+    if cost > 0 then write = schedule_stored(algo, x, now) end
+    -- Never more than the burst (the leaky queue's head is not waiting).
+    return decision(true, p.burst, math.min(room(p, x), p.burst), retry, ceil_ms(x)), write
   end
   local retry = -1
   if x ~= nil then retry = ceil_ms(x) end
   local write = nil
-  if cost > 0 and beyond then write = store(debt) end
-  return decision(false, p.burst, free(debt), retry, ceil_ms(debt)), write
+  -- Beyond a full bucket: written back clamped, so it drains.
+  if cost > 0 and ahead > p.capacity then write = schedule_stored(algo, debt, now) end
+  return decision(false, p.burst, math.min(room(p, debt), p.burst), retry, ceil_ms(debt)), write
 end
 
 local function schedule_refund(algo, state, p, amount, now)
@@ -644,11 +652,7 @@ local function schedule_refund(algo, state, p, amount, now)
   local after = forgive(p, before, amount)
   local write = nil
   if state and before > 0 then
-    if after == 0 then
-      write = {delete = true}
-    else
-      write = {value = algo .. ':' .. ns_at(now, after), at = now + ceil_ms(after)}
-    end
+    if after == 0 then write = {delete = true} else write = schedule_stored(algo, after, now) end
   end
   local peek = nil
   if after > 0 then peek = {ahead = after} end
