@@ -26,8 +26,8 @@ Numbers: Lua numbers are doubles, exact for integers below 2^53. Absolute
 ns times (about 1.8e18) are read and written as ms plus a 6-digit ns
 remainder, and the arithmetic is on spans relative to now, so the module's
 state round-trips exactly. Everything else must stay below 2^53 (see
-`exact_policy` and `exact_counts`); beyond that the call is refused with an
-ERR that says so, never answered with a rounded number.
+`exact_policy` and STATE_BEYOND_DOUBLES); beyond that the call is refused
+with an ERR that says so, never answered with a rounded number.
 
 Time: the server's clock (TIME), read once per call (`clock`); inside a
 script and inside MULTI/EXEC it is frozen, and it is the clock the module
@@ -46,8 +46,10 @@ local I64_MIN_DIGITS = '9223372036854775808'
 -- Above every i64 as a double (2^63), for the module's overflow checks.
 local I64_LIMIT = 9223372036854775807
 
--- The clock's unit is the ms; ns are the unit of the buckets' state. A
--- switch to a finer clock changes `clock` and NS_PER_TICK only.
+-- Times are ms (the clock, the windows, every expiry); the buckets' state
+-- is ns. The time is read in `clock` and turned into ns only in `ns_after`
+-- and `ns_at`: a switch to µs resolution (for the buckets' ns arithmetic,
+-- as the module's clock allows) changes those three functions.
 local NS_PER_MS = 1000000
 local NS_PER_S = 1000000000
 
