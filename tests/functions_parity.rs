@@ -654,6 +654,141 @@ fn admitall_agrees_all_or_none() {
     ]);
 }
 
+/// Values no limiter wrote, or wrote differently: each algorithm reads,
+/// refuses or repairs them exactly as the module does.
+#[test]
+fn foreign_and_malformed_stored_values_agree() {
+    const VALUES: &[&str] = &[
+        "-3",
+        "0",
+        "007",
+        "1.5",
+        "99999999999999999999",
+        "",
+        "token:abc:1",
+        "token:1:{ms+0}:9",
+        "token:-5:{ms-10}",
+        "gcra:",
+        "gcra:-1",
+        "gcra:12x",
+        "leaky:{ns+999999999999999999}",
+        "sliding:1:2",
+        "sliding:{win 100+0}:-1:0",
+        "sliding:{win 100+0}:99999999999999999999:0",
+    ];
+    let mut scenarios = Vec::new();
+    for value in VALUES {
+        let mut steps = vec![seed("v", value, None), seed("w", value, Some(700))];
+        for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
+            let p = policy(algo);
+            for key in ["v", "w"] {
+                steps.push(with(&["RL.TTL", key], &p, &[]));
+                steps.push(with(&["RL.ADMIT", key], &p, &["COST", "0"]));
+                steps.push(with(&["RL.REFUND", key], &p, &["COST", "0"]));
+            }
+        }
+        steps.push(call!["RL.THROTTLE", "v", 2, 1, 1, 0]);
+        for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
+            steps.push(with(&["RL.ADMIT", "v"], &policy(algo), &[]));
+            steps.push(with(&["RL.REFUND", "w"], &policy(algo), &[]));
+        }
+        steps.push(call!["RL.THROTTLE", "w", 2, 1, 1]);
+        scenarios.push(scenario(format!("stored value {value:?}"), &["v", "w"], steps).pinned());
+    }
+    check(scenarios);
+}
+
+/// Real time passing, not a seeded state: once a window has expired or a
+/// bucket has refilled, each backend answers as it did on the fresh
+/// limiter, and both answered the same.
+#[test]
+fn windows_expire_and_buckets_refill_in_real_time() {
+    let mut answers = Vec::new();
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let admit = |algo: &'static str| {
+            [
+                "RL.ADMIT", algo, "ALGO", algo, "LIMIT", "2", "WINDOW", "200",
+            ]
+        };
+        let algos = ["fixed", "token", "gcra", "leaky"];
+        let mut fresh = Vec::new();
+        for algo in algos {
+            fresh.push(show(&backend.raw(&mut con, &admit(algo))));
+            let refused = (0..4).any(|_| {
+                common::try_ints(&backend.raw(&mut con, &admit(algo))).is_some_and(|r| r[0] == 0)
+            });
+            assert!(refused, "{backend:?} {algo}: never full");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(450));
+        for (algo, first) in algos.iter().zip(&fresh) {
+            let again = show(&backend.raw(&mut con, &admit(algo)));
+            assert_eq!(&again, first, "{backend:?} {algo}: after the window");
+        }
+        answers.push(fresh);
+    }
+    assert_eq!(
+        answers[0],
+        [
+            "[1, 2, 1, 0, 200]",
+            "[1, 2, 1, 0, 100]",
+            "[1, 2, 1, 0, 100]",
+            "[1, 2, 2, 0, 100]"
+        ]
+    );
+    assert_eq!(answers[1], answers[0]);
+}
+
+/// The one documented difference in arithmetic: a stored count at or
+/// beyond 2^53 (a Lua number is exact below it) that the call would
+/// change is refused by the library with an ERR that says so, never
+/// rounded, and left as it is; the module computes it.
+#[test]
+fn a_count_beyond_the_exact_range_is_an_error_in_the_library_never_rounded() {
+    let refund = ["RL.REFUND", "k", "LIMIT", "3", "WINDOW", "1000"];
+    for value in ["9007199254740993", "9223372036854775807"] {
+        for backend in BOTH {
+            let server = backend.start();
+            let mut con = server.client();
+            let _: () = redis::cmd("SET")
+                .arg(&["k", value, "PX", "60000"])
+                .query(&mut con)
+                .unwrap();
+            let expiry = common::pexpiretime(&mut con, "k");
+            let reply = backend.raw(&mut con, &refund);
+            let stored: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+            match backend {
+                Backend::Module => {
+                    assert_eq!(
+                        common::try_ints(&reply).map(|r| r[0]),
+                        Some(0),
+                        "{value}: {reply:?}"
+                    );
+                    let want = value.parse::<i64>().unwrap() - 1;
+                    assert_eq!(
+                        stored,
+                        want.to_string(),
+                        "{value}: the module refunds exactly"
+                    );
+                }
+                Backend::Functions => {
+                    assert_eq!(
+                        common::backend::error_text(&reply).as_deref(),
+                        Some(
+                            "ERR limiter key holds counts beyond the library's exact range \
+                             (Lua numbers are exact below 2^53); the module computes it"
+                        ),
+                        "{value}"
+                    );
+                    assert_eq!(stored, value, "{value}: the library wrote nothing");
+                    assert_eq!(common::pexpiretime(&mut con, "k"), expiry);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn refund_and_reset_agree() {
     check(vec![scenario(

@@ -409,6 +409,12 @@ pub fn run_scenario(
     }
     for _ in 0..10_000 {
         assert_eq!(cmd_raw(con, &["FLUSHALL"]), Value::Okay);
+        if let Some((period, phase)) = pin {
+            // Sleep until just before the phase, so few attempts miss it.
+            let now = super::server_time_ms(con);
+            let wait = (phase - 1 - now).rem_euclid(period);
+            thread::sleep(std::time::Duration::from_millis(wait as u64));
+        }
         let mut replies = super::exec(con, &cmds);
         let now = super::time_ms(&replies.remove(0));
         if pin.is_some_and(|(period, phase)| now.rem_euclid(period) != phase) {
