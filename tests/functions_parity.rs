@@ -821,6 +821,18 @@ fn refund_and_reset_agree() {
 
 #[test]
 fn module_only_configs_info_events_have_no_library_equivalent() {
+    // What the module has and the library cannot: its configs and INFO section.
+    {
+        let module = Backend::Module.start();
+        let mut con = module.client();
+        let got: Vec<String> = redis::cmd("CONFIG")
+            .arg(&["GET", "ratelimit.default-algorithm"])
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, ["ratelimit.default-algorithm", "fixed"]);
+        let info: String = redis::cmd("INFO").arg("ratelimit").query(&mut con).unwrap();
+        assert!(info.contains("ratelimit_calls_admitted:"), "{info}");
+    }
     let server = Backend::Functions.start_with(&["--notify-keyspace-events", "KEA"]);
     let mut con = server.client();
     // No config of the module exists here: the default algorithm is fixed.
@@ -976,4 +988,28 @@ fn resp3_maps_on_request_and_arrays_by_default_for_both_protocols() {
         ],
     );
     assert_eq!(err, "ERR unknown option 'FORMAT'");
+    // Single integers stay integers for both protocols on both backends.
+    for (backend, con) in [
+        (Backend::Module, &mut m2),
+        (Backend::Module, &mut m3),
+        (Backend::Functions, &mut l2),
+        (Backend::Functions, &mut l3),
+    ] {
+        let _: () = redis::cmd("HSET")
+            .arg(&["meta", "max", "7"])
+            .query(con)
+            .unwrap();
+        let ttl = backend.raw(con, &["RL.TTL", "a", "LIMIT", "5", "WINDOW", "60000"]);
+        assert_eq!(ttl, redis::Value::Int(0), "{backend:?}");
+        assert_eq!(
+            backend.raw(con, &["RL.LIMIT", "meta"]),
+            redis::Value::Int(7),
+            "{backend:?}"
+        );
+        assert_eq!(
+            backend.raw(con, &["RL.RESET", "none"]),
+            redis::Value::Int(0),
+            "{backend:?}"
+        );
+    }
 }
