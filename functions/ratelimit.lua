@@ -189,11 +189,15 @@ local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, C
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
 -- Sets option `word` from args[at + 1] into `opts`; false when `word` is
--- not an option of `allowed`.
-local function set_option(opts, word, args, at, allowed)
+-- not an option of `allowed`. `metakey`: the META hash given as a key.
+local function set_option(opts, word, args, at, allowed, metakey)
   local name = string.upper(word)
   if not allowed[name] then
-    if name == 'META' then
+    if name == 'META' and allowed.LIMIT then
+      -- META is a key here. Given as one already, this is the module's
+      -- "given more than once".
+      if args[at + 1] == nil then fail('ERR META needs a value') end
+      if metakey ~= nil then fail('ERR META is given more than once') end
       fail('ERR META is passed as a key in the library: FCALL <function> 2 <key> <metakey> ...')
     end
     return false
@@ -206,11 +210,11 @@ local function set_option(opts, word, args, at, allowed)
   return true
 end
 
-local function parse_options(args, allowed)
+local function parse_options(args, allowed, metakey)
   local opts = {}
   local at = 1
   while at <= #args do
-    if not set_option(opts, args[at], args, at, allowed) then unknown(args[at]) end
+    if not set_option(opts, args[at], args, at, allowed, metakey) then unknown(args[at]) end
     at = at + 2
   end
   return opts
@@ -709,12 +713,20 @@ end
 
 ---------------------------------------------------------------- replies
 
--- RESP3 field names of the module (src/store.rs).
-local DECISION_FIELDS = {'admitted', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms'}
-local THROTTLE_FIELDS = {'limited', 'limit', 'remaining', 'retry_after', 'reset_after'}
+-- RESP3 field names of the module (src/store.rs), as simple strings like
+-- the module's: a status table converts to one (a plain Lua string would
+-- become a bulk string).
+local function status(name) return {ok = name} end
+local DECISION_FIELDS = {status('admitted'), status('limit'), status('remaining'),
+                         status('retry_after_ms'), status('reset_after_ms')}
+local THROTTLE_FIELDS = {status('limited'), status('limit'), status('remaining'),
+                         status('retry_after'), status('reset_after')}
+local ADMITALL_FIELDS = {status('admitted'), status('refused_by'), status('retry_after_ms'),
+                         status('limiters')}
 
 -- A function cannot see its caller's protocol: FORMAT map asks for the
--- module's RESP3 map (a flat name/value list to a RESP2 client).
+-- module's RESP3 map (a flat name/value list to a RESP2 client; the order
+-- of the fields is Lua's, not the module's).
 local function named(fields, values, format)
   if format ~= 'map' then return values end
   local m = {}
@@ -734,19 +746,27 @@ end
 
 ---------------------------------------------------------------- functions
 
+-- The module refuses a call of more than 256 arguments (its command name
+-- and META keyword included) before reading any.
+local MAX_ARGS = 256
+local function check_argc(argc)
+  if argc > MAX_ARGS then fail('ERR too many arguments') end
+end
+
 -- The limiter key and its optional META hash.
-local function limiter_keys(keys, command)
+local function limiter_keys(keys, args, command)
+  check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
   if #keys < 1 then wrong_arity(command) end
   if #keys > 2 then
-    fail('ERR ' .. (string.gsub(command, '%.', '_')) .. ' takes 1 or 2 keys: the limiter key and its META hash')
+    fail('ERR ' .. string.lower((string.gsub(command, '%.', '_'))) .. ' takes 1 or 2 keys: the limiter key and its META hash')
   end
   return keys[1], keys[2]
 end
 
 -- rl_admit and rl_refund (src/commands.rs `update_limiter`).
 local function update_limiter(keys, args, command, decide)
-  local key, metakey = limiter_keys(keys, command)
-  local opts = parse_options(args, ADMIT_OPTIONS)
+  local key, metakey = limiter_keys(keys, args, command)
+  local opts = parse_options(args, ADMIT_OPTIONS, metakey)
   local now = clock()
   local p = make_policy(opts, metakey, now)
   if p == nil then return named(DECISION_FIELDS, UNLIMITED, opts.FORMAT) end
@@ -757,19 +777,19 @@ local function update_limiter(keys, args, command, decide)
 end
 
 local function rl_admit(keys, args)
-  return update_limiter(keys, args, 'rl.admit', admit)
+  return update_limiter(keys, args, 'RL.ADMIT', admit)
 end
 
 local function rl_refund(keys, args)
-  return update_limiter(keys, args, 'rl.refund', function(_, state, p, amount, now)
+  return update_limiter(keys, args, 'RL.REFUND', function(_, state, p, amount, now)
     return refund(state, p, amount, now)
   end)
 end
 
 -- The wait a request of cost 1 would be told now; writes nothing.
 local function rl_ttl(keys, args)
-  local key, metakey = limiter_keys(keys, 'rl.ttl')
-  local opts = parse_options(args, POLICY_OPTIONS)
+  local key, metakey = limiter_keys(keys, args, 'RL.TTL')
+  local opts = parse_options(args, POLICY_OPTIONS, metakey)
   local now = clock()
   local r = resolve(opts, metakey)
   if r == nil then return 0 end
@@ -794,13 +814,15 @@ local function rl_ttl(keys, args)
 end
 
 local function rl_limit(keys, args)
-  if #keys ~= 1 or #args ~= 0 then wrong_arity('rl.limit') end
+  check_argc(1 + #keys + #args)
+  if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.LIMIT') end
   local max = meta_int(read_meta(keys[1]), 'max', 0, NON_NEGATIVE)
   return max or 0
 end
 
 local function rl_reset(keys, args)
-  if #keys ~= 1 or #args ~= 0 then wrong_arity('rl.reset') end
+  check_argc(1 + #keys + #args)
+  if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.RESET') end
   local kind = server.call('TYPE', keys[1])['ok']
   if kind == 'none' then return 0 end
   if kind ~= 'string' then fail(WRONGTYPE) end
@@ -811,13 +833,14 @@ end
 -- RL.THROTTLE (src/algo/throttle.rs): redis-cell's CL.THROTTLE, GCRA with
 -- max_burst + 1 cells of tolerance, times in whole seconds.
 local function rl_throttle(keys, args)
+  check_argc(1 + #keys + #args)
   local format = nil
   local n = #args
   if n >= 2 and string.upper(args[n - 1]) == 'FORMAT' and (n == 5 or n == 6) then
     format = OPTIONS.FORMAT(args[n])
     n = n - 2
   end
-  if #keys ~= 1 or n < 3 or n > 4 then wrong_arity('rl.throttle') end
+  if #keys ~= 1 or n < 3 or n > 4 then wrong_arity('RL.THROTTLE') end
   local key = keys[1]
   local max_burst = int_arg(args[1], 'max_burst', 0)
   local count = int_arg(args[2], 'count_per_period', 1)
@@ -885,6 +908,12 @@ end
 -- RL.ADMITALL: one POLICY per counter, in order; all are admitted or none
 -- is consumed (src/commands.rs `admit_all`).
 local function rl_admitall(keys, args)
+  if 2 + #keys + #args > MAX_ARGS then
+    -- The module's numkeys counts the counters only: one per POLICY.
+    local counters = 0
+    for i = 1, #args do if string.upper(args[i]) == 'POLICY' then counters = counters + 1 end end
+    check_argc(2 + math.min(counters, #keys) + #args)
+  end
   if #keys < 1 then bad_value('numkeys', POSITIVE) end
   local cost, format = nil, nil
   local policies = {}
@@ -982,12 +1011,7 @@ local function rl_admitall(keys, args)
     end
     decisions[i] = named(DECISION_FIELDS, m.decision, format)
   end
-  local head = {all and 1 or 0, refused_by, longest}
-  if format == 'map' then
-    return {map = {admitted = head[1], refused_by = head[2], retry_after_ms = head[3], limiters = decisions}}
-  end
-  head[4] = decisions
-  return head
+  return named(ADMITALL_FIELDS, {all and 1 or 0, refused_by, longest, decisions}, format)
 end
 
 ---------------------------------------------------------------- registration
