@@ -182,6 +182,14 @@ local OPTIONS = {
   end,
 }
 
+-- Option names in their usual spellings, to skip string.upper for them
+-- (spelled out: the standard libraries are not reachable while the library
+-- loads, only inside its functions).
+local OPTION_NAMES = {
+  ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
+  algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
+}
+
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, COST = true, FORMAT = true}
@@ -191,7 +199,7 @@ local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\''
 -- Sets option `word` from args[at + 1] into `opts`; false when `word` is
 -- not an option of `allowed`. `metakey`: the META hash given as a key.
 local function set_option(opts, word, args, at, allowed, metakey)
-  local name = string.upper(word)
+  local name = OPTION_NAMES[word] or string.upper(word)
   if not allowed[name] then
     if name == 'META' and allowed.LIMIT then
       -- META is a key here. Given as one already, this is the module's
@@ -222,9 +230,12 @@ end
 
 ---------------------------------------------------------------- META hash
 
+-- No META hash: no fields (never written to).
+local NO_META = {}
+
 -- The META hash's fields as found (nil when absent); judged only when used.
 local function read_meta(metakey)
-  if metakey == nil then return {} end
+  if metakey == nil then return NO_META end
   local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
@@ -327,10 +338,12 @@ local function exact_policy(p, now)
   if not ok then fail(BEYOND_DOUBLES) end
 end
 
--- The validated policy of a resolved limiter (see `resolve`) at `now`.
+-- The validated policy of a resolved limiter (see `resolve`) at `now`: the
+-- same table, completed.
 local function policy_of(r, now)
   module_policy_checks(r, now)
-  local p = {algo = r.algo, limit = r.limit, window = r.window, burst = r.burst or r.limit}
+  local p = r
+  p.burst = r.burst or r.limit
   if USES_BURST[p.algo] then
     p.interval, p.capacity = bucket(p.algo, p.limit, p.window, p.burst)
   end
