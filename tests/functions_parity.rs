@@ -1013,3 +1013,113 @@ fn resp3_maps_on_request_and_arrays_by_default_for_both_protocols() {
         );
     }
 }
+
+/// One random call in the module's syntax over a few keys per algorithm
+/// (and now and then a key of another algorithm, a META policy, or a
+/// throttle on a bucket's key).
+fn random_step(rng: &mut common::Rng) -> Step {
+    let algo = rng.pick(&["fixed", "sliding", "token", "gcra", "leaky"]);
+    let key = if rng.pct(10) {
+        rng.pick(&["f", "s", "k", "g", "l", "t"]).to_string()
+    } else {
+        format!("{}{}", &algo[..1], rng.below(2))
+    };
+    let limit = (1 + rng.below(5)).to_string();
+    let window = if algo == "sliding" {
+        "100".to_string()
+    } else {
+        rng.pick(&["50", "300", "1000", "7000"]).to_string()
+    };
+    let mut p: Vec<String> = vec![
+        "ALGO".into(),
+        algo.into(),
+        "LIMIT".into(),
+        limit,
+        "WINDOW".into(),
+        window,
+    ];
+    if matches!(algo, "token" | "gcra" | "leaky") && rng.pct(50) {
+        // Now and then 0, which only leaky accepts.
+        let burst = if rng.pct(80) { 1 + rng.below(3) } else { 0 };
+        p.extend(["BURST".into(), burst.to_string()]);
+    }
+    let cost = rng.below(4).to_string();
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    Step::Call(match rng.below(100) {
+        0..=44 => [words(&["RL.ADMIT", &key]), p].concat(),
+        45..=54 => [words(&["RL.ADMIT", &key]), p, words(&["COST", &cost])].concat(),
+        55..=64 => [words(&["RL.REFUND", &key]), p, words(&["COST", &cost])].concat(),
+        65..=69 => [words(&["RL.TTL", &key]), p].concat(),
+        70..=72 => words(&["RL.RESET", &key]),
+        73..=76 => words(&["RL.ADMIT", &key, "META", "meta"]),
+        77..=86 => {
+            let t = rng.pick(&["t", "t", "g0"]);
+            let burst = rng.below(4).to_string();
+            let count = (1 + rng.below(3)).to_string();
+            let period = rng.pick(&["1", "2", "60"]);
+            let q = rng.below(4).to_string();
+            words(&["RL.THROTTLE", t, &burst, &count, period, &q])
+        }
+        _ => {
+            let other = format!("{}{}", &algo[..1], 1 - rng.below(2));
+            let mut w = words(&["RL.ADMITALL", "2", &key, &other, "COST", &cost, "POLICY"]);
+            if key == other {
+                w = words(&["RL.ADMITALL", "1", &key, "COST", &cost, "POLICY"]);
+                w.extend(p);
+            } else {
+                w.extend(p.clone());
+                w.push("POLICY".into());
+                if rng.pct(30) {
+                    w.extend(words(&["META", "meta"]));
+                } else {
+                    w.extend(p);
+                }
+            }
+            w
+        }
+    })
+}
+
+/// Seeded random call sequences, each in one transaction over crafted
+/// starting state: the two backends' transcripts are identical.
+#[test]
+fn random_call_sequences_agree() {
+    let mut rng = common::Rng::new(common::seed("random_call_sequences_agree"));
+    let keys: &[&str] = &[
+        "f0", "f1", "s0", "s1", "t0", "t1", "g0", "g1", "l0", "l1", "t",
+    ];
+    let mut scenarios = Vec::new();
+    for n in 0..24 {
+        let mut steps = vec![call![
+            "HSET",
+            "meta",
+            "max",
+            3,
+            "duration",
+            1000,
+            "algorithm",
+            "gcra",
+            "burst",
+            2
+        ]];
+        let crafted = [
+            ("f0", "2"),
+            ("s0", "sliding:{win 100-100}:2:1"),
+            ("t0", "token:400000000:{ms-90}"),
+            ("g0", "gcra:{ns+250000000}"),
+            ("l0", "leaky:{ns+150000000}"),
+            ("t", "gcra:{ns+1500000000}"),
+        ];
+        for (key, value) in crafted {
+            if rng.pct(60) {
+                let ttl = rng.pick(&[None, Some(100), Some(900), Some(5000)]);
+                steps.push(seed(key, value, ttl));
+            }
+        }
+        for _ in 0..40 {
+            steps.push(random_step(&mut rng));
+        }
+        scenarios.push(scenario(format!("random sequence {n}"), keys, steps).pinned());
+    }
+    check(scenarios);
+}
