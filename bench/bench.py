@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark of the ratelimit module against INCR and Lua equivalents.
+"""Benchmark of the ratelimit module against INCR, its FUNCTION library and a hand-rolled script.
 
 Starts its own valkey-server (scripts/valkey-server.sh or $VALKEY_SERVER) with
 the module loaded on a free loopback port, drives it with redis-benchmark
@@ -23,7 +23,7 @@ Environment:
   REDIS_BENCHMARK    redis-benchmark binary (default: on PATH)
 
 Exit status: 0 when the run completed (bars may be missed: that is a result),
-1 when the Lua oracle disagrees with the module or a row failed unexpectedly.
+1 when the library oracle (oracle_check.py) disagrees with the module or a row failed unexpectedly.
 """
 
 import csv
@@ -81,11 +81,15 @@ FILL_CHUNK = 100000
 # id     4 characters, unique; also the key tag, so every key name has the same
 #        length: hot key b:<id>:000000000000, random keys b:<id>:__rand_int__
 #        (redis-benchmark replaces __rand_int__ by 12 digits).
-# cmd    the command; KEY stands for the key. A first word lua:NAME runs
+# cmd    the command; KEY stands for the key. A first word lib:FUNCTION runs
+#        FCALL FUNCTION 1 KEY ... of the FUNCTION library
+#        functions/ratelimit.lua (FUNCTION LOADed first); lua:NAME runs
 #        EVALSHA of bench/lua/NAME.lua (SCRIPT LOADed first) with KEY as its
-#        one key: the row is skipped while the file does not exist.
-# kind   floor (INCR) | native | lua | refuse | info (no bar)
-# algo   groups rows for the bars; a native row names its Lua twin in `lua`.
+#        one key.
+# kind   floor (INCR) | native | lua (library, hand-rolled script) | refuse
+#        | info (no bar)
+# algo   groups rows for the bars; a native row names its library twin in
+#        `lua`.
 # expect what a probe call must answer before the row is run:
 #        int, ok (+OK), admit (reply[0] == 1), refuse (reply[0] == 0),
 #        allowed0 (RL.THROTTLE / CL.THROTTLE: reply[0] == 0 means allowed).
@@ -96,11 +100,8 @@ FILL_CHUNK = 100000
 # A row whose probe gets "unknown option" / "unknown command" is skipped,
 # with the server's answer in the report.
 #
-# Lua scripts for the other algorithms take, like fixed.lua:
-#   EVALSHA sha 1 key limit window_ms cost [burst]
-# and answer RL.ADMIT's five integers; throttle.lua takes CL.THROTTLE's
-# arguments (max_burst count_per_period period_s [quantity]) and answers its
-# reply, like RL.THROTTLE.
+# The library's functions take the module command's arguments after
+# `FCALL rl_<command> 1 key` and answer its reply (docs/managed-valkey.md).
 # ---------------------------------------------------------------------------
 
 
@@ -118,14 +119,14 @@ class Row:
 
 
 # BIG, RATE and BUCKET live in oracle_check.py, which runs these rows'
-# exact arguments through the Lua scripts and the module.
+# exact arguments through the library and the module.
 BIG, RATE, BUCKET = oracle_check.BIG, oracle_check.RATE, oracle_check.BUCKET
 # The buckets (token, gcra, leaky, RL.THROTTLE) run at 10 per 60 s (one
 # emission interval = 6 s) with a bucket of 1,000,000: no call is ever refused
 # within a run, every admit leaves a key that lives for seconds (like the
 # INCR and window rows' keys, unlike a 1e9-per-minute rate whose keys would
 # expire 1 ms after each call), and the capacity (6e15 ns) stays below 2^53,
-# where the Lua scripts' doubles are exact.
+# where the library's doubles are exact.
 BUCKET_ARGS = "LIMIT %s WINDOW 60000 BURST %s" % (RATE, BUCKET)
 ROWS = [
     Row("incr", "INCR", "INCR KEY", "floor", expect="int", keys="hot rand warm"),
@@ -141,7 +142,13 @@ ROWS = [
     # call does at least), quoted beside the fixed-window and scale bars.
     Row("setp", "SET KEY 1 PX 60000 (server's own TTL write, reference)",
         "SET KEY 1 PX 60000", "info", expect="ok", keys="hot rand warm"),
-    Row("lfix", "fixed.lua (EVALSHA)", "lua:fixed KEY %s 60000 1" % BIG, "lua", "fixed"),
+    # The hand-rolled INCR + PEXPIRE script (bench/lua/fixed_incr.lua): not the
+    # module's equal (no cost, no reset time, a refusal still counts), the
+    # baseline of what applications run without a limiter of their own.
+    Row("hand", "fixed_incr.lua (EVALSHA, hand-rolled INCR + PEXPIRE)",
+        "lua:fixed_incr KEY %s 60000" % BIG, "lua", "fixed"),
+    Row("lfix", "FCALL rl_admit fixed (library)",
+        "lib:rl_admit KEY LIMIT %s WINDOW 60000" % BIG, "lua", "fixed"),
     Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
         "native", "fixed", lua="lfix", keys="hot rand warm"),
     Row("rcnt", "RL.ADMIT fixed, refuse: count at limit (pre-filled key)",
@@ -149,24 +156,26 @@ ROWS = [
         keys="hot", prefill="RL.ADMIT KEY LIMIT 1 WINDOW 3600000"),
     Row("rcst", "RL.ADMIT fixed, refuse: COST 2 > LIMIT 1 (no state)",
         "RL.ADMIT KEY LIMIT 1 WINDOW 60000 COST 2", "refuse", "fixed", expect="refuse"),
-    Row("lsld", "sliding.lua (EVALSHA)", "lua:sliding KEY %s 60000 1" % BIG, "lua", "sliding"),
+    Row("lsld", "FCALL rl_admit ALGO sliding (library)",
+        "lib:rl_admit KEY LIMIT %s WINDOW 60000 ALGO sliding" % BIG, "lua", "sliding"),
     Row("asld", "RL.ADMIT ALGO sliding", "RL.ADMIT KEY LIMIT %s WINDOW 60000 ALGO sliding" % BIG,
         "native", "sliding", lua="lsld"),
-    Row("ltok", "token.lua (EVALSHA)", "lua:token KEY %s 60000 1 %s" % (RATE, BUCKET),
-        "lua", "token"),
+    Row("ltok", "FCALL rl_admit ALGO token (library)",
+        "lib:rl_admit KEY %s ALGO token" % BUCKET_ARGS, "lua", "token"),
     Row("atok", "RL.ADMIT ALGO token", "RL.ADMIT KEY %s ALGO token" % BUCKET_ARGS,
         "native", "token", lua="ltok"),
-    Row("lgcr", "gcra.lua (EVALSHA)", "lua:gcra KEY %s 60000 1 %s" % (RATE, BUCKET),
-        "lua", "gcra"),
+    Row("lgcr", "FCALL rl_admit ALGO gcra (library)",
+        "lib:rl_admit KEY %s ALGO gcra" % BUCKET_ARGS, "lua", "gcra"),
     Row("agcr", "RL.ADMIT ALGO gcra", "RL.ADMIT KEY %s ALGO gcra" % BUCKET_ARGS,
         "native", "gcra", lua="lgcr"),
-    Row("llky", "leaky.lua (EVALSHA)", "lua:leaky KEY %s 60000 1 %s" % (RATE, BUCKET),
-        "lua", "leaky"),
+    Row("llky", "FCALL rl_admit ALGO leaky (library)",
+        "lib:rl_admit KEY %s ALGO leaky" % BUCKET_ARGS, "lua", "leaky"),
     Row("alky", "RL.ADMIT ALGO leaky", "RL.ADMIT KEY %s ALGO leaky" % BUCKET_ARGS,
         "native", "leaky", lua="llky"),
     # CL.THROTTLE's arguments: max_burst count_per_period period_s quantity.
-    Row("lthr", "throttle.lua (EVALSHA, CL.THROTTLE in Lua)",
-        "lua:throttle KEY %s %s 60 1" % (BUCKET, RATE), "lua", "throttle", expect="allowed0"),
+    Row("lthr", "FCALL rl_throttle (library)",
+        "lib:rl_throttle KEY %s %s 60 1" % (BUCKET, RATE), "lua", "throttle",
+        expect="allowed0"),
     Row("thrt", "RL.THROTTLE", "RL.THROTTLE KEY %s %s 60 1" % (BUCKET, RATE),
         "native", "throttle", lua="lthr", expect="allowed0"),
 ]
@@ -185,7 +194,8 @@ MEM_ROWS = [
     MemRow("incr", "INCR + PEXPIRE 60000 (int counter with TTL)",
            ("INCR KEY", "PEXPIRE KEY 60000")),
     MemRow("fixd", "RL.ADMIT fixed", ("RL.ADMIT KEY LIMIT 100 WINDOW 60000",), "fixed"),
-    MemRow("lfix", "fixed.lua (for reference)", ("lua:fixed KEY 100 60000 1",)),
+    MemRow("lfix", "FCALL rl_admit fixed (library, for reference)",
+           ("lib:rl_admit KEY LIMIT 100 WINDOW 60000",)),
     MemRow("asld", "RL.ADMIT ALGO sliding",
            ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO sliding",), "sliding"),
     MemRow("atok", "RL.ADMIT ALGO token",
@@ -211,12 +221,17 @@ MEM_ROWS = [
            ("RL.ADMIT KEY LIMIT 100 WINDOW 60000 ALGO leaky BURST 100",) * 2, "leaky"),
     MemRow("thr2", "RL.THROTTLE, after a second call (hot key)",
            ("RL.THROTTLE KEY 100 100 60 1",) * 2, "throttle"),
-    # The scripts keep the module's state format: their keys, for reference.
-    MemRow("lsld", "sliding.lua (for reference)", ("lua:sliding KEY 100 60000 1",)),
-    MemRow("ltok", "token.lua (for reference)", ("lua:token KEY 100 60000 1 100",)),
-    MemRow("lgcr", "gcra.lua (for reference)", ("lua:gcra KEY 100 60000 1 100",)),
-    MemRow("llky", "leaky.lua (for reference)", ("lua:leaky KEY 100 60000 1 100",)),
-    MemRow("lthr", "throttle.lua (for reference)", ("lua:throttle KEY 100 100 60 1",)),
+    # The library keeps the module's state format: its keys, for reference.
+    MemRow("lsld", "FCALL rl_admit ALGO sliding (library, for reference)",
+           ("lib:rl_admit KEY LIMIT 100 WINDOW 60000 ALGO sliding",)),
+    MemRow("ltok", "FCALL rl_admit ALGO token (library, for reference)",
+           ("lib:rl_admit KEY LIMIT 100 WINDOW 60000 ALGO token BURST 100",)),
+    MemRow("lgcr", "FCALL rl_admit ALGO gcra (library, for reference)",
+           ("lib:rl_admit KEY LIMIT 100 WINDOW 60000 ALGO gcra BURST 100",)),
+    MemRow("llky", "FCALL rl_admit ALGO leaky (library, for reference)",
+           ("lib:rl_admit KEY LIMIT 100 WINDOW 60000 ALGO leaky BURST 100",)),
+    MemRow("lthr", "FCALL rl_throttle (library, for reference)",
+           ("lib:rl_throttle KEY 100 100 60 1",)),
 ]
 
 NOT_IMPLEMENTED = re.compile(r"unknown (option|command|subcommand)", re.I)
@@ -235,6 +250,7 @@ class Bench:
         self.srv = srv
         self.c = srv.client()
         self.shas = {}
+        self.library = None     # the library's name once FUNCTION LOADed
         self.errors = []        # unexpected failures: make the exit status 1
         self.skipped = {}       # row id -> reason
         self.results = {}       # (row id, keymode, P) -> list of per-round dicts
@@ -247,6 +263,10 @@ class Bench:
         """The command as argument list, or raises LookupError(reason) when
         its Lua script does not exist."""
         w = cmd.split()
+        if w[0].startswith("lib:"):
+            if self.library is None:
+                self.library = vh.load_library(self.c)
+            return ["FCALL", w[0][4:], "1", key] + [key if x == "KEY" else x for x in w[2:]]
         if w[0].startswith("lua:"):
             name = w[0][4:]
             if name not in self.shas:
@@ -599,6 +619,37 @@ def machine_info(srv, version):
     }
 
 
+def library_table(b, rows):
+    """Module, library (FCALL), hand-rolled script and INCR side by side: the
+    server µs/call at P=1 and P=16 on the hot key, and what moving from the
+    library to the module gains (library µs / module µs)."""
+    S = b.summary
+    lines = ["", "### Module, library, hand-rolled script, INCR", "",
+             "Hot key, server µs/call (`INFO commandstats`) at P=1 / P=16; "
+             "gain = the library's µs/call over the module's: how many times less "
+             "server time a call costs once the module can be loaded.", "",
+             "| command | module µs | library µs (FCALL) | gain | hand-rolled µs | INCR µs |",
+             "|---|--:|--:|--:|--:|--:|"]
+    for row in rows:
+        if row.kind != "native" or row.id in b.skipped or row.lua in b.skipped:
+            continue
+        cells = {"mod": [], "lib": [], "gain": [], "hand": [], "incr": []}
+        for p in PIPELINES:
+            m, lib = S(row.id, "hot", p), S(row.lua, "hot", p)
+            hand, incr = S("hand", "hot", p), S("incr", "hot", p)
+            if not (m and lib):
+                continue
+            cells["mod"].append("%.2f" % m["us"])
+            cells["lib"].append("%.2f" % lib["us"])
+            cells["gain"].append(fmt_x(lib["us"] / m["us"]))
+            cells["hand"].append("%.2f" % hand["us"] if hand and row.algo == "fixed" else "-")
+            cells["incr"].append("%.2f" % incr["us"] if incr else "-")
+        if cells["mod"]:
+            lines.append("| %s | %s |" % (row.label.split(",")[0], " | ".join(
+                " / ".join(cells[c]) for c in ("mod", "lib", "gain", "hand", "incr"))))
+    return lines
+
+
 def fmt_rps(x):
     return "{:,.0f}".format(x)
 
@@ -630,7 +681,8 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
              "the db is flushed "
              "before every run (and, for `warm` runs, filled with 1M keys by the row's own "
              "command, server-side, outside the timing). Server µs/call is `usec_per_call` from `INFO commandstats` "
-             "(`CONFIG RESETSTAT` before each run; `cmdstat_evalsha` for Lua rows). ×INCR "
+             "(`CONFIG RESETSTAT` before each run; `cmdstat_fcall` for the library's rows, "
+             "`cmdstat_evalsha` for the hand-rolled script). ×INCR "
              "ratios are taken against INCR of the same round and block, then the median. "
              "Started %s, took %.0f s in all." % (
                  b.rounds, "fixed by BENCH_ROUNDS" if FIXED_ROUNDS else
@@ -670,10 +722,11 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
              "*COST 2 > LIMIT 1* is refused before any state is read or written (the "
              "cost-exceeds-limit path), the only refusal that works on random keys without "
              "pre-filling a million keys. Bucket rows (token, gcra, leaky and RL.THROTTLE, "
-             "and their scripts) run at %s per 60 s with a bucket of %s: never refused, and "
+             "and their library twins) run at %s per 60 s with a bucket of %s: never refused, and "
              "each admit leaves a key that lives for at least one 6 s interval. spread = "
              "(max−min)/median of req/s over rounds."
              % ("{:,}".format(KEYSPACE), RATE, "{:,}".format(int(BUCKET))))
+    L.extend(library_table(b, rows))
     if b.skipped:
         L.append("")
         L.append("Skipped rows:")
@@ -764,19 +817,21 @@ def report(b, rows, mem, exp, repl, oracle_bad, info, version, started, wall):
                 s["P"], s["calls"], s["admitted"], s["refused"], s["bytes"], s["offset"]))
         L.append("")
 
-    L.append("## Lua oracle")
+    L.append("## Library oracle")
     L.append("")
     if oracle_bad:
-        L.append("**MISMATCH**: the Lua scripts and the module disagree (%d):" % len(oracle_bad))
+        L.append("**MISMATCH**: the FUNCTION library and the module disagree (%d):"
+                 % len(oracle_bad))
         L.append("")
         L.extend("    " + x for x in oracle_bad)
     else:
-        L.append("bench/oracle_check.py, before the measurements: %s. Each script call and its "
-                 "module twin run in one MULTI/EXEC (the server clock is frozen inside it, for "
-                 "the script's `TIME` as for the module), and the five integers, the stored "
-                 "value and the absolute expiry agree exactly; the sequences include refusals, "
-                 "peeks, new windows, TTL-less fixed counters and these rows' own arguments. "
-                 "The longer version is `tests/lua_oracle.rs`." % oracle_check.run_oracle.summary)
+        L.append("bench/oracle_check.py, before the measurements: %s. Each FCALL of the "
+                 "library and its module twin run in one MULTI/EXEC (the server clock is "
+                 "frozen inside it, for the function's `TIME` as for the module), and the "
+                 "replies, the stored value and the absolute expiry agree exactly; the "
+                 "sequences include refusals, peeks, new windows, TTL-less fixed counters and "
+                 "these rows' own arguments. The longer version is `tests/lua_oracle.rs`."
+                 % oracle_check.run_oracle.summary)
     L.append("")
 
     bars = evaluate(b, rows, mem, exp, repl)
@@ -857,13 +912,13 @@ def evaluate(b, rows, mem, exp, repl):
         """A native row's name in its bars: the fixed window's without ", admit"."""
         return row.label.split(",")[0] if row.algo == "fixed" else row.label
 
-    # 2. every algorithm and RL.THROTTLE: ≤ 4× INCR µs, P16 ≥ 3× its Lua script.
+    # 2. every algorithm and RL.THROTTLE: ≤ 4× INCR µs, P16 ≥ 3× its library twin (FCALL).
     for row in rows:
         if row.kind != "native":
             continue
         name = bar_name(row)
         if row.id in b.skipped:
-            bars.append(("%s: µs/call ≤ 4× INCR; P=16 req/s ≥ 3× Lua" % name,
+            bars.append(("%s: µs/call ≤ 4× INCR; P=16 req/s ≥ 3× library" % name,
                          b.skipped[row.id], None))
             continue
         items = [("%s P%d" % (k, p), s["x_us"]) for k, p, s in configs(row.id)]
@@ -873,7 +928,7 @@ def evaluate(b, rows, mem, exp, repl):
         lname = lua.label if lua else row.lua
         if not lua or row.lua in b.skipped:
             bars.append(("%s: P=16 throughput ≥ 3× %s" % (name, lname),
-                         (b.skipped.get(row.lua) or "no Lua row"), None))
+                         (b.skipped.get(row.lua) or "no library row"), None))
             continue
         items = []
         for k in KEYMODES:
@@ -1000,7 +1055,7 @@ def main():
         log("valkey-server %s on 127.0.0.1:%d (%s)" % (version, srv.port, srv.dir))
         b = Bench(srv)
         oracle_bad = oracle_check.run_oracle(b.c)
-        log("Lua oracle: %s" % ("OK" if not oracle_bad else "%d mismatches" % len(oracle_bad)))
+        log("library oracle: %s" % ("OK" if not oracle_bad else "%d mismatches" % len(oracle_bad)))
         for row in rows:
             reason = b.probe(row)
             if reason:

@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
-"""Checks the Lua scripts in bench/lua/ against the module: the same
-deterministic call sequence goes through `EVALSHA <script>` on key A and the
-module command on key B, and everything must agree exactly.
+"""Checks the FUNCTION library (functions/ratelimit.lua) against the module,
+for the calls the benchmark measures: the same deterministic call sequence
+goes through `FCALL rl_<command>` on key A and the module command on key B,
+and everything must agree exactly.
 
 Each pair of calls runs in one MULTI/EXEC together with GET and PEXPIRETIME
-of both keys: the server's clock is frozen inside a transaction, for
-`redis.call('TIME')` in a script as for the module, so both sides decide at
-the same millisecond. Compared per call: the five integers of the reply (or
-the error text), the stored value (the scripts keep the module's state
-format) and the absolute expiry. Short sleeps between some calls move the
-clock on. A script that does not exist yet is reported as skipped.
+of both keys: the server's clock is frozen inside a transaction, for `TIME`
+in a function as for the module, so both sides decide at the same
+millisecond. Compared per call: the reply (or the error text), the stored
+value (the library keeps the module's state format) and the absolute
+expiry. Short sleeps between some calls move the clock on.
 
-The same check, with longer sequences, edge states and coverage assertions,
-is tests/lua_oracle.rs in the Rust suite (`cargo test --release --test
-lua_oracle`); this one is what bench.py runs before measuring.
+The same check, with random sequences over every command, crafted state
+and coverage assertions, is tests/lua_oracle.rs in the Rust suite
+(`cargo test --release --test lua_oracle`); this one is what bench.py runs
+before measuring.
 
     python3 bench/oracle_check.py            # starts its own valkey-server
     python3 bench/oracle_check.py --port N   # uses a running server
@@ -30,7 +31,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import valkey_harness as vh  # noqa: E402
 
-KEY_LUA = "oracle:lua:{t}"
+KEY_LIB = "oracle:lib:{t}"
 KEY_MOD = "oracle:mod:{t}"
 # The benchmark rows' arguments (bench.py takes them from here): windows and
 # fixed counters with a limit never reached, and buckets at 10 per 60 s with a
@@ -74,26 +75,25 @@ def bucket_steps(max_cost, n=24):
 
 
 def admit(algo, limit, window, burst=None):
-    """(script args, module args) builders for RL.ADMIT ALGO algo."""
+    """(library call, module call) builders for RL.ADMIT ALGO algo."""
     def build(cost):
-        lua = [limit, window, cost] + ([burst] if burst is not None else [])
-        mod = ["RL.ADMIT", KEY_MOD, "LIMIT", limit, "WINDOW", window, "COST", cost]
+        args = ["LIMIT", limit, "WINDOW", window, "COST", cost]
         if algo != "fixed":
-            mod += ["ALGO", algo]
+            args += ["ALGO", algo]
         if burst is not None:
-            mod += ["BURST", burst]
-        return lua, mod
+            args += ["BURST", burst]
+        return ["FCALL", "rl_admit", 1, KEY_LIB] + args, ["RL.ADMIT", KEY_MOD] + args
     return build
 
 
 def throttle(max_burst, count, period):
     def build(q):
         args = [max_burst, count, period, q]
-        return args, ["RL.THROTTLE", KEY_MOD] + args
+        return ["FCALL", "rl_throttle", 1, KEY_LIB] + args, ["RL.THROTTLE", KEY_MOD] + args
     return build
 
 
-# (script, label, builder, steps): the small policies exercise refusals and
+# (algorithm, label, builder, steps): the small policies exercise refusals and
 # refills; the benchmark's own arguments check that the rows measure
 # equivalent work.
 def sequences():
@@ -119,48 +119,41 @@ def sequences():
     return out
 
 
-def pair(client, lua, mod):
+def pair(client, lib, mod):
     client.call("MULTI")
-    for cmd in (lua, mod, ("GET", KEY_LUA), ("GET", KEY_MOD),
-                ("PEXPIRETIME", KEY_LUA), ("PEXPIRETIME", KEY_MOD)):
+    for cmd in (lib, mod, ("GET", KEY_LIB), ("GET", KEY_MOD),
+                ("PEXPIRETIME", KEY_LIB), ("PEXPIRETIME", KEY_MOD)):
         client.call(*cmd)
     return client.call("EXEC")
 
 
 def norm(r):
-    """Error replies compared by text, without Lua's ' script: ...' suffix."""
+    """Error replies compared by their text."""
     if isinstance(r, vh.RespError):
-        return "error: " + str(r).split(" script: ")[0]
+        return "error: " + str(r)
     return r
 
 
 def run_oracle(client, verbose=False):
     """Returns a list of mismatch descriptions (empty when all agree); sets
     run_oracle.summary to a one-line account."""
-    bad, counts, missing = [], {}, []
-    shas = {}
-    for script, label, build, steps in sequences():
-        if script not in shas:
-            shas[script] = vh.load_script(client, script)
-        sha = shas[script]
-        if sha is None:
-            if script not in missing:
-                missing.append(script)
-            continue
-        client.call("DEL", KEY_LUA, KEY_MOD)
+    bad, counts = [], {}
+    vh.load_library(client)
+    for algo, label, build, steps in sequences():
+        client.call("DEL", KEY_LIB, KEY_MOD)
         for step in steps:
             if step[0] == "state":
-                for k in (KEY_LUA, KEY_MOD):
+                for k in (KEY_LIB, KEY_MOD):
                     client.call(step[1], k, *step[2:])
                 continue
             _, cost, pause = step
-            lua, mod = build(cost)
-            r = pair(client, ["EVALSHA", sha, 1, KEY_LUA] + lua, mod)
+            lib, mod = build(cost)
+            r = pair(client, lib, mod)
             if not isinstance(r, list) or len(r) != 6:
-                bad.append("%s %s: EXEC answered %r" % (script, label, r))
+                bad.append("%s %s: EXEC answered %r" % (algo, label, r))
                 continue
             ra, rb = norm(r[0]), norm(r[1])
-            counts[script] = counts.get(script, 0) + 1
+            counts[algo] = counts.get(algo, 0) + 1
             problems = []
             if not (isinstance(ra, list) and len(ra) == 5):
                 problems.append("reply shape")
@@ -170,20 +163,19 @@ def run_oracle(client, verbose=False):
                 problems.append("stored values differ")
             if r[4] != r[5]:
                 problems.append("expiries differ")
-            line = "%s (%s) cost %s: lua %s module %s; value %r / %r; expires %s / %s" % (
-                script, label, cost, ra, rb, r[2], r[3], r[4], r[5])
+            line = "%s (%s) cost %s: library %s module %s; value %r / %r; expires %s / %s" % (
+                algo, label, cost, ra, rb, r[2], r[3], r[4], r[5])
             if problems:
                 bad.append(line + "  <- " + ", ".join(problems))
             elif verbose:
                 print(line)
             if pause:
                 time.sleep(pause / 1000)
-        client.call("DEL", KEY_LUA, KEY_MOD)
-    run_oracle.summary = "%d calls agree (%s)%s" % (
-        sum(counts.values()), ", ".join("%s.lua %d" % kv for kv in counts.items()),
-        "; not found: " + ", ".join(m + ".lua" for m in missing) if missing else "")
+        client.call("DEL", KEY_LIB, KEY_MOD)
+    run_oracle.summary = "%d calls agree (%s)" % (
+        sum(counts.values()), ", ".join("%s %d" % kv for kv in counts.items()))
     if counts.get("fixed") != 53:
-        bad.append("expected 53 fixed.lua calls, made %d" % counts.get("fixed", 0))
+        bad.append("expected 53 fixed-window calls, made %d" % counts.get("fixed", 0))
     return bad
 
 
@@ -205,11 +197,11 @@ def main():
             bad = run_oracle(c, args.verbose)
             c.close()
     if bad:
-        print("Lua scripts vs module: %d mismatch(es)" % len(bad))
+        print("library vs module: %d mismatch(es)" % len(bad))
         for line in bad:
             print("  " + line)
         sys.exit(1)
-    print("Lua scripts vs module: " + run_oracle.summary)
+    print("library vs module: " + run_oracle.summary)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ Columns, per call:
   key access    inside OpenKey/CloseKey/StringDMA/expiry and other key calls
   other API     every other module-API call (argument bytes, time, signals)
   server        the rest: the server's command dispatch and bookkeeping, or
-                the whole command for INCR, SET and EVALSHA
+                the whole command for INCR, SET, FCALL and EVALSHA
 
 Saves bench/profile-YYYY-MM-DD-valkey-<version>.md (BENCH_OUT to change).
 Needs valgrind (apt-get install valgrind) and redis-benchmark.

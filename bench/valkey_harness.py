@@ -250,3 +250,13 @@ def load_script(client, name):
         return None
     with open(path, "rb") as f:
         return client.call("SCRIPT", "LOAD", f.read())
+
+
+LIBRARY = os.path.join(REPO, "functions", "ratelimit.lua")
+
+
+def load_library(client):
+    """FUNCTION LOAD REPLACE functions/ratelimit.lua, the module's commands
+    as a FUNCTION library (`FCALL rl_admit ...`); returns its name."""
+    with open(LIBRARY, "rb") as f:
+        return client.call("FUNCTION", "LOAD", "REPLACE", f.read())

@@ -26,8 +26,8 @@ Numbers: Lua numbers are doubles, exact for integers below 2^53. Absolute
 ns times (about 1.8e18) are read and written as ms plus a 6-digit ns
 remainder, and the arithmetic is on spans relative to now, so the module's
 state round-trips exactly. Everything else must stay below 2^53 (see
-`exact_policy` and `exact_counts`); beyond that the call is refused with an
-ERR that says so, never answered with a rounded number.
+`exact_policy` and STATE_BEYOND_DOUBLES); beyond that the call is refused
+with an ERR that says so, never answered with a rounded number.
 
 Time: the server's clock (TIME), read once per call (`clock`); inside a
 script and inside MULTI/EXEC it is frozen, and it is the clock the module
@@ -46,8 +46,10 @@ local I64_MIN_DIGITS = '9223372036854775808'
 -- Above every i64 as a double (2^63), for the module's overflow checks.
 local I64_LIMIT = 9223372036854775807
 
--- The clock's unit is the ms; ns are the unit of the buckets' state. A
--- switch to a finer clock changes `clock` and NS_PER_TICK only.
+-- Times are ms (the clock, the windows, every expiry); the buckets' state
+-- is ns. The time is read in `clock` and turned into ns only in `ns_after`
+-- and `ns_at`: a switch to µs resolution (for the buckets' ns arithmetic,
+-- as the module's clock allows) changes those three functions.
 local NS_PER_MS = 1000000
 local NS_PER_S = 1000000000
 
@@ -180,6 +182,14 @@ local OPTIONS = {
   end,
 }
 
+-- Option names in their usual spellings, to skip string.upper for them
+-- (spelled out: the standard libraries are not reachable while the library
+-- loads, only inside its functions).
+local OPTION_NAMES = {
+  ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
+  algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
+}
+
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, COST = true, FORMAT = true}
@@ -187,11 +197,15 @@ local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, C
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
 -- Sets option `word` from args[at + 1] into `opts`; false when `word` is
--- not an option of `allowed`.
-local function set_option(opts, word, args, at, allowed)
-  local name = string.upper(word)
+-- not an option of `allowed`. `metakey`: the META hash given as a key.
+local function set_option(opts, word, args, at, allowed, metakey)
+  local name = OPTION_NAMES[word] or string.upper(word)
   if not allowed[name] then
-    if name == 'META' then
+    if name == 'META' and allowed.LIMIT then
+      -- META is a key here. Given as one already, this is the module's
+      -- "given more than once".
+      if args[at + 1] == nil then fail('ERR META needs a value') end
+      if metakey ~= nil then fail('ERR META is given more than once') end
       fail('ERR META is passed as a key in the library: FCALL <function> 2 <key> <metakey> ...')
     end
     return false
@@ -204,11 +218,11 @@ local function set_option(opts, word, args, at, allowed)
   return true
 end
 
-local function parse_options(args, allowed)
+local function parse_options(args, allowed, metakey)
   local opts = {}
   local at = 1
   while at <= #args do
-    if not set_option(opts, args[at], args, at, allowed) then unknown(args[at]) end
+    if not set_option(opts, args[at], args, at, allowed, metakey) then unknown(args[at]) end
     at = at + 2
   end
   return opts
@@ -216,9 +230,12 @@ end
 
 ---------------------------------------------------------------- META hash
 
+-- No META hash: no fields (never written to).
+local NO_META = {}
+
 -- The META hash's fields as found (nil when absent); judged only when used.
 local function read_meta(metakey)
-  if metakey == nil then return {} end
+  if metakey == nil then return NO_META end
   local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
@@ -321,10 +338,12 @@ local function exact_policy(p, now)
   if not ok then fail(BEYOND_DOUBLES) end
 end
 
--- The validated policy of a resolved limiter (see `resolve`) at `now`.
+-- The validated policy of a resolved limiter (see `resolve`) at `now`: the
+-- same table, completed.
 local function policy_of(r, now)
   module_policy_checks(r, now)
-  local p = {algo = r.algo, limit = r.limit, window = r.window, burst = r.burst or r.limit}
+  local p = r
+  p.burst = r.burst or r.limit
   if USES_BURST[p.algo] then
     p.interval, p.capacity = bucket(p.algo, p.limit, p.window, p.burst)
   end
@@ -420,6 +439,12 @@ local UNLIMITED = {1, 0, 0, 0, 0}
 
 -- Fixed window counter (src/algo/fixed.rs): one integer per window, and the
 -- key's expiry is the reset. `found`: {count, at} (at: -1 without a TTL).
+-- ms from now until `at` (none: 0).
+local function time_left(at, now)
+  if at == nil then return 0 end
+  return math.max(at - now, 0)
+end
+
 local function fixed_admit(found, p, cost, now)
   local fresh = now + p.window
   if found and found.at >= 0 and found.at <= now then found = nil end
@@ -431,23 +456,23 @@ local function fixed_admit(found, p, cost, now)
     -- limit - count below 2^53 keeps every reply exact.
     if p.limit - count > EXACT then fail(STATE_BEYOND_DOUBLES) end
   end
-  local function left(a) if a == nil then return 0 end return math.max(a - now, 0) end
-  local function remaining(c) return math.max(p.limit - c, 0) end
+  local left = time_left(at, now)
+  -- A refusal writes only the expiry a counter lacked (or outlived).
   local adoption = nil
   if adopted and cost > 0 then adoption = {at = at} end
   if cost > p.limit then
-    return decision(false, p.limit, remaining(count), -1, left(at)), adoption
+    return decision(false, p.limit, math.max(p.limit - count, 0), -1, left), adoption
   end
   local next = count + cost
   if next <= p.limit then
     local expires = at or fresh
-    local reset = left(expires)
+    local reset = time_left(expires, now)
     if cost == 0 and not found then reset = 0 end -- a peek at no state opens no window
     local write = nil
     if cost > 0 then write = {value = string.format('%d', next), at = expires} end
-    return decision(true, p.limit, remaining(next), 0, reset), write
+    return decision(true, p.limit, math.max(p.limit - next, 0), 0, reset), write
   end
-  return decision(false, p.limit, remaining(count), left(at), left(at)), adoption
+  return decision(false, p.limit, math.max(p.limit - count, 0), left, left), adoption
 end
 
 local function fixed_refund(found, p, amount, now)
@@ -615,27 +640,29 @@ end
 
 -- GCRA and the leaky queue (src/algo/gcra.rs `Schedule`): the state is one
 -- absolute ns time; its span after now is the debt, clamped to the bucket.
+-- The state `debt` ns ahead of now, expiring when the debt is paid.
+local function schedule_stored(algo, debt, now)
+  return {value = algo .. ':' .. ns_at(now, debt), at = now + ceil_ms(debt)}
+end
+
 local function schedule_admit(algo, state, p, cost, now)
   local ahead = state and state.ahead or 0
   local debt = math.min(math.max(ahead, 0), p.capacity)
-  local beyond = ahead > p.capacity
-  local function store(d)
-    return {value = algo .. ':' .. ns_at(now, d), at = now + ceil_ms(d)}
-  end
-  local function free(d) return math.min(room(p, d), p.burst) end
   local admitted, x = judge(p, debt, cost)
   if admitted then
     local retry = 0
     if algo == 'leaky' then retry = ceil_ms(debt) end -- the queue ahead of it
     local write = nil
-    if cost > 0 then write = store(x) end
-    return decision(true, p.burst, free(x), retry, ceil_ms(x)), write
+    if cost > 0 then write = schedule_stored(algo, x, now) end
+    -- Never more than the burst (the leaky queue's head is not waiting).
+    return decision(true, p.burst, math.min(room(p, x), p.burst), retry, ceil_ms(x)), write
   end
   local retry = -1
   if x ~= nil then retry = ceil_ms(x) end
   local write = nil
-  if cost > 0 and beyond then write = store(debt) end
-  return decision(false, p.burst, free(debt), retry, ceil_ms(debt)), write
+  -- Beyond a full bucket: written back clamped, so it drains.
+  if cost > 0 and ahead > p.capacity then write = schedule_stored(algo, debt, now) end
+  return decision(false, p.burst, math.min(room(p, debt), p.burst), retry, ceil_ms(debt)), write
 end
 
 local function schedule_refund(algo, state, p, amount, now)
@@ -644,11 +671,7 @@ local function schedule_refund(algo, state, p, amount, now)
   local after = forgive(p, before, amount)
   local write = nil
   if state and before > 0 then
-    if after == 0 then
-      write = {delete = true}
-    else
-      write = {value = algo .. ':' .. ns_at(now, after), at = now + ceil_ms(after)}
-    end
+    if after == 0 then write = {delete = true} else write = schedule_stored(algo, after, now) end
   end
   local peek = nil
   if after > 0 then peek = {ahead = after} end
@@ -703,12 +726,20 @@ end
 
 ---------------------------------------------------------------- replies
 
--- RESP3 field names of the module (src/store.rs).
-local DECISION_FIELDS = {'admitted', 'limit', 'remaining', 'retry_after_ms', 'reset_after_ms'}
-local THROTTLE_FIELDS = {'limited', 'limit', 'remaining', 'retry_after', 'reset_after'}
+-- RESP3 field names of the module (src/store.rs), as simple strings like
+-- the module's: a status table converts to one (a plain Lua string would
+-- become a bulk string).
+local function status(name) return {ok = name} end
+local DECISION_FIELDS = {status('admitted'), status('limit'), status('remaining'),
+                         status('retry_after_ms'), status('reset_after_ms')}
+local THROTTLE_FIELDS = {status('limited'), status('limit'), status('remaining'),
+                         status('retry_after'), status('reset_after')}
+local ADMITALL_FIELDS = {status('admitted'), status('refused_by'), status('retry_after_ms'),
+                         status('limiters')}
 
 -- A function cannot see its caller's protocol: FORMAT map asks for the
--- module's RESP3 map (a flat name/value list to a RESP2 client).
+-- module's RESP3 map (a flat name/value list to a RESP2 client; the order
+-- of the fields is Lua's, not the module's).
 local function named(fields, values, format)
   if format ~= 'map' then return values end
   local m = {}
@@ -728,19 +759,27 @@ end
 
 ---------------------------------------------------------------- functions
 
+-- The module refuses a call of more than 256 arguments (its command name
+-- and META keyword included) before reading any.
+local MAX_ARGS = 256
+local function check_argc(argc)
+  if argc > MAX_ARGS then fail('ERR too many arguments') end
+end
+
 -- The limiter key and its optional META hash.
-local function limiter_keys(keys, command)
+local function limiter_keys(keys, args, command)
+  check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
   if #keys < 1 then wrong_arity(command) end
   if #keys > 2 then
-    fail('ERR ' .. (string.gsub(command, '%.', '_')) .. ' takes 1 or 2 keys: the limiter key and its META hash')
+    fail('ERR ' .. string.lower((string.gsub(command, '%.', '_'))) .. ' takes 1 or 2 keys: the limiter key and its META hash')
   end
   return keys[1], keys[2]
 end
 
 -- rl_admit and rl_refund (src/commands.rs `update_limiter`).
 local function update_limiter(keys, args, command, decide)
-  local key, metakey = limiter_keys(keys, command)
-  local opts = parse_options(args, ADMIT_OPTIONS)
+  local key, metakey = limiter_keys(keys, args, command)
+  local opts = parse_options(args, ADMIT_OPTIONS, metakey)
   local now = clock()
   local p = make_policy(opts, metakey, now)
   if p == nil then return named(DECISION_FIELDS, UNLIMITED, opts.FORMAT) end
@@ -751,19 +790,19 @@ local function update_limiter(keys, args, command, decide)
 end
 
 local function rl_admit(keys, args)
-  return update_limiter(keys, args, 'rl.admit', admit)
+  return update_limiter(keys, args, 'RL.ADMIT', admit)
 end
 
 local function rl_refund(keys, args)
-  return update_limiter(keys, args, 'rl.refund', function(_, state, p, amount, now)
+  return update_limiter(keys, args, 'RL.REFUND', function(_, state, p, amount, now)
     return refund(state, p, amount, now)
   end)
 end
 
 -- The wait a request of cost 1 would be told now; writes nothing.
 local function rl_ttl(keys, args)
-  local key, metakey = limiter_keys(keys, 'rl.ttl')
-  local opts = parse_options(args, POLICY_OPTIONS)
+  local key, metakey = limiter_keys(keys, args, 'RL.TTL')
+  local opts = parse_options(args, POLICY_OPTIONS, metakey)
   local now = clock()
   local r = resolve(opts, metakey)
   if r == nil then return 0 end
@@ -788,13 +827,15 @@ local function rl_ttl(keys, args)
 end
 
 local function rl_limit(keys, args)
-  if #keys ~= 1 or #args ~= 0 then wrong_arity('rl.limit') end
+  check_argc(1 + #keys + #args)
+  if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.LIMIT') end
   local max = meta_int(read_meta(keys[1]), 'max', 0, NON_NEGATIVE)
   return max or 0
 end
 
 local function rl_reset(keys, args)
-  if #keys ~= 1 or #args ~= 0 then wrong_arity('rl.reset') end
+  check_argc(1 + #keys + #args)
+  if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.RESET') end
   local kind = server.call('TYPE', keys[1])['ok']
   if kind == 'none' then return 0 end
   if kind ~= 'string' then fail(WRONGTYPE) end
@@ -805,13 +846,14 @@ end
 -- RL.THROTTLE (src/algo/throttle.rs): redis-cell's CL.THROTTLE, GCRA with
 -- max_burst + 1 cells of tolerance, times in whole seconds.
 local function rl_throttle(keys, args)
+  check_argc(1 + #keys + #args)
   local format = nil
   local n = #args
   if n >= 2 and string.upper(args[n - 1]) == 'FORMAT' and (n == 5 or n == 6) then
     format = OPTIONS.FORMAT(args[n])
     n = n - 2
   end
-  if #keys ~= 1 or n < 3 or n > 4 then wrong_arity('rl.throttle') end
+  if #keys ~= 1 or n < 3 or n > 4 then wrong_arity('RL.THROTTLE') end
   local key = keys[1]
   local max_burst = int_arg(args[1], 'max_burst', 0)
   local count = int_arg(args[2], 'count_per_period', 1)
@@ -879,6 +921,12 @@ end
 -- RL.ADMITALL: one POLICY per counter, in order; all are admitted or none
 -- is consumed (src/commands.rs `admit_all`).
 local function rl_admitall(keys, args)
+  if 2 + #keys + #args > MAX_ARGS then
+    -- The module's numkeys counts the counters only: one per POLICY.
+    local counters = 0
+    for i = 1, #args do if string.upper(args[i]) == 'POLICY' then counters = counters + 1 end end
+    check_argc(2 + math.min(counters, #keys) + #args)
+  end
   if #keys < 1 then bad_value('numkeys', POSITIVE) end
   local cost, format = nil, nil
   local policies = {}
@@ -976,12 +1024,7 @@ local function rl_admitall(keys, args)
     end
     decisions[i] = named(DECISION_FIELDS, m.decision, format)
   end
-  local head = {all and 1 or 0, refused_by, longest}
-  if format == 'map' then
-    return {map = {admitted = head[1], refused_by = head[2], retry_after_ms = head[3], limiters = decisions}}
-  end
-  head[4] = decisions
-  return head
+  return named(ADMITALL_FIELDS, {all and 1 or 0, refused_by, longest, decisions}, format)
 end
 
 ---------------------------------------------------------------- registration

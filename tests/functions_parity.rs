@@ -654,6 +654,141 @@ fn admitall_agrees_all_or_none() {
     ]);
 }
 
+/// Values no limiter wrote, or wrote differently: each algorithm reads,
+/// refuses or repairs them exactly as the module does.
+#[test]
+fn foreign_and_malformed_stored_values_agree() {
+    const VALUES: &[&str] = &[
+        "-3",
+        "0",
+        "007",
+        "1.5",
+        "99999999999999999999",
+        "",
+        "token:abc:1",
+        "token:1:{ms+0}:9",
+        "token:-5:{ms-10}",
+        "gcra:",
+        "gcra:-1",
+        "gcra:12x",
+        "leaky:{ns+999999999999999999}",
+        "sliding:1:2",
+        "sliding:{win 100+0}:-1:0",
+        "sliding:{win 100+0}:99999999999999999999:0",
+    ];
+    let mut scenarios = Vec::new();
+    for value in VALUES {
+        let mut steps = vec![seed("v", value, None), seed("w", value, Some(700))];
+        for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
+            let p = policy(algo);
+            for key in ["v", "w"] {
+                steps.push(with(&["RL.TTL", key], &p, &[]));
+                steps.push(with(&["RL.ADMIT", key], &p, &["COST", "0"]));
+                steps.push(with(&["RL.REFUND", key], &p, &["COST", "0"]));
+            }
+        }
+        steps.push(call!["RL.THROTTLE", "v", 2, 1, 1, 0]);
+        for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
+            steps.push(with(&["RL.ADMIT", "v"], &policy(algo), &[]));
+            steps.push(with(&["RL.REFUND", "w"], &policy(algo), &[]));
+        }
+        steps.push(call!["RL.THROTTLE", "w", 2, 1, 1]);
+        scenarios.push(scenario(format!("stored value {value:?}"), &["v", "w"], steps).pinned());
+    }
+    check(scenarios);
+}
+
+/// Real time passing, not a seeded state: once a window has expired or a
+/// bucket has refilled, each backend answers as it did on the fresh
+/// limiter, and both answered the same.
+#[test]
+fn windows_expire_and_buckets_refill_in_real_time() {
+    let mut answers = Vec::new();
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let admit = |algo: &'static str| {
+            [
+                "RL.ADMIT", algo, "ALGO", algo, "LIMIT", "2", "WINDOW", "200",
+            ]
+        };
+        let algos = ["fixed", "token", "gcra", "leaky"];
+        let mut fresh = Vec::new();
+        for algo in algos {
+            fresh.push(show(&backend.raw(&mut con, &admit(algo))));
+            let refused = (0..4).any(|_| {
+                common::try_ints(&backend.raw(&mut con, &admit(algo))).is_some_and(|r| r[0] == 0)
+            });
+            assert!(refused, "{backend:?} {algo}: never full");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(450));
+        for (algo, first) in algos.iter().zip(&fresh) {
+            let again = show(&backend.raw(&mut con, &admit(algo)));
+            assert_eq!(&again, first, "{backend:?} {algo}: after the window");
+        }
+        answers.push(fresh);
+    }
+    assert_eq!(
+        answers[0],
+        [
+            "[1, 2, 1, 0, 200]",
+            "[1, 2, 1, 0, 100]",
+            "[1, 2, 1, 0, 100]",
+            "[1, 2, 2, 0, 100]"
+        ]
+    );
+    assert_eq!(answers[1], answers[0]);
+}
+
+/// The one documented difference in arithmetic: a stored count at or
+/// beyond 2^53 (a Lua number is exact below it) that the call would
+/// change is refused by the library with an ERR that says so, never
+/// rounded, and left as it is; the module computes it.
+#[test]
+fn a_count_beyond_the_exact_range_is_an_error_in_the_library_never_rounded() {
+    let refund = ["RL.REFUND", "k", "LIMIT", "3", "WINDOW", "1000"];
+    for value in ["9007199254740993", "9223372036854775807"] {
+        for backend in BOTH {
+            let server = backend.start();
+            let mut con = server.client();
+            let _: () = redis::cmd("SET")
+                .arg(&["k", value, "PX", "60000"])
+                .query(&mut con)
+                .unwrap();
+            let expiry = common::pexpiretime(&mut con, "k");
+            let reply = backend.raw(&mut con, &refund);
+            let stored: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+            match backend {
+                Backend::Module => {
+                    assert_eq!(
+                        common::try_ints(&reply).map(|r| r[0]),
+                        Some(0),
+                        "{value}: {reply:?}"
+                    );
+                    let want = value.parse::<i64>().unwrap() - 1;
+                    assert_eq!(
+                        stored,
+                        want.to_string(),
+                        "{value}: the module refunds exactly"
+                    );
+                }
+                Backend::Functions => {
+                    assert_eq!(
+                        common::backend::error_text(&reply).as_deref(),
+                        Some(
+                            "ERR limiter key holds counts beyond the library's exact range \
+                             (Lua numbers are exact below 2^53); the module computes it"
+                        ),
+                        "{value}"
+                    );
+                    assert_eq!(stored, value, "{value}: the library wrote nothing");
+                    assert_eq!(common::pexpiretime(&mut con, "k"), expiry);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn refund_and_reset_agree() {
     check(vec![scenario(
@@ -686,6 +821,18 @@ fn refund_and_reset_agree() {
 
 #[test]
 fn module_only_configs_info_events_have_no_library_equivalent() {
+    // What the module has and the library cannot: its configs and INFO section.
+    {
+        let module = Backend::Module.start();
+        let mut con = module.client();
+        let got: Vec<String> = redis::cmd("CONFIG")
+            .arg(&["GET", "ratelimit.default-algorithm"])
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(got, ["ratelimit.default-algorithm", "fixed"]);
+        let info: String = redis::cmd("INFO").arg("ratelimit").query(&mut con).unwrap();
+        assert!(info.contains("ratelimit_calls_admitted:"), "{info}");
+    }
     let server = Backend::Functions.start_with(&["--notify-keyspace-events", "KEA"]);
     let mut con = server.client();
     // No config of the module exists here: the default algorithm is fixed.
@@ -841,4 +988,138 @@ fn resp3_maps_on_request_and_arrays_by_default_for_both_protocols() {
         ],
     );
     assert_eq!(err, "ERR unknown option 'FORMAT'");
+    // Single integers stay integers for both protocols on both backends.
+    for (backend, con) in [
+        (Backend::Module, &mut m2),
+        (Backend::Module, &mut m3),
+        (Backend::Functions, &mut l2),
+        (Backend::Functions, &mut l3),
+    ] {
+        let _: () = redis::cmd("HSET")
+            .arg(&["meta", "max", "7"])
+            .query(con)
+            .unwrap();
+        let ttl = backend.raw(con, &["RL.TTL", "a", "LIMIT", "5", "WINDOW", "60000"]);
+        assert_eq!(ttl, redis::Value::Int(0), "{backend:?}");
+        assert_eq!(
+            backend.raw(con, &["RL.LIMIT", "meta"]),
+            redis::Value::Int(7),
+            "{backend:?}"
+        );
+        assert_eq!(
+            backend.raw(con, &["RL.RESET", "none"]),
+            redis::Value::Int(0),
+            "{backend:?}"
+        );
+    }
+}
+
+/// One random call in the module's syntax over a few keys per algorithm
+/// (and now and then a key of another algorithm, a META policy, or a
+/// throttle on a bucket's key).
+fn random_step(rng: &mut common::Rng) -> Step {
+    let algo = rng.pick(&["fixed", "sliding", "token", "gcra", "leaky"]);
+    let key = if rng.pct(10) {
+        rng.pick(&["f", "s", "k", "g", "l", "t"]).to_string()
+    } else {
+        format!("{}{}", &algo[..1], rng.below(2))
+    };
+    let limit = (1 + rng.below(5)).to_string();
+    let window = if algo == "sliding" {
+        "100".to_string()
+    } else {
+        rng.pick(&["50", "300", "1000", "7000"]).to_string()
+    };
+    let mut p: Vec<String> = vec![
+        "ALGO".into(),
+        algo.into(),
+        "LIMIT".into(),
+        limit,
+        "WINDOW".into(),
+        window,
+    ];
+    if matches!(algo, "token" | "gcra" | "leaky") && rng.pct(50) {
+        // Now and then 0, which only leaky accepts.
+        let burst = if rng.pct(80) { 1 + rng.below(3) } else { 0 };
+        p.extend(["BURST".into(), burst.to_string()]);
+    }
+    let cost = rng.below(4).to_string();
+    let words = |w: &[&str]| w.iter().map(|s| s.to_string()).collect::<Vec<String>>();
+    Step::Call(match rng.below(100) {
+        0..=44 => [words(&["RL.ADMIT", &key]), p].concat(),
+        45..=54 => [words(&["RL.ADMIT", &key]), p, words(&["COST", &cost])].concat(),
+        55..=64 => [words(&["RL.REFUND", &key]), p, words(&["COST", &cost])].concat(),
+        65..=69 => [words(&["RL.TTL", &key]), p].concat(),
+        70..=72 => words(&["RL.RESET", &key]),
+        73..=76 => words(&["RL.ADMIT", &key, "META", "meta"]),
+        77..=86 => {
+            let t = rng.pick(&["t", "t", "g0"]);
+            let burst = rng.below(4).to_string();
+            let count = (1 + rng.below(3)).to_string();
+            let period = rng.pick(&["1", "2", "60"]);
+            let q = rng.below(4).to_string();
+            words(&["RL.THROTTLE", t, &burst, &count, period, &q])
+        }
+        _ => {
+            let other = format!("{}{}", &algo[..1], 1 - rng.below(2));
+            let mut w = words(&["RL.ADMITALL", "2", &key, &other, "COST", &cost, "POLICY"]);
+            if key == other {
+                w = words(&["RL.ADMITALL", "1", &key, "COST", &cost, "POLICY"]);
+                w.extend(p);
+            } else {
+                w.extend(p.clone());
+                w.push("POLICY".into());
+                if rng.pct(30) {
+                    w.extend(words(&["META", "meta"]));
+                } else {
+                    w.extend(p);
+                }
+            }
+            w
+        }
+    })
+}
+
+/// Seeded random call sequences, each in one transaction over crafted
+/// starting state: the two backends' transcripts are identical.
+#[test]
+fn random_call_sequences_agree() {
+    let mut rng = common::Rng::new(common::seed("random_call_sequences_agree"));
+    let keys: &[&str] = &[
+        "f0", "f1", "s0", "s1", "t0", "t1", "g0", "g1", "l0", "l1", "t",
+    ];
+    let mut scenarios = Vec::new();
+    for n in 0..24 {
+        let mut steps = vec![call![
+            "HSET",
+            "meta",
+            "max",
+            3,
+            "duration",
+            1000,
+            "algorithm",
+            "gcra",
+            "burst",
+            2
+        ]];
+        let crafted = [
+            ("f0", "2"),
+            ("s0", "sliding:{win 100-100}:2:1"),
+            ("t0", "token:400000000:{ms-90}"),
+            ("g0", "gcra:{ns+250000000}"),
+            ("l0", "leaky:{ns+150000000}"),
+            ("t", "gcra:{ns+1500000000}"),
+        ];
+        for (key, value) in crafted {
+            if rng.pct(60) {
+                let ttl = rng.pick(&[None, Some(100), Some(900), Some(5000)]);
+                steps.push(seed(key, value, ttl));
+            }
+        }
+        for _ in 0..40 {
+            steps.push(random_step(&mut rng));
+        }
+        scenarios.push(scenario(format!("random sequence {n}"), keys, steps).pinned());
+    }
+    check(scenarios);
 }

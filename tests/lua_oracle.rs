@@ -266,6 +266,31 @@ impl Oracle {
         b
     }
 
+    /// A malformed call the server itself may refuse before queueing it
+    /// (a module command's arity): sent outside a transaction, to both.
+    fn malformed(&mut self, label: &str, module: &[String]) {
+        let on = |words: &[String], prefix: &str| -> Vec<String> {
+            words.iter().map(|w| side(w, prefix)).collect()
+        };
+        let (lib, module) = (on(&fcall_of(module), "lib"), on(module, "mod"));
+        let send = |con: &mut Connection, words: &[String]| {
+            let words: Vec<&str> = words.iter().map(String::as_str).collect();
+            Reply::of(&cmd_raw(con, &words))
+        };
+        let (a, b) = (send(&mut self.con, &lib), send(&mut self.con, &module));
+        self.seen.calls += 1;
+        let line = format!(
+            "{:4} {label}: {module:?}\n     lib {a:?}\n     mod {b:?}",
+            self.seen.calls
+        );
+        let _ = writeln!(self.log, "{line}");
+        if a != b || !matches!(b, Reply::Error(_)) {
+            self.mismatches
+                .push(format!("{line}\n     <- replies differ, or no error"));
+        }
+        self.seen.errors += 1;
+    }
+
     /// The module copies' values and expiries.
     fn state(&mut self, keys: &[&str]) -> Vec<(Option<String>, i64)> {
         keys.iter()
@@ -842,7 +867,22 @@ fn random_calls_agree() {
                 m
             }
             94..=96 => words(&["RL.RESET", key]),
-            97 => words(&["RL.LIMIT", rng.pick(&METAS)]),
+            97 => match rng.below(8) {
+                0..=2 => words(&["RL.LIMIT", rng.pick(&METAS)]),
+                // Malformed as a whole: arity, a repeated META, too many
+                // arguments.
+                3 => words(&["RL.LIMIT", rng.pick(&METAS), "extra"]),
+                4 => words(&["RL.RESET", key, "extra"]),
+                5 => words(&["RL.THROTTLE", key, "1", "1"]),
+                6 => words(&[
+                    "RL.ADMIT", key, "META", "meta:max", "LIMIT", "2", "META", "meta:max",
+                ]),
+                _ => {
+                    let mut m = words(&["RL.ADMIT", key, "LIMIT", "5", "WINDOW", "10"]);
+                    m.extend((0..250 + rng.below(4)).map(|_| "COST".to_string()));
+                    m
+                }
+            },
             _ => {
                 // Foreign state, with or without a TTL.
                 let value = rng.pick(&foreign);
@@ -855,6 +895,10 @@ fn random_calls_agree() {
                 continue;
             }
         };
+        if roll == 97 && module.len() != 2 {
+            oracle.malformed(&format!("step {step}"), &module);
+            continue;
+        }
         let reply = oracle.call(&format!("step {step}"), &module, cost);
         // Another algorithm's state blocks a key until it expires: mostly,
         // clear it.

