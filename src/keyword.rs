@@ -18,6 +18,15 @@ pub const fn fold(word: &[u8]) -> Option<u64> {
     Some(packed)
 }
 
+/// A vocabulary table's C-string name as text, at compile time (names
+/// are ASCII).
+pub const fn text(name: &'static std::ffi::CStr) -> &'static str {
+    match std::str::from_utf8(name.to_bytes()) {
+        Ok(text) => text,
+        Err(_) => panic!("names are ASCII"),
+    }
+}
+
 /// A letters-only name to match against, folded at compile time.
 pub struct Keyword {
     len: usize,

@@ -14,7 +14,7 @@ pub mod state;
 pub mod throttle;
 pub mod token;
 
-pub use policy::{Algo, Policy};
+pub use policy::{Algo, AlgoSpec, Policy, ALGORITHMS};
 pub use state::State;
 
 /// What a call answers: the five integers of the RL.ADMIT reply.
