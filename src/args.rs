@@ -36,10 +36,14 @@ pub enum Value {
 pub struct OptSpec {
     pub opt: Opt,
     pub token: &'static CStr,
+    /// `token` as text, for errors.
+    name: &'static str,
     keyword: Keyword,
     pub value_name: &'static CStr,
     pub value: Value,
     pub meta_field: Option<&'static CStr>,
+    /// `meta_field` as text, for errors ("" without one).
+    meta_field_name: &'static str,
 }
 
 const fn row(
@@ -52,10 +56,15 @@ const fn row(
     OptSpec {
         opt,
         token,
+        name: text(token),
         keyword: Keyword::new(text(token)),
         value_name,
         value,
         meta_field,
+        meta_field_name: match meta_field {
+            Some(field) => text(field),
+            None => "",
+        },
     }
 }
 
@@ -98,16 +107,18 @@ impl Opt {
     }
 
     pub fn name(self) -> &'static str {
-        text(self.spec().token)
+        self.spec().name
     }
 
     /// The META hash field that stands in for this option.
     pub fn meta_field(self) -> &'static str {
-        self.spec().meta_field.map_or("", text)
+        self.spec().meta_field_name
     }
 
     pub fn parse(word: &[u8], allowed: &[Opt]) -> Option<Opt> {
-        let opt = OPTIONS.iter().find(|o| o.keyword.matches(word))?.opt;
+        // Folded once, compared with every keyword.
+        let folded = Keyword::fold_word(word)?;
+        let opt = OPTIONS.iter().find(|o| o.keyword.is(folded))?.opt;
         allowed.contains(&opt).then_some(opt)
     }
 }

@@ -20,13 +20,13 @@ pub const ERR: c_int = raw::REDISMODULE_ERR as c_int;
 /// load by `check_api`, so the pointer is always present.
 macro_rules! api {
     ($name:ident) => {{
-        // SAFETY: the server fills the API table once, in
-        // RedisModule_Init, before any of our code runs; it is only read.
+        // SAFETY: the server fills the API table once, in RedisModule_Init,
+        // before any of our code runs, and it is only read after; `check_api`
+        // refused to load unless this entry is set, so it is `Some` (this is
+        // on every call's path, where a check per API call adds up).
         #[allow(unused_unsafe)]
-        let f = unsafe { redis_module::raw::$name };
-        match f {
-            Some(f) => f,
-            None => unreachable!(concat!(stringify!($name), " checked at load")),
+        unsafe {
+            redis_module::raw::$name.unwrap_unchecked()
         }
     }};
 }

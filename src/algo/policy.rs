@@ -22,6 +22,8 @@ pub enum Algo {
 pub struct AlgoSpec {
     pub algo: Algo,
     pub name: &'static CStr,
+    /// `name` as text.
+    text: &'static str,
     keyword: Keyword,
     /// Whether BURST means anything to it.
     pub uses_burst: bool,
@@ -33,6 +35,7 @@ const fn row(algo: Algo, name: &'static CStr, uses_burst: bool, min_burst: i64) 
     AlgoSpec {
         algo,
         name,
+        text: crate::keyword::text(name),
         keyword: Keyword::new(crate::keyword::text(name)),
         uses_burst,
         min_burst,
@@ -73,7 +76,7 @@ impl Algo {
     }
 
     pub fn name(self) -> &'static str {
-        crate::keyword::text(self.spec().name)
+        self.spec().text
     }
 
     pub fn parse(s: &[u8]) -> Option<Algo> {
@@ -181,7 +184,7 @@ impl Policy {
     pub fn interval_ns(&self) -> i128 {
         let window_ns = i128::from(self.window_ms) * NS_PER_MS;
         let limit = i128::from(self.limit.max(1));
-        (window_ns + limit - 1) / limit
+        super::div(window_ns + limit - 1, limit)
     }
 
     /// How much debt (ns) the bucket holds when full: `burst` intervals, plus
