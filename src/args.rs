@@ -44,13 +44,16 @@ pub struct OptSpec {
     pub meta_field: Option<&'static CStr>,
     /// `meta_field` as text, for errors ("" without one).
     meta_field_name: &'static str,
+    /// The least integer value (for an integer option).
+    min: i64,
+    /// What the value must be, for errors.
+    range: &'static str,
 }
 
 const fn row(
     opt: Opt,
     token: &'static CStr,
-    value_name: &'static CStr,
-    value: Value,
+    (value_name, value, min, range): (&'static CStr, Value, i64, &'static str),
     meta_field: Option<&'static CStr>,
 ) -> OptSpec {
     OptSpec {
@@ -65,6 +68,8 @@ const fn row(
             Some(field) => text(field),
             None => "",
         },
+        min,
+        range,
     }
 }
 
@@ -73,21 +78,34 @@ pub const OPTIONS: [OptSpec; 6] = [
     row(
         Opt::Algo,
         c"ALGO",
-        c"algorithm",
-        Value::Algorithm,
+        (c"algorithm", Value::Algorithm, 0, Algo::NAMES),
         Some(c"algorithm"),
     ),
-    row(Opt::Limit, c"LIMIT", c"max", Value::Integer, Some(c"max")),
+    row(
+        Opt::Limit,
+        c"LIMIT",
+        (c"max", Value::Integer, 0, NON_NEGATIVE),
+        Some(c"max"),
+    ),
     row(
         Opt::Window,
         c"WINDOW",
-        c"ms",
-        Value::Integer,
+        (c"ms", Value::Integer, 1, POSITIVE),
         Some(c"duration"),
     ),
-    row(Opt::Burst, c"BURST", c"n", Value::Integer, Some(c"burst")),
-    row(Opt::Meta, c"META", c"metakey", Value::Key, None),
-    row(Opt::Cost, c"COST", c"n", Value::Integer, None),
+    row(
+        Opt::Burst,
+        c"BURST",
+        (c"n", Value::Integer, 0, BURST_RANGE),
+        Some(c"burst"),
+    ),
+    row(Opt::Meta, c"META", (c"metakey", Value::Key, 0, ""), None),
+    row(
+        Opt::Cost,
+        c"COST",
+        (c"n", Value::Integer, 0, NON_NEGATIVE),
+        None,
+    ),
 ];
 
 impl Opt {
@@ -171,35 +189,64 @@ pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Op
     let mut opts = Options::default();
     let mut at = first;
     while at < args.len() {
-        let opt = Opt::parse(args[at], allowed).ok_or_else(|| unknown(args[at]))?;
-        opts.set(opt, args, at + 1)?;
+        let Some(opt) = Opt::parse(args[at], allowed) else {
+            return Err(unknown(args[at]));
+        };
+        if let Err(problem) = opts.try_set(opt, args, at + 1) {
+            return Err(problem.about(opt));
+        }
         at += 2;
     }
     Ok(opts)
 }
 
+/// What is wrong with an option's value; the error is made only when one
+/// is (the call path passes this small value, not the error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Problem {
+    Missing,
+    OutOfRange,
+    Repeated,
+}
+
+impl Problem {
+    #[cold]
+    fn about(self, opt: Opt) -> RlError {
+        match self {
+            Problem::Missing => RlError::MissingValue(opt.name()),
+            Problem::OutOfRange => RlError::BadValue(opt.name(), opt.spec().range),
+            Problem::Repeated => RlError::Repeated(opt.name()),
+        }
+    }
+}
+
 impl Options {
     /// Sets `opt` from the value at `args[at]`.
     pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), RlError> {
-        let value = *args
-            .get(at)
-            .ok_or_else(|| RlError::MissingValue(opt.name()))?;
+        self.try_set(opt, args, at).map_err(|p| p.about(opt))
+    }
+
+    #[inline]
+    fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), Problem> {
+        let value = *args.get(at).ok_or(Problem::Missing)?;
+        let int = || {
+            parse_i64(value)
+                .filter(|&v| v >= opt.spec().min)
+                .ok_or(Problem::OutOfRange)
+        };
         let repeated = match opt {
             Opt::Algo => {
-                let algo = Algo::parse(value).ok_or(RlError::BadValue("ALGO", Algo::NAMES))?;
+                let algo = Algo::parse(value).ok_or(Problem::OutOfRange)?;
                 self.algo.replace(algo).is_some()
             }
-            Opt::Limit => self.limit.replace(int_in(value, opt, 0)?).is_some(),
-            Opt::Window => self.window.replace(int_in(value, opt, 1)?).is_some(),
-            Opt::Burst => {
-                let burst = int_must(value, opt.name(), 0, BURST_RANGE)?;
-                self.burst.replace(burst).is_some()
-            }
-            Opt::Cost => self.cost.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Limit => self.limit.replace(int()?).is_some(),
+            Opt::Window => self.window.replace(int()?).is_some(),
+            Opt::Burst => self.burst.replace(int()?).is_some(),
+            Opt::Cost => self.cost.replace(int()?).is_some(),
             Opt::Meta => self.meta.replace(at).is_some(),
         };
         match repeated {
-            true => Err(RlError::Repeated(opt.name())),
+            true => Err(Problem::Repeated),
             false => Ok(()),
         }
     }
@@ -232,10 +279,6 @@ fn int_must(
         Some(v) if v >= min => Ok(v),
         _ => Err(RlError::BadValue(name, must)),
     }
-}
-
-fn int_in(value: &[u8], opt: Opt, min: i64) -> Result<i64, RlError> {
-    int_arg(value, opt.name(), min)
 }
 
 /// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [option value ...] [POLICY ...]
