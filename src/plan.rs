@@ -7,8 +7,7 @@ use std::ffi::CStr;
 
 use crate::algo::{state, Algo, State, Write};
 
-/// A limiter's state as read, with the key's absolute expiry (`None`: no TTL).
-pub type Found = Option<(State, Option<i64>)>;
+pub use crate::algo::Found;
 
 /// What happens to the key, and what replicas are told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -86,22 +86,30 @@ pub fn ceil_ms(ns: i128) -> i64 {
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
+/// A limiter's state as read, with the key's absolute expiry (`None`: no TTL).
+pub type Found = Option<(State, Option<i64>)>;
+
+/// One algorithm's admit or refund: the state found, the policy, the cost
+/// (or amount) and the time in; the decision and the write out.
+pub type Decide = fn(Found, &Policy, i64, i64) -> Outcome;
+
 /// Decides one call for any algorithm. `found` is the decoded state and the
 /// key's absolute expiry (`None`: no TTL). `policy` is validated for `now`.
-pub fn admit(
-    found: Option<(State, Option<i64>)>,
+pub fn admit(found: Found, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    (policy.algo.spec().admit)(found, policy, cost, now_ms)
+}
+
+/// An admit of an algorithm that keeps its own times in its state (every
+/// one but the fixed window, whose reset is the key's expiry), with the
+/// refusal repair below.
+pub(crate) fn with_repair(
+    decide: fn(Option<State>, &Policy, i64, i64) -> Outcome,
+    found: Found,
     policy: &Policy,
     cost: i64,
     now_ms: i64,
 ) -> Outcome {
-    let state = found.map(|f| f.0);
-    let outcome = match policy.algo {
-        Algo::Fixed => return fixed::decide(found, policy, cost, now_ms),
-        Algo::Sliding => sliding::admit(state, policy, cost, now_ms),
-        Algo::Token => token::admit(state, policy, cost, now_ms),
-        Algo::Gcra => gcra::admit(state, policy, cost, now_ms),
-        Algo::Leaky => leaky::admit(state, policy, cost, now_ms),
-    };
+    let outcome = decide(found.map(|f| f.0), policy, cost, now_ms);
     outcome_outlives_its_reset(outcome, found.map(|f| f.1), cost, now_ms)
 }
 
@@ -157,13 +165,7 @@ pub fn refund(
             ..admit(found, policy, 0, now_ms)
         };
     }
-    match policy.algo {
-        Algo::Fixed => fixed::refund(found, policy, amount, now_ms),
-        Algo::Sliding => sliding::refund(found.map(|f| f.0), policy, amount, now_ms),
-        Algo::Token => token::refund(found.map(|f| f.0), policy, amount, now_ms),
-        Algo::Gcra => gcra::refund(found.map(|f| f.0), policy, amount, now_ms),
-        Algo::Leaky => leaky::refund(found.map(|f| f.0), policy, amount, now_ms),
-    }
+    (policy.algo.spec().refund)(found, policy, amount, now_ms)
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@ use std::ffi::CStr;
 use crate::error::RlError;
 use crate::keyword::Keyword;
 
-use super::NS_PER_MS;
+use super::{
+    fixed, gcra, leaky, sliding, token, with_repair, Decide, Found, Outcome, State, NS_PER_MS,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algo {
@@ -29,9 +31,17 @@ pub struct AlgoSpec {
     pub uses_burst: bool,
     /// The least BURST: a leaky queue may be empty, a bucket holds one.
     pub min_burst: i64,
+    /// Its decisions (see `algo::admit` and `algo::refund`).
+    pub admit: Decide,
+    pub refund: Decide,
 }
 
-const fn row(algo: Algo, name: &'static CStr, uses_burst: bool, min_burst: i64) -> AlgoSpec {
+const fn row(
+    algo: Algo,
+    name: &'static CStr,
+    (uses_burst, min_burst): (bool, i64),
+    (admit, refund): (Decide, Decide),
+) -> AlgoSpec {
     AlgoSpec {
         algo,
         name,
@@ -39,16 +49,66 @@ const fn row(algo: Algo, name: &'static CStr, uses_burst: bool, min_burst: i64) 
         keyword: Keyword::new(crate::keyword::text(name)),
         uses_burst,
         min_burst,
+        admit,
+        refund,
     }
 }
 
-/// Every algorithm, in `Algo` order.
+/// `refund` of an algorithm that reads only the state, not the key's expiry.
+pub(super) fn with_state(
+    refund: fn(Option<State>, &Policy, i64, i64) -> Outcome,
+    found: Found,
+    policy: &Policy,
+    amount: i64,
+    now_ms: i64,
+) -> Outcome {
+    refund(found.map(|f| f.0), policy, amount, now_ms)
+}
+
+/// Every algorithm, in `Algo` order: adding one is its file and a row here.
 pub const ALGORITHMS: [AlgoSpec; 5] = [
-    row(Algo::Fixed, c"fixed", false, 1),
-    row(Algo::Sliding, c"sliding", false, 1),
-    row(Algo::Token, c"token", true, 1),
-    row(Algo::Gcra, c"gcra", true, 1),
-    row(Algo::Leaky, c"leaky", true, 0),
+    row(
+        Algo::Fixed,
+        c"fixed",
+        (false, 1),
+        (fixed::decide, fixed::refund),
+    ),
+    row(
+        Algo::Sliding,
+        c"sliding",
+        (false, 1),
+        (
+            |f, p, c, n| with_repair(sliding::admit, f, p, c, n),
+            |f, p, a, n| with_state(sliding::refund, f, p, a, n),
+        ),
+    ),
+    row(
+        Algo::Token,
+        c"token",
+        (true, 1),
+        (
+            |f, p, c, n| with_repair(token::admit, f, p, c, n),
+            |f, p, a, n| with_state(token::refund, f, p, a, n),
+        ),
+    ),
+    row(
+        Algo::Gcra,
+        c"gcra",
+        (true, 1),
+        (
+            |f, p, c, n| with_repair(gcra::admit, f, p, c, n),
+            |f, p, a, n| with_state(gcra::refund, f, p, a, n),
+        ),
+    ),
+    row(
+        Algo::Leaky,
+        c"leaky",
+        (true, 0),
+        (
+            |f, p, c, n| with_repair(leaky::admit, f, p, c, n),
+            |f, p, a, n| with_state(leaky::refund, f, p, a, n),
+        ),
+    ),
 ];
 
 impl Algo {
