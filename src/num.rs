@@ -92,6 +92,18 @@ const PAIRS: &[u8; 200] = b"\
 pub fn format_i64(value: i64, buf: &mut [u8; MAX_DIGITS]) -> &[u8] {
     let mut n = value.unsigned_abs();
     let mut at = buf.len();
+    // Eight digits at a time in 32-bit arithmetic, which is cheaper.
+    while n >= 100_000_000 {
+        let mut low = (n % 100_000_000) as u32;
+        n /= 100_000_000;
+        for _ in 0..4 {
+            let pair = (low % 100) as usize * 2;
+            low /= 100;
+            at -= 2;
+            buf[at..at + 2].copy_from_slice(&PAIRS[pair..pair + 2]);
+        }
+    }
+    let mut n = n as u32;
     while n >= 100 {
         let pair = (n % 100) as usize * 2;
         n /= 100;
@@ -152,7 +164,22 @@ mod tests {
     #[test]
     fn formats_at_every_digit_boundary() {
         let mut buf = [0u8; MAX_DIGITS];
-        for v in [0, 9, 10, 99, 100, 101, 999, 1000, i64::MAX, i64::MIN] {
+        for v in [
+            0,
+            9,
+            10,
+            99,
+            100,
+            101,
+            999,
+            1000,
+            99_999_999,
+            100_000_000,
+            100_000_001,
+            1_000_000_000_000_000,
+            i64::MAX,
+            i64::MIN,
+        ] {
             for v in [v, v.saturating_neg()] {
                 assert_eq!(format_i64(v, &mut buf), v.to_string().as_bytes());
             }
