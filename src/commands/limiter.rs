@@ -2,11 +2,11 @@
 //! registered arities guarantee the key (and RL.LIMIT's and RL.RESET's
 //! exact count), so only the options are checked here.
 
-use crate::algo::{self, fixed, Algo, Decision, Outcome, Policy, Write};
+use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
 use crate::args::{self, parse_options, Opt, POLICY};
 use crate::entry::Call;
 use crate::error::RlError;
-use crate::plan::{Event, Found, Source};
+use crate::plan::{Event, Source};
 use crate::resolve::{meta_limit, resolve};
 use crate::store::{self, Key, KeyKind};
 use crate::{reply, stats};
@@ -21,8 +21,12 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
             stats::count(crate::plan::Tally::Admitted(Source::Unlimited));
             reply::decision(call.ctx, &Decision::UNLIMITED);
         }
-        Some((algo, cost, outcome)) => {
-            let d = outcome.decision;
+        Some(Updated {
+            algo,
+            cost,
+            decision: d,
+            ..
+        }) => {
             let source = Source::Algo(algo);
             super::record(
                 call.ctx,
@@ -42,23 +46,29 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
 pub fn refund(call: &Call) -> Result<(), RlError> {
     match update(call, algo::refund)? {
         None => reply::decision(call.ctx, &Decision::UNLIMITED),
-        Some((_, _, outcome)) => {
-            if outcome.write != Write::Nothing {
+        Some(updated) => {
+            if updated.wrote {
                 store::notify(call.ctx, Event::Refund, call.argv[1]);
             }
-            reply::decision(call.ctx, &outcome.decision);
+            reply::decision(call.ctx, &updated.decision);
         }
     }
     Ok(())
 }
 
-/// Decides a call on one limiter: admit, or refund.
-type Decide = fn(Found, &Policy, i64, i64) -> Outcome;
+/// What RL.ADMIT or RL.REFUND did to a limiter with a limit.
+struct Updated {
+    algo: Algo,
+    cost: i64,
+    decision: Decision,
+    /// Whether the key was written.
+    wrote: bool,
+}
 
 /// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
 /// resolved, the state read, `decide` called and its write carried out.
 /// `None`: the limiter has no limit.
-fn update(call: &Call, decide: Decide) -> Result<Option<(Algo, i64, Outcome)>, RlError> {
+fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
     let opts = parse_options(call.args, 2, ADMIT_OPTIONS)?;
     let now = store::now_ms();
     let Some(policy) = resolve(call.ctx, call.argv, &opts)?
@@ -73,7 +83,12 @@ fn update(call: &Call, decide: Decide) -> Result<Option<(Algo, i64, Outcome)>, R
     let cost = opts.cost.unwrap_or(1);
     let outcome = decide(found, &policy, cost, now);
     super::write(call.ctx, &mut key, name, outcome.write, found);
-    Ok(Some((policy.algo, cost, outcome)))
+    Ok(Some(Updated {
+        algo: policy.algo,
+        cost,
+        decision: outcome.decision,
+        wrote: outcome.write != Write::Nothing,
+    }))
 }
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
