@@ -9,17 +9,10 @@ use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::args::MAX_ARGS;
-use crate::commands::{admitall, limiter, throttle};
+use crate::commands::{admitall, limiter, throttle, Call};
 use crate::error::RlError;
 use crate::ffi::{str_bytes, Ctx, Str, OK};
 use crate::{reply, stats, store};
-
-/// One call: the context, the raw arguments and their bytes.
-pub struct Call<'a> {
-    pub ctx: Ctx,
-    pub argv: &'a [Str],
-    pub args: &'a [&'a [u8]],
-}
 
 /// A command body: a reply sent, or an error to reply.
 type Body = fn(&Call) -> Result<(), RlError>;

@@ -3,9 +3,9 @@
 //!
 //! One POLICY per key, in order. All are admitted, or none is consumed.
 
+use super::Call;
 use crate::algo::{self, Decision, Outcome, Policy, Write};
 use crate::args::{self, AdmitAll};
-use crate::entry::Call;
 use crate::error::RlError;
 use crate::ffi::{Ctx, Str};
 use crate::plan::{Found, Source};

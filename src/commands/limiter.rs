@@ -2,9 +2,9 @@
 //! registered arities guarantee the key (and RL.LIMIT's and RL.RESET's
 //! exact count), so only the options are checked here.
 
+use super::Call;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
 use crate::args::{self, parse_options, Opt, POLICY};
-use crate::entry::Call;
 use crate::error::RlError;
 use crate::plan::{Event, Source};
 use crate::resolve::{meta_limit, resolve};

@@ -13,6 +13,14 @@ use crate::plan::{self, Found, Source};
 use crate::store::{self, Key};
 use crate::{algo, stats};
 
+/// One call, as `entry` hands it over: the context, the raw arguments
+/// and their bytes.
+pub struct Call<'a> {
+    pub ctx: Ctx,
+    pub argv: &'a [Str],
+    pub args: &'a [&'a [u8]],
+}
+
 /// Plans and carries out an algorithm's write on an open key.
 fn write(ctx: Ctx, key: &mut Key, name: Str, write: algo::Write, before: Found) {
     let mut buf = [0u8; state::MAX_LEN];

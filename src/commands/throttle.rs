@@ -2,9 +2,9 @@
 //! CL.THROTTLE, on our own `gcra:<tat_ns>` state or redis-cell's plain ns
 //! integer.
 
+use super::Call;
 use crate::algo::{throttle, Algo, State};
 use crate::args;
-use crate::entry::Call;
 use crate::error::RlError;
 use crate::num::parse_i64;
 use crate::plan::Source;
