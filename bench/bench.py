@@ -337,8 +337,8 @@ class Bench:
         if keymode in ("rand", "warm"):
             # Without -r redis-benchmark sends __rand_int__ literally: one key.
             args += ["-r", str(KEYSPACE)]
-        # CONFIG RESETSTAT clears INFO commandstats and the module's INFO
-        # ratelimit counters too: take the starting readings after it.
+        # CONFIG RESETSTAT clears INFO commandstats (not the module's INFO
+        # ratelimit counters, which only grow): readings are differences.
         self.c.call("CONFIG", "RESETSTAT")
         size0 = self.aof_size() if aof else 0
         rl0 = self.c.info("ratelimit") if aof else {}

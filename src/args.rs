@@ -1,9 +1,12 @@
-//! Command arguments into typed requests. Pure: works on byte slices so the
-//! fuzzer and the unit tests drive it without a server.
+//! The grammar: every command's arguments into a typed request, and where
+//! their keys are (getkeys). Pure: works on byte slices so the fuzzer and
+//! the unit tests drive it without a server.
 
-use crate::algo::Algo;
+use std::ffi::CStr;
+
+use crate::algo::{throttle, Algo};
 use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
-use crate::keyword::Keyword;
+use crate::keyword::{text, Keyword};
 use crate::num::parse_i64;
 
 /// Options a command may take after its key.
@@ -17,40 +20,151 @@ pub enum Opt {
     Cost,
 }
 
-impl Opt {
-    pub const ALL: [Opt; 6] = [
+/// What an option's value is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Value {
+    /// An algorithm's name (see `algo::ALGORITHMS`).
+    Algorithm,
+    Integer,
+    /// A key: the META hash.
+    Key,
+}
+
+/// One option: its keyword, how COMMAND DOCS names its value, and the META
+/// hash field that stands in for it. Keyword matching, COMMAND DOCS,
+/// getkeys scanning and the META lookup all read this table.
+pub struct OptSpec {
+    pub opt: Opt,
+    pub token: &'static CStr,
+    /// `token` as text, for errors.
+    name: &'static str,
+    keyword: Keyword,
+    pub value_name: &'static CStr,
+    pub value: Value,
+    pub meta_field: Option<&'static CStr>,
+    /// `meta_field` as text, for errors ("" without one).
+    meta_field_name: &'static str,
+    /// The least integer value (for an integer option).
+    min: i64,
+    /// What the value must be, for errors.
+    range: &'static str,
+}
+
+const fn row(
+    opt: Opt,
+    token: &'static CStr,
+    (value_name, value, min, range): (&'static CStr, Value, i64, &'static str),
+    meta_field: Option<&'static CStr>,
+) -> OptSpec {
+    OptSpec {
+        opt,
+        token,
+        name: text(token),
+        keyword: Keyword::new(text(token)),
+        value_name,
+        value,
+        meta_field,
+        meta_field_name: match meta_field {
+            Some(field) => text(field),
+            None => "",
+        },
+        min,
+        range,
+    }
+}
+
+/// Every option, in `Opt` order.
+pub const OPTIONS: [OptSpec; 6] = [
+    row(
         Opt::Algo,
+        c"ALGO",
+        (c"algorithm", Value::Algorithm, 0, Algo::NAMES),
+        Some(c"algorithm"),
+    ),
+    row(
         Opt::Limit,
+        c"LIMIT",
+        (c"max", Value::Integer, 0, NON_NEGATIVE),
+        Some(c"max"),
+    ),
+    row(
         Opt::Window,
+        c"WINDOW",
+        (c"ms", Value::Integer, 1, POSITIVE),
+        Some(c"duration"),
+    ),
+    row(
         Opt::Burst,
-        Opt::Meta,
+        c"BURST",
+        (c"n", Value::Integer, 0, BURST_RANGE),
+        Some(c"burst"),
+    ),
+    row(Opt::Meta, c"META", (c"metakey", Value::Key, 0, ""), None),
+    row(
         Opt::Cost,
-    ];
+        c"COST",
+        (c"n", Value::Integer, 0, NON_NEGATIVE),
+        None,
+    ),
+];
+
+impl Opt {
+    pub const ALL: [Opt; OPTIONS.len()] = {
+        let mut all = [Opt::Algo; OPTIONS.len()];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = OPTIONS[i].opt;
+            assert!(all[i] as usize == i, "OPTIONS is in Opt order");
+            i += 1;
+        }
+        all
+    };
+
+    pub const fn spec(self) -> &'static OptSpec {
+        &OPTIONS[self as usize]
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Opt::Algo => "ALGO",
-            Opt::Limit => "LIMIT",
-            Opt::Window => "WINDOW",
-            Opt::Burst => "BURST",
-            Opt::Meta => "META",
-            Opt::Cost => "COST",
-        }
+        self.spec().name
+    }
+
+    /// The META hash field that stands in for this option.
+    pub fn meta_field(self) -> &'static str {
+        self.spec().meta_field_name
     }
 
     pub fn parse(word: &[u8], allowed: &[Opt]) -> Option<Opt> {
-        const NAMES: [(Keyword, Opt); 6] = [
-            (Keyword::new("ALGO"), Opt::Algo),
-            (Keyword::new("LIMIT"), Opt::Limit),
-            (Keyword::new("WINDOW"), Opt::Window),
-            (Keyword::new("BURST"), Opt::Burst),
-            (Keyword::new("META"), Opt::Meta),
-            (Keyword::new("COST"), Opt::Cost),
-        ];
-        let opt = NAMES.iter().find(|(k, _)| k.matches(word))?.1;
+        // Folded once, compared with every keyword.
+        let folded = Keyword::fold_word(word)?;
+        let opt = OPTIONS.iter().find(|o| o.keyword.is(folded))?.opt;
         allowed.contains(&opt).then_some(opt)
     }
 }
+
+/// The options the META hash can stand in for, with their fields, in
+/// table order.
+pub const META_FIELDS: [(Opt, &CStr); 4] = {
+    let mut out = [(Opt::Algo, c""); 4];
+    let (mut i, mut n) = (0, 0);
+    while i < OPTIONS.len() {
+        if let Some(field) = OPTIONS[i].meta_field {
+            out[n] = (OPTIONS[i].opt, field);
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == out.len(), "four META fields");
+    out
+};
+
+/// The option whose value is a key (META), for getkeys scanning.
+const KEY_OPTION: &OptSpec = {
+    let mut i = 0;
+    while !matches!(OPTIONS[i].value, Value::Key) {
+        i += 1;
+    }
+    &OPTIONS[i]
+};
 
 /// The policy options of every limiter command.
 pub const POLICY: &[Opt] = &[Opt::Algo, Opt::Limit, Opt::Window, Opt::Burst, Opt::Meta];
@@ -75,35 +189,64 @@ pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Op
     let mut opts = Options::default();
     let mut at = first;
     while at < args.len() {
-        let opt = Opt::parse(args[at], allowed).ok_or_else(|| unknown(args[at]))?;
-        opts.set(opt, args, at + 1)?;
+        let Some(opt) = Opt::parse(args[at], allowed) else {
+            return Err(unknown(args[at]));
+        };
+        if let Err(problem) = opts.try_set(opt, args, at + 1) {
+            return Err(problem.about(opt));
+        }
         at += 2;
     }
     Ok(opts)
 }
 
+/// What is wrong with an option's value; the error is made only when one
+/// is (the call path passes this small value, not the error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Problem {
+    Missing,
+    OutOfRange,
+    Repeated,
+}
+
+impl Problem {
+    #[cold]
+    fn about(self, opt: Opt) -> RlError {
+        match self {
+            Problem::Missing => RlError::MissingValue(opt.name()),
+            Problem::OutOfRange => RlError::BadValue(opt.name(), opt.spec().range),
+            Problem::Repeated => RlError::Repeated(opt.name()),
+        }
+    }
+}
+
 impl Options {
     /// Sets `opt` from the value at `args[at]`.
     pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), RlError> {
-        let value = *args
-            .get(at)
-            .ok_or_else(|| RlError::MissingValue(opt.name()))?;
+        self.try_set(opt, args, at).map_err(|p| p.about(opt))
+    }
+
+    #[inline]
+    fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), Problem> {
+        let value = *args.get(at).ok_or(Problem::Missing)?;
+        let int = || {
+            parse_i64(value)
+                .filter(|&v| v >= opt.spec().min)
+                .ok_or(Problem::OutOfRange)
+        };
         let repeated = match opt {
             Opt::Algo => {
-                let algo = Algo::parse(value).ok_or(RlError::BadValue("ALGO", Algo::NAMES))?;
+                let algo = Algo::parse(value).ok_or(Problem::OutOfRange)?;
                 self.algo.replace(algo).is_some()
             }
-            Opt::Limit => self.limit.replace(int_in(value, opt, 0)?).is_some(),
-            Opt::Window => self.window.replace(int_in(value, opt, 1)?).is_some(),
-            Opt::Burst => {
-                let burst = int_must(value, opt.name(), 0, BURST_RANGE)?;
-                self.burst.replace(burst).is_some()
-            }
-            Opt::Cost => self.cost.replace(int_in(value, opt, 0)?).is_some(),
+            Opt::Limit => self.limit.replace(int()?).is_some(),
+            Opt::Window => self.window.replace(int()?).is_some(),
+            Opt::Burst => self.burst.replace(int()?).is_some(),
+            Opt::Cost => self.cost.replace(int()?).is_some(),
             Opt::Meta => self.meta.replace(at).is_some(),
         };
         match repeated {
-            true => Err(RlError::Repeated(opt.name())),
+            true => Err(Problem::Repeated),
             false => Ok(()),
         }
     }
@@ -138,8 +281,127 @@ fn int_must(
     }
 }
 
-fn int_in(value: &[u8], opt: Opt, min: i64) -> Result<i64, RlError> {
-    int_arg(value, opt.name(), min)
+/// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [option value ...] [POLICY ...]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitAll {
+    /// Where the keys are: `args[2..2 + keys]`.
+    pub keys: usize,
+    pub cost: i64,
+    /// One per key, in order.
+    pub policies: Vec<Options>,
+}
+
+impl AdmitAll {
+    pub fn parse(args: &[&[u8]]) -> Result<AdmitAll, RlError> {
+        let numkeys = args
+            .get(1)
+            .ok_or(RlError::WrongArity("rl.admitall"))
+            .and_then(|n| int_arg(n, "numkeys", 1))?;
+        let first_option = usize::try_from(numkeys)
+            .ok()
+            .and_then(|n| n.checked_add(2))
+            .filter(|&end| end <= args.len())
+            .ok_or(RlError::BadValue(
+                "numkeys",
+                "at most the number of keys given",
+            ))?;
+        let keys = &args[2..first_option];
+        if keys.iter().enumerate().any(|(i, k)| keys[..i].contains(k)) {
+            return Err(RlError::DuplicateKeys);
+        }
+        let mut cost = Options::default();
+        let mut policies: Vec<Options> = Vec::new();
+        let mut at = first_option;
+        while at < args.len() {
+            let word = args[at];
+            if POLICY_KEYWORD.matches(word) {
+                policies.push(Options::default());
+                at += 1;
+                continue;
+            }
+            // COST anywhere, once; policy options in the latest POLICY.
+            let Some(opt) = Opt::parse(word, &Opt::ALL) else {
+                return Err(match unknown(word) {
+                    RlError::UnknownOption(shown) if policies.is_empty() => {
+                        RlError::NoPolicyAfterKeys(keys.len(), shown)
+                    }
+                    err => err,
+                });
+            };
+            let group = match opt {
+                Opt::Cost => &mut cost,
+                _ => policies.last_mut().ok_or(RlError::PolicyFirst)?,
+            };
+            group.set(opt, args, at + 1)?;
+            at += 2;
+        }
+        if policies.len() != keys.len() {
+            return Err(RlError::PolicyCount(keys.len(), policies.len()));
+        }
+        Ok(AdmitAll {
+            keys: keys.len(),
+            cost: cost.cost.unwrap_or(1),
+            policies,
+        })
+    }
+}
+
+const POLICY_KEYWORD: Keyword = Keyword::new("POLICY");
+
+/// RL.THROTTLE key max_burst count_per_period period [quantity]; the
+/// registered arity (-5) guarantees the first four.
+pub fn throttle(args: &[&[u8]]) -> Result<(throttle::Params, i64), RlError> {
+    let [_, _, max_burst, count, period, rest @ ..] = args else {
+        return Err(RlError::WrongArity("rl.throttle"));
+    };
+    if rest.len() > 1 {
+        return Err(RlError::WrongArity("rl.throttle"));
+    }
+    let params = throttle::Params {
+        max_burst: int_arg(max_burst, "max_burst", 0)?,
+        count: int_arg(count, "count_per_period", 1)?,
+        period_s: int_arg(period, "period", 1)?,
+    };
+    let quantity = match rest.first() {
+        Some(quantity) => int_arg(quantity, "quantity", 0)?,
+        None => 1,
+    };
+    Ok((params, quantity))
+}
+
+/// getkeys for `key [option value ...]`: the counter (`counter_read_only`
+/// says how it is used), and the META hash, read-only. Reported through
+/// `key(position, read_only)`, even for a malformed call.
+pub fn limiter_keys(args: &[&[u8]], counter_read_only: bool, mut key: impl FnMut(usize, bool)) {
+    if args.len() > 1 {
+        key(1, counter_read_only);
+    }
+    let mut at = 2;
+    while at + 1 < args.len() {
+        if KEY_OPTION.keyword.matches(args[at]) {
+            key(at + 1, true);
+        }
+        at += 2;
+    }
+}
+
+/// getkeys for RL.ADMITALL: the counters (read-write) and every META hash
+/// (read-only).
+pub fn admit_all_keys(args: &[&[u8]], mut key: impl FnMut(usize, bool)) {
+    let numkeys = args.get(1).and_then(|n| parse_i64(n)).unwrap_or(0).max(0) as usize;
+    let end = numkeys.saturating_add(2).min(args.len());
+    for pos in 2..end {
+        key(pos, false);
+    }
+    let mut at = end;
+    while at < args.len() {
+        if KEY_OPTION.keyword.matches(args[at]) && at + 1 < args.len() {
+            key(at + 1, true);
+            at += 2;
+        } else {
+            at += 1;
+        }
+    }
 }
 
 #[cfg(test)]

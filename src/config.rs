@@ -3,15 +3,16 @@
 //! The arguments are the configs' defaults: config lines and `CONFIG SET`
 //! override them, so a `CONFIG REWRITE` keeps what `CONFIG GET` shows (the
 //! server writes a line for every value that differs from the default).
+//! Raw FFI: redis-module's config layer rejects values with its own
+//! messages and cannot take module arguments as the configs' defaults.
 
-use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_void};
 use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
 use redis_module::raw;
 
-use crate::algo::Algo;
+use crate::algo::{Algo, ALGORITHMS};
 
 static DEFAULT_ALGO: AtomicU8 = AtomicU8::new(BUILT_IN.algo as u8);
 static HIT_EVENTS: AtomicBool = AtomicBool::new(BUILT_IN.hit_events);
@@ -29,11 +30,11 @@ pub fn hit_events() -> bool {
 const OK: c_int = raw::REDISMODULE_OK as c_int;
 const ERR: c_int = raw::REDISMODULE_ERR as c_int;
 
-unsafe extern "C" fn get_algo(_name: *const c_char, _data: *mut c_void) -> c_int {
+extern "C" fn get_algo(_name: *const c_char, _data: *mut c_void) -> c_int {
     c_int::from(DEFAULT_ALGO.load(Relaxed))
 }
 
-unsafe extern "C" fn set_algo(
+extern "C" fn set_algo(
     _name: *const c_char,
     value: c_int,
     _data: *mut c_void,
@@ -48,11 +49,11 @@ unsafe extern "C" fn set_algo(
     }
 }
 
-unsafe extern "C" fn get_hit_events(_name: *const c_char, _data: *mut c_void) -> c_int {
+extern "C" fn get_hit_events(_name: *const c_char, _data: *mut c_void) -> c_int {
     c_int::from(HIT_EVENTS.load(Relaxed))
 }
 
-unsafe extern "C" fn set_hit_events(
+extern "C" fn set_hit_events(
     _name: *const c_char,
     value: c_int,
     _data: *mut c_void,
@@ -68,6 +69,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     let defaults = Defaults::from_module_args(args)?;
     DEFAULT_ALGO.store(defaults.algo as u8, Relaxed);
     HIT_EVENTS.store(defaults.hit_events, Relaxed);
+    // SAFETY: read at load, after Init filled the API table.
     let (Some(enum_config), Some(bool_config), Some(load)) = (
         unsafe { raw::RedisModule_RegisterEnumConfig },
         unsafe { raw::RedisModule_RegisterBoolConfig },
@@ -75,9 +77,12 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     ) else {
         return Err("this server lacks module configuration".into());
     };
-    let mut names: Vec<*const c_char> = ALGO_NAMES.iter().map(|n| n.as_ptr()).collect();
+    let mut names: Vec<*const c_char> = ALGORITHMS.iter().map(|a| a.name.as_ptr()).collect();
     let values: Vec<c_int> = (0..Algo::ALL.len() as c_int).collect();
     let flags = raw::REDISMODULE_CONFIG_DEFAULT;
+    // SAFETY: the load's context; `names` and `values` hold as many entries
+    // as passed, and the server copies them; the callbacks live as long as
+    // the library.
     let rc = unsafe {
         enum_config(
             ctx,
@@ -96,6 +101,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     if rc != OK {
         return Err("registering ratelimit.default-algorithm failed".into());
     }
+    // SAFETY: the load's context; the callbacks live as long as the library.
     let rc = unsafe {
         bool_config(
             ctx,
@@ -111,13 +117,12 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     if rc != OK {
         return Err("registering ratelimit.hit-events failed".into());
     }
+    // SAFETY: the load's context, once every config is registered.
     if unsafe { load(ctx) } != OK {
         return Err("loading ratelimit.* configuration failed".into());
     }
     Ok(())
 }
-
-const ALGO_NAMES: [&CStr; 5] = [c"fixed", c"sliding", c"token", c"gcra", c"leaky"];
 
 /// The configs' defaults: built in, or given as module arguments.
 struct Defaults {

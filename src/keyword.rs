@@ -6,16 +6,36 @@
 /// Clearing bit 5 maps exactly the letters onto `A`..`Z`, so a word equals
 /// a letters-only name, ignoring case, when their lengths and folds agree.
 pub const fn fold(word: &[u8]) -> Option<u64> {
-    if word.len() > 8 {
+    let len = word.len();
+    if len > 8 {
         return None;
     }
-    let mut packed = 0u64;
-    let mut i = 0;
-    while i < word.len() {
-        packed |= ((word[i] & 0xDF) as u64) << (8 * i);
-        i += 1;
+    // The bytes packed little-endian: from 4 on, two overlapping 4-byte
+    // reads (a shared byte lands on the same place in both).
+    let packed = if len >= 4 {
+        let first = u32::from_le_bytes([word[0], word[1], word[2], word[3]]) as u64;
+        let at = len - 4;
+        let last = u32::from_le_bytes([word[at], word[at + 1], word[at + 2], word[at + 3]]) as u64;
+        first | last << (8 * at)
+    } else {
+        let mut packed = 0u64;
+        let mut i = 0;
+        while i < len {
+            packed |= (word[i] as u64) << (8 * i);
+            i += 1;
+        }
+        packed
+    };
+    Some(packed & 0xDFDF_DFDF_DFDF_DFDF)
+}
+
+/// A vocabulary table's C-string name as text, at compile time (names
+/// are ASCII).
+pub const fn text(name: &'static std::ffi::CStr) -> &'static str {
+    match std::str::from_utf8(name.to_bytes()) {
+        Ok(text) => text,
+        Err(_) => panic!("names are ASCII"),
     }
-    Some(packed)
 }
 
 /// A letters-only name to match against, folded at compile time.
@@ -44,6 +64,25 @@ impl Keyword {
     pub fn matches(&self, word: &[u8]) -> bool {
         word.len() == self.len && fold(word) == Some(self.folded)
     }
+
+    /// A word folded by `fold_word`, for matching against several keywords.
+    pub fn fold_word(word: &[u8]) -> Option<FoldedWord> {
+        Some(FoldedWord {
+            len: word.len(),
+            folded: fold(word)?,
+        })
+    }
+
+    pub fn is(&self, word: FoldedWord) -> bool {
+        word.len == self.len && word.folded == self.folded
+    }
+}
+
+/// A word as `fold` packs it, with its length.
+#[derive(Clone, Copy)]
+pub struct FoldedWord {
+    len: usize,
+    folded: u64,
 }
 
 #[cfg(test)]

@@ -1,9 +1,12 @@
 //! valkey-ratelimit: native rate limiting for Valkey.
 //!
 //! This file is the registration table: one entry per command, with its
-//! syntax in the doc comment. The algorithms live in `algo`, argument
-//! parsing in `args`, handlers in `commands`, and all keyspace access in
-//! `store`.
+//! syntax in the doc comment, and the module's load and unload. A call
+//! flows one way: `entry` (the FFI boundary) -> `commands` -> `args` (the
+//! grammar) -> `resolve` (META) -> `algo` (pure decisions) -> `plan` (pure
+//! effects) -> `store` (keyspace, replication, events) and `reply`.
+//! Raw FFI for load: redis-module's `redis_module!` macro cannot register
+//! key-specs, command docs or Valkey's module options.
 
 // Pure code, public for tests and fuzzing.
 pub mod algo;
@@ -11,11 +14,16 @@ pub mod args;
 pub mod error;
 pub mod keyword;
 pub mod num;
+pub mod plan;
 
 // The server-facing layer.
 mod commands;
 mod config;
+mod entry;
+mod ffi;
 mod registry;
+mod reply;
+mod resolve;
 mod stats;
 mod store;
 
@@ -24,9 +32,12 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use commands::{rl_admit, rl_admitall, rl_limit, rl_refund, rl_reset, rl_throttle, rl_ttl};
+use args::{Opt, POLICY};
+use entry::{rl_admit, rl_admitall, rl_limit, rl_refund, rl_reset, rl_throttle, rl_ttl};
+use ffi::{ERR, OK};
 use registry::{
-    Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW, METAS_RO, META_RO,
+    option_args, Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW, METAS_RO,
+    META_RO,
 };
 
 const COMMANDS: &[Command] = &[
@@ -39,45 +50,30 @@ const COMMANDS: &[Command] = &[
     RL_THROTTLE,
 ];
 
-/// The commands' names, for their `cmdstat_` fields in `INFO commandstats`.
-pub(crate) const COMMAND_NAMES: [&CStr; COMMANDS.len()] = {
-    let mut names = [c""; COMMANDS.len()];
+/// The policy options every limiter command takes; META is key-spec 1.
+const POLICY_ARGS: [Arg; POLICY.len()] = option_args(POLICY, 1);
+const COST_ARG: Arg = option_args::<1>(&[Opt::Cost], 1)[0];
+
+/// RL.TTL's arguments: the key and the policy options.
+const TTL_ARGS: [Arg; POLICY.len() + 1] = {
+    let mut args = [Arg::key(c"key", 0); POLICY.len() + 1];
     let mut i = 0;
-    while i < names.len() {
-        names[i] = COMMANDS[i].name;
+    while i < POLICY.len() {
+        args[i + 1] = POLICY_ARGS[i];
         i += 1;
     }
-    names
+    args
 };
-
-const ALGORITHMS: &[Arg] = &[
-    Arg::word(c"fixed"),
-    Arg::word(c"sliding"),
-    Arg::word(c"token"),
-    Arg::word(c"gcra"),
-    Arg::word(c"leaky"),
-];
-
-/// The policy options every limiter command takes; META is key-spec 1.
-const POLICY_ARGS: [Arg; 5] = [
-    Arg::option(c"ALGO", c"algorithm", ArgKind::OneOf(ALGORITHMS)),
-    Arg::option(c"LIMIT", c"max", ArgKind::Integer),
-    Arg::option(c"WINDOW", c"ms", ArgKind::Integer),
-    Arg::option(c"BURST", c"n", ArgKind::Integer),
-    Arg::option(c"META", c"metakey", ArgKind::Key(1)),
-];
-const COST_ARG: Arg = Arg::option(c"COST", c"n", ArgKind::Integer);
-
-const LIMITER_ARGS: &[Arg] = &[
-    Arg::key(c"key", 0),
-    POLICY_ARGS[0],
-    POLICY_ARGS[1],
-    POLICY_ARGS[2],
-    POLICY_ARGS[3],
-    POLICY_ARGS[4],
-    COST_ARG,
-];
-const TTL_ARGS: &[Arg] = LIMITER_ARGS.split_at(6).0;
+/// RL.ADMIT's and RL.REFUND's: RL.TTL's, then COST.
+const LIMITER_ARGS: [Arg; TTL_ARGS.len() + 1] = {
+    let mut args = [COST_ARG; TTL_ARGS.len() + 1];
+    let mut i = 0;
+    while i < TTL_ARGS.len() {
+        args[i] = TTL_ARGS[i];
+        i += 1;
+    }
+    args
+};
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 const RL_ADMIT: Command = Command {
@@ -87,7 +83,7 @@ const RL_ADMIT: Command = Command {
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
-    args: LIMITER_ARGS,
+    args: &LIMITER_ARGS,
     summary: c"Counts a request against a limiter and answers whether it is admitted",
     complexity: c"O(1)",
 };
@@ -120,7 +116,7 @@ const RL_TTL: Command = Command {
     arity: -2,
     keys: &[COUNTER_RO, META_RO],
     key_range: (1, 1, 1),
-    args: TTL_ARGS,
+    args: &TTL_ARGS,
     summary: c"Returns the back-off in ms a request would be told now, 0 when it would pass",
     complexity: c"O(1)",
 };
@@ -146,7 +142,7 @@ const RL_REFUND: Command = Command {
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
-    args: LIMITER_ARGS,
+    args: &LIMITER_ARGS,
     summary: c"Gives back consumption to a limiter, never below empty",
     complexity: c"O(1)",
 };
@@ -186,20 +182,19 @@ const RL_THROTTLE: Command = Command {
 /// Called by the server on `MODULE LOAD` / `loadmodule`.
 ///
 /// # Safety
-/// Only the server calls this, with a valid context.
+/// Only the server calls this, with a valid context and `argc` arguments.
 #[no_mangle]
 pub unsafe extern "C" fn RedisModule_OnLoad(
     ctx: *mut raw::RedisModuleCtx,
     argv: *mut *mut raw::RedisModuleString,
     argc: c_int,
 ) -> c_int {
-    let ok = raw::REDISMODULE_OK as c_int;
-    let err = raw::REDISMODULE_ERR as c_int;
-    if unsafe { raw::Export_RedisModule_Init(ctx, c"ratelimit".as_ptr(), MODULE_VERSION, 1) } != ok
+    // SAFETY: the server's own context; Init fills the API table.
+    if unsafe { raw::Export_RedisModule_Init(ctx, c"ratelimit".as_ptr(), MODULE_VERSION, 1) } != OK
     {
-        return err;
+        return ERR;
     }
-    if let Err(missing) = store::check_api() {
+    if let Err(missing) = ffi::check_api() {
         log(
             ctx,
             c"warning",
@@ -207,28 +202,30 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
                 "this server lacks {missing}; Valkey 7.2 or later is required (tested: 8.1, 9.1)"
             ),
         );
-        return err;
+        return ERR;
     }
+    // SAFETY: the table is filled (Init above).
     if let Some(set_options) = unsafe { raw::RedisModule_SetModuleOptions } {
+        // SAFETY: the load's context; options are flags.
         unsafe { set_options(ctx, MODULE_OPTIONS) };
     }
     // From here on, a failed load frees what the load made: the server
     // closes the library and would lose it.
     let fail = || {
         store::free_shared_strings();
-        err
+        ERR
     };
     if let Err(failed) = store::init_shared_strings() {
         log(ctx, c"warning", &format!("{failed} failed at load"));
         return fail();
     }
-    let args: Vec<&[u8]> = match (argv.is_null(), usize::try_from(argc)) {
-        (false, Ok(n)) => unsafe { std::slice::from_raw_parts(argv, n) }
-            .iter()
-            .map(|&s| store::arg_bytes(s))
-            .collect(),
-        _ => Vec::new(),
+    let argv: &[ffi::Str] = match (argv.is_null(), usize::try_from(argc)) {
+        // SAFETY: the server passes `argc` module arguments at `argv`, alive
+        // for the whole load; the slice does not outlive it.
+        (false, Ok(n)) => unsafe { std::slice::from_raw_parts(argv, n) },
+        _ => &[],
     };
+    let args: Vec<&[u8]> = argv.iter().map(ffi::str_bytes).collect();
     if let Err(e) = config::register(ctx, &args) {
         log(ctx, c"warning", &e);
         return fail();
@@ -249,10 +246,13 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
             return fail();
         }
     }
+    // SAFETY: the table is filled (Init above).
     if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
+        // SAFETY: the load's context and a callback that lives as long as
+        // the library.
         unsafe { register_info(ctx, Some(info)) };
     }
-    ok
+    OK
 }
 
 /// Called by the server on `MODULE UNLOAD` (and at shutdown): frees what
@@ -263,11 +263,11 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 /// Only the server calls this.
 #[no_mangle]
 pub unsafe extern "C" fn RedisModule_OnUnload(_ctx: *mut raw::RedisModuleCtx) -> c_int {
-    if commands::in_a_call() {
-        return raw::REDISMODULE_ERR as c_int;
+    if entry::in_a_call() {
+        return ERR;
     }
     store::free_shared_strings();
-    raw::REDISMODULE_OK as c_int
+    OK
 }
 
 /// Refusals and peeks must not touch WATCHed keys, so writes are signalled
@@ -284,21 +284,45 @@ const OPTIONS_SKIP_COMMAND_VALIDATION: c_int = 1 << 4;
 const OPTIONS_HANDLE_ATOMIC_SLOT_MIGRATION: c_int = 1 << 5;
 
 /// Major * 10000 + minor * 100 + patch, as `MODULE LIST` shows it.
-const MODULE_VERSION: c_int = 100;
+const MODULE_VERSION: c_int = module_version(env!("CARGO_PKG_VERSION").as_bytes());
 
-extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, for_crash_report: c_int) {
-    // A crash report asks the server nothing more.
-    if for_crash_report == 0 {
-        stats::settle_reset();
+/// "1.2.3" (a pre-release or build suffix ignored) as 10203.
+const fn module_version(version: &[u8]) -> c_int {
+    let mut parts = [0 as c_int; 3];
+    let (mut part, mut i) = (0, 0);
+    while i < version.len() && part < 3 {
+        match version[i] {
+            b'.' => part += 1,
+            digit @ b'0'..=b'9' => parts[part] = parts[part] * 10 + (digit - b'0') as c_int,
+            _ => break,
+        }
+        i += 1;
     }
+    parts[0] * 10000 + parts[1] * 100 + parts[2]
+}
+
+extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
     stats::add_info(ctx);
 }
 
 fn log(ctx: *mut raw::RedisModuleCtx, level: &CStr, message: &str) {
+    // SAFETY: read after Init filled the table.
     let Some(log) = (unsafe { raw::RedisModule_Log }) else {
         return;
     };
     if let Ok(text) = CString::new(format!("ratelimit: {message}")) {
+        // SAFETY: "%s" with one C string.
         unsafe { log(ctx, level.as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_comes_from_cargo() {
+        assert_eq!(module_version(b"0.1.0"), 100);
+        assert_eq!(module_version(b"1.2.30-rc.1"), 10230);
     }
 }

@@ -1,6 +1,8 @@
 //! Turns the command table of `lib.rs` into server registrations: the
 //! command itself, its key-specs (for cluster routing, CROSSSLOT and ACL
-//! key patterns), its docs and its ACL category.
+//! key patterns), its docs (argument trees derived from the vocabulary
+//! tables) and its ACL category. Raw FFI: redis-module's safe layer has no
+//! key-specs, argument docs or ACL categories.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
@@ -8,7 +10,9 @@ use std::ptr;
 
 use redis_module::raw;
 
-use crate::commands::Handler;
+use crate::algo::ALGORITHMS;
+use crate::args::{Opt, Value};
+use crate::ffi::Handler;
 
 /// How a command reaches one of its keys.
 #[derive(Clone, Copy)]
@@ -169,16 +173,52 @@ pub struct Command {
 
 /// The ACL category every RL command belongs to.
 pub const ACL_CATEGORY: &CStr = c"ratelimit";
-const SINCE: &CStr = c"0.1.0";
+/// Cargo.toml's version: every command is as old as this release.
+const SINCE: &CStr =
+    match CStr::from_bytes_with_nul(concat!(env!("CARGO_PKG_VERSION"), "\0").as_bytes()) {
+        Ok(version) => version,
+        Err(_) => panic!("the package version has no NUL"),
+    };
+
+/// ALGO's choices, one word per row of `algo::ALGORITHMS`.
+const ALGORITHM_WORDS: &[Arg] = &{
+    let mut words = [Arg::word(c""); ALGORITHMS.len()];
+    let mut i = 0;
+    while i < words.len() {
+        words[i] = Arg::word(ALGORITHMS[i].name);
+        i += 1;
+    }
+    words
+};
+
+/// `[TOKEN value]` for each of `opts`, from the option table; a key value
+/// is described by key-spec `key_spec`.
+pub const fn option_args<const N: usize>(opts: &[Opt], key_spec: i32) -> [Arg; N] {
+    let mut out = [Arg::word(c""); N];
+    let mut i = 0;
+    while i < N {
+        let spec = opts[i].spec();
+        let kind = match spec.value {
+            Value::Algorithm => ArgKind::OneOf(ALGORITHM_WORDS),
+            Value::Integer => ArgKind::Integer,
+            Value::Key => ArgKind::Key(key_spec),
+        };
+        out[i] = Arg::option(spec.token, spec.value_name, kind);
+        i += 1;
+    }
+    out
+}
 
 /// Registers the ACL category, where the server supports custom ones. The
 /// server keeps a category after MODULE UNLOAD, so on a reload it already
 /// exists, and is just as usable. Called from OnLoad, the only EBUSY the
 /// server gives is "already exists".
 pub fn add_acl_category(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: read at load, after Init filled the API table.
     let Some(add) = (unsafe { raw::RedisModule_AddACLCategory }) else {
         return false;
     };
+    // SAFETY: the load's context and a C string.
     let added = unsafe { add(ctx, ACL_CATEGORY.as_ptr()) } == raw::REDISMODULE_OK as c_int;
     let errno = std::io::Error::last_os_error().raw_os_error();
     added || matches!(errno, Some(libc::EBUSY | libc::EEXIST))
@@ -196,6 +236,8 @@ fn needs_getkeys_api(cmd: &Command, cluster: bool) -> bool {
 }
 
 pub fn is_cluster(ctx: *mut raw::RedisModuleCtx) -> bool {
+    // SAFETY: read after Init filled the API table; called with the load's
+    // context.
     let flags = unsafe { raw::RedisModule_GetContextFlags }.map_or(0, |f| unsafe { f(ctx) });
     flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int != 0
 }
@@ -214,6 +256,7 @@ pub fn register(
     let Ok(flags) = CString::new(flags) else {
         return Err(fail("flags"));
     };
+    // SAFETY: read at load, after Init filled the API table.
     let (Some(create), Some(get), Some(set_info)) = (
         unsafe { raw::RedisModule_CreateCommand },
         unsafe { raw::RedisModule_GetCommand },
@@ -221,6 +264,8 @@ pub fn register(
     ) else {
         return Err("the server lacks the command registration API".into());
     };
+    // SAFETY: the load's context, C strings, and a handler that lives as
+    // long as the library.
     let rc = unsafe {
         create(
             ctx,
@@ -235,13 +280,16 @@ pub fn register(
     if rc != raw::REDISMODULE_OK as c_int {
         return Err(fail("CreateCommand"));
     }
+    // SAFETY: the load's context and a C string.
     let command = unsafe { get(ctx, cmd.name.as_ptr()) };
     if command.is_null() {
         return Err(fail("GetCommand"));
     }
 
     let mut specs: Vec<raw::RedisModuleCommandKeySpec> = cmd.keys.iter().map(key_spec).collect();
-    specs.push(unsafe { std::mem::zeroed() }); // terminator
+    // SAFETY: a plain C struct of integers, pointers and unions, for which
+    // all zeroes is valid: the terminator the server looks for.
+    specs.push(unsafe { std::mem::zeroed() });
     let version = raw::RedisModuleCommandInfoVersion {
         version: 1,
         sizeof_historyentry: std::mem::size_of::<raw::RedisModuleCommandHistoryEntry>(),
@@ -261,13 +309,18 @@ pub fn register(
         key_specs: specs.as_mut_ptr(),
         args,
     };
+    // SAFETY: a command we just created; every pointer in `info` (specs,
+    // the argument arrays in `arrays`, C strings) outlives the call, and
+    // the server copies what it keeps.
     if unsafe { set_info(command, &info) } != raw::REDISMODULE_OK as c_int {
         return Err(fail("SetCommandInfo"));
     }
+    // SAFETY: read at load, after Init filled the API table.
     if let Some(set_acl) = unsafe { raw::RedisModule_SetCommandACLCategories } {
         let Ok(categories) = CString::new(acl_categories(cmd.flags, with_acl_category)) else {
             return Err(fail("ACL categories"));
         };
+        // SAFETY: a command we just created, and a C string.
         if unsafe { set_acl(command, categories.as_ptr()) } != raw::REDISMODULE_OK as c_int {
             return Err(fail("SetCommandACLCategories"));
         }
@@ -309,6 +362,8 @@ fn arg_array(
 ) -> *mut raw::RedisModuleCommandArg {
     let mut out: Vec<raw::RedisModuleCommandArg> = Vec::with_capacity(args.len() + 1);
     for arg in args {
+        // SAFETY: a plain C struct for which all zeroes is valid (null
+        // pointers, no flags).
         let mut c: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
         c.name = arg.name.as_ptr();
         c.token = arg.token.map_or(ptr::null(), |t| t.as_ptr());
@@ -343,6 +398,7 @@ fn arg_array(
         };
         out.push(c);
     }
+    // SAFETY: as above: the all-zero terminator.
     out.push(unsafe { std::mem::zeroed() });
     let mut boxed = out.into_boxed_slice();
     let first = boxed.as_mut_ptr();
@@ -351,6 +407,8 @@ fn arg_array(
 }
 
 fn key_spec(spec: &KeySpec) -> raw::RedisModuleCommandKeySpec {
+    // SAFETY: a plain C struct of integers, pointers and unions, for which
+    // all zeroes is valid.
     let mut out: raw::RedisModuleCommandKeySpec = unsafe { std::mem::zeroed() };
     let incomplete = match spec.incomplete {
         true => raw::REDISMODULE_CMD_KEY_INCOMPLETE,

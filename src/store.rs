@@ -1,6 +1,7 @@
-//! The one place that touches the keyspace: opens keys, reads and writes
-//! limiter state, applies absolute expiry, replicates effects and fires
-//! notifications. Every raw module API call of the command path lives here.
+//! The keyspace: opens keys, reads and writes limiter state, applies
+//! absolute expiry, replicates effects and fires notifications. Nothing
+//! here decides anything: `execute` carries out a planned `Change`. Raw
+//! FFI: this is the command path, where every instruction per call counts.
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int, c_longlong};
@@ -9,83 +10,17 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use crate::algo::{Algo, Decision, State};
+use crate::algo::{Algo, State};
 use crate::error::RlError;
-
-pub type Ctx = *mut raw::RedisModuleCtx;
-pub type Str = *mut raw::RedisModuleString;
-
-/// Calls a module API function; every one used here is checked at load
-/// time by `check_api`, so the pointer is always present.
-macro_rules! api {
-    ($name:ident) => {{
-        #[allow(unused_unsafe)]
-        let f = unsafe { raw::$name };
-        match f {
-            Some(f) => f,
-            None => unreachable!(concat!(stringify!($name), " checked at load")),
-        }
-    }};
-}
-
-/// The API functions this module needs; loading fails without them.
-pub fn check_api() -> Result<(), &'static str> {
-    macro_rules! need {
-        ($($name:ident),*) => {$(
-            if unsafe { raw::$name }.is_none() {
-                return Err(stringify!($name));
-            }
-        )*};
-    }
-    need!(
-        RedisModule_OpenKey,
-        RedisModule_CloseKey,
-        RedisModule_KeyType,
-        RedisModule_StringDMA,
-        RedisModule_StringTruncate,
-        RedisModule_StringSet,
-        RedisModule_CreateString,
-        RedisModule_DeleteKey,
-        RedisModule_IsKeysPositionRequest,
-        RedisModule_KeyAtPosWithFlags,
-        RedisModule_GetAbsExpire,
-        RedisModule_SetAbsExpire,
-        RedisModule_HashGet,
-        RedisModule_StringPtrLen,
-        RedisModule_FreeString,
-        RedisModule_Replicate,
-        RedisModule_NotifyKeyspaceEvent,
-        RedisModule_SignalModifiedKey,
-        RedisModule_CachedMicroseconds,
-        RedisModule_ReplyWithArray,
-        RedisModule_ReplyWithMap,
-        RedisModule_GetContextFlags,
-        RedisModule_ReplyWithSimpleString,
-        RedisModule_ReplyWithLongLong,
-        RedisModule_ReplyWithError,
-        RedisModule_WrongArity,
-        RedisModule_GetServerInfo,
-        RedisModule_ServerInfoGetFieldC,
-        RedisModule_FreeServerInfo
-    );
-    Ok(())
-}
+use crate::ffi::{api, str_bytes, Ctx, Str};
+use crate::plan::{Change, Event, Replicate};
 
 /// The server's time for this call, in ms. It is frozen for the whole of a
 /// command, a MULTI/EXEC or a script, and it is the clock key expiry uses.
 pub fn now_ms() -> i64 {
+    // SAFETY: takes no arguments; valid whenever a command runs.
     let micros = unsafe { api!(RedisModule_CachedMicroseconds)() };
     micros / 1000
-}
-
-/// The bytes of a command argument.
-pub fn arg_bytes<'a>(s: Str) -> &'a [u8] {
-    let mut len = 0usize;
-    let p = unsafe { api!(RedisModule_StringPtrLen)(s, &mut len) };
-    if p.is_null() {
-        return &[];
-    }
-    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,6 +46,8 @@ impl Key {
     }
 
     fn open(ctx: Ctx, name: Str, mode: u32) -> Key {
+        // SAFETY: `ctx` and `name` are the running call's; the key is
+        // closed on drop, before the call returns.
         let ptr = unsafe { api!(RedisModule_OpenKey)(ctx, name, mode as c_int) };
         Key { ptr }
     }
@@ -119,6 +56,7 @@ impl Key {
         let Some(key) = self.live() else {
             return KeyKind::Empty;
         };
+        // SAFETY: `key` is open (non-null, see `live`).
         match unsafe { api!(RedisModule_KeyType)(key) } as isize {
             raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
             raw::REDISMODULE_KEYTYPE_STRING => KeyKind::String,
@@ -135,12 +73,15 @@ impl Key {
 
     /// Absolute expiry in ms, or `None` when the key has no TTL.
     pub fn expires_at(&self) -> Option<i64> {
+        // SAFETY: the key is open (`live`).
         let at = unsafe { api!(RedisModule_GetAbsExpire)(self.live()?) };
         (at != raw::REDISMODULE_NO_EXPIRE as i64).then_some(at)
     }
 
     pub fn set_expires_at(&self, at: i64) {
         if let Some(key) = self.live() {
+            // SAFETY: the key is open (`live`), for writing where this is
+            // called (a planned change runs on a key opened to write).
             unsafe { api!(RedisModule_SetAbsExpire)(key, at) };
         }
     }
@@ -150,10 +91,13 @@ impl Key {
         let mut len = 0usize;
         let mode = raw::REDISMODULE_READ as c_int;
         let Some(key) = self.live() else { return &[] };
+        // SAFETY: the key is open and holds a string (checked by callers).
         let p = unsafe { api!(RedisModule_StringDMA)(key, &mut len, mode) };
         if p.is_null() {
             return &[];
         }
+        // SAFETY: DMA gives `len` bytes that stay put while the key is open
+        // and unmodified; the slice borrows `self`, so neither can happen.
         unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) }
     }
 
@@ -164,10 +108,14 @@ impl Key {
         let Some(key) = self.live() else {
             return &mut [];
         };
+        // SAFETY: the key is open for writing; DMA in write mode makes
+        // the string private to the key (unshared) before handing it out.
         let p = unsafe { api!(RedisModule_StringDMA)(key, &mut len, mode) };
         if p.is_null() {
             return &mut [];
         }
+        // SAFETY: `len` writable bytes, ours until the key is touched
+        // again; the slice borrows `self` mutably, so it cannot be.
         unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
     }
 
@@ -194,6 +142,7 @@ impl Key {
 
     pub fn delete(&mut self) {
         if let Some(key) = self.live() {
+            // SAFETY: the key is open for writing (only a change deletes).
             unsafe { api!(RedisModule_DeleteKey)(key) };
         }
     }
@@ -201,7 +150,7 @@ impl Key {
     /// Overwrites the key's string in place (creating it when empty), so the
     /// key keeps its expiry and no new object is made when the size holds.
     /// A new key's value string is handed back, for replication to reuse.
-    pub fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) -> Option<Created> {
+    fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) -> Option<Created> {
         let key = self.live()?;
         if self.kind() == KeyKind::Empty {
             // A new key gets a compact string (the server copies it, embedded
@@ -213,6 +162,7 @@ impl Key {
                 b"1" => (shared(&ONE), false),
                 _ => {
                     let ptr = bytes.as_ptr().cast::<c_char>();
+                    // SAFETY: copies `bytes.len()` readable bytes.
                     let value = unsafe { api!(RedisModule_CreateString)(ctx, ptr, bytes.len()) };
                     (value, true)
                 }
@@ -220,6 +170,7 @@ impl Key {
             // Never a null string into the API: without one, the key is
             // written through the general path below.
             if !value.is_null() {
+                // SAFETY: open for writing, empty, and `value` is live.
                 unsafe { api!(RedisModule_StringSet)(key, value) };
                 return Some(Created { ctx, value, owned });
             }
@@ -229,6 +180,7 @@ impl Key {
             dest.copy_from_slice(bytes);
             return None;
         }
+        // SAFETY: an open string key, opened for writing.
         unsafe { api!(RedisModule_StringTruncate)(key, bytes.len()) };
         let dest = self.string_bytes_mut();
         if dest.len() == bytes.len() {
@@ -243,6 +195,8 @@ impl Key {
         let Some(key) = self.live() else { return };
         let mut values: [Str; 4] = [ptr::null_mut(); 4];
         let [v0, v1, v2, v3] = &mut values;
+        // SAFETY: an open hash key; C-string field names, each with a slot
+        // for its value, and the NULL that ends the variadic list.
         unsafe {
             api!(RedisModule_HashGet)(
                 key,
@@ -258,10 +212,12 @@ impl Key {
                 ptr::null::<c_char>(),
             )
         };
-        for (i, value) in values.into_iter().enumerate() {
+        for (i, value) in values.iter().enumerate() {
             if !value.is_null() {
-                each(i, arg_bytes(value));
-                unsafe { api!(RedisModule_FreeString)(ctx, value) };
+                each(i, str_bytes(value));
+                // SAFETY: HashGet gave us this string to free; the bytes
+                // borrowed above are no longer used.
+                unsafe { api!(RedisModule_FreeString)(ctx, *value) };
             }
         }
     }
@@ -277,6 +233,7 @@ pub struct Created {
 impl Drop for Created {
     fn drop(&mut self) {
         if self.owned {
+            // SAFETY: we created it, and free it once, here.
             unsafe { api!(RedisModule_FreeString)(self.ctx, self.value) };
         }
     }
@@ -285,6 +242,7 @@ impl Drop for Created {
 impl Drop for Key {
     fn drop(&mut self) {
         if let Some(key) = self.live() {
+            // SAFETY: opened by `Key::open`, closed once, here.
             unsafe { api!(RedisModule_CloseKey)(key) };
         }
     }
@@ -300,6 +258,7 @@ static ONE: AtomicPtr<raw::RedisModuleString> = AtomicPtr::new(ptr::null_mut());
 /// Creates the shared arguments; loading fails without them.
 pub fn init_shared_strings() -> Result<(), &'static str> {
     for (slot, text) in [(&PXAT, c"PXAT"), (&KEEPTTL, c"KEEPTTL"), (&ONE, c"1")] {
+        // SAFETY: a NUL-terminated literal; no context: not auto-freed.
         let s = unsafe {
             api!(RedisModule_CreateString)(ptr::null_mut(), text.as_ptr(), text.count_bytes())
         };
@@ -317,6 +276,8 @@ pub fn free_shared_strings() {
     for slot in [&PXAT, &KEEPTTL, &ONE] {
         let s = slot.swap(ptr::null_mut(), Ordering::Relaxed);
         if !s.is_null() {
+            // SAFETY: made by `init_shared_strings`, taken out of its slot
+            // by the swap, so freed once.
             unsafe { api!(RedisModule_FreeString)(ptr::null_mut(), s) };
         }
     }
@@ -329,14 +290,17 @@ fn shared(slot: &AtomicPtr<raw::RedisModuleString>) -> Str {
 /// Replicas and the AOF get the effect with its absolute expiry, never the
 /// time-dependent command. `created`, when given, already holds `value` and
 /// is passed by reference.
-pub fn replicate_set(ctx: Ctx, key: Str, value: &[u8], created: Option<&Created>, expires_at: i64) {
+fn replicate_set(ctx: Ctx, key: Str, value: &[u8], created: Option<&Created>, expires_at: i64) {
     let (set, pxat) = (c"SET".as_ptr(), shared(&PXAT));
     if let Some(created) = created {
         let (at, fmt) = (expires_at as c_longlong, c"sssl".as_ptr());
+        // SAFETY: the format matches the arguments: three live strings and
+        // a long long.
         unsafe { api!(RedisModule_Replicate)(ctx, set, fmt, key, created.value, pxat, at) };
         return;
     }
     let (ptr, len) = (value.as_ptr().cast::<c_char>(), value.len());
+    // SAFETY: "sbsl": a string, a buffer and its length, a string, a long long.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
@@ -352,15 +316,17 @@ pub fn replicate_set(ctx: Ctx, key: Str, value: &[u8], created: Option<&Created>
 }
 
 /// A new value under an unchanged expiry.
-pub fn replicate_set_keep_ttl(ctx: Ctx, key: Str, value: &[u8]) {
+fn replicate_set_keep_ttl(ctx: Ctx, key: Str, value: &[u8]) {
     let (ptr, len) = (value.as_ptr().cast::<c_char>(), value.len());
     let (set, keepttl) = (c"SET".as_ptr(), shared(&KEEPTTL));
+    // SAFETY: "sbs": a string, a buffer and its length, a string.
     unsafe { api!(RedisModule_Replicate)(ctx, set, c"sbs".as_ptr(), key, ptr, len, keepttl) };
 }
 
 /// A counter moved by `delta` under an unchanged expiry.
-pub fn replicate_incrby(ctx: Ctx, key: Str, delta: i64) {
+fn replicate_incrby(ctx: Ctx, key: Str, delta: i64) {
     let incrby = c"INCRBY".as_ptr();
+    // SAFETY: "ss" with two live strings, or "sl" with a string and a long long.
     unsafe {
         match delta {
             1 => api!(RedisModule_Replicate)(ctx, incrby, c"ss".as_ptr(), key, shared(&ONE)),
@@ -369,7 +335,8 @@ pub fn replicate_incrby(ctx: Ctx, key: Str, delta: i64) {
     };
 }
 
-pub fn replicate_expiry(ctx: Ctx, key: Str, expires_at: i64) {
+fn replicate_expiry(ctx: Ctx, key: Str, expires_at: i64) {
+    // SAFETY: "sl": a live string and a long long.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
@@ -381,12 +348,14 @@ pub fn replicate_expiry(ctx: Ctx, key: Str, expires_at: i64) {
     };
 }
 
-pub fn replicate_delete(ctx: Ctx, key: Str) {
+fn replicate_delete(ctx: Ctx, key: Str) {
+    // SAFETY: "s": a live string.
     unsafe { api!(RedisModule_Replicate)(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key) };
 }
 
 /// True when the server only asks which arguments are keys (getkeys-api).
 pub fn is_keys_request(ctx: Ctx) -> bool {
+    // SAFETY: the running call's context.
     unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) != 0 }
 }
 
@@ -400,18 +369,23 @@ pub fn key_at(ctx: Ctx, pos: usize, read_only: bool) {
                 | raw::REDISMODULE_CMD_KEY_UPDATE
         }
     };
+    // SAFETY: only called while answering a getkeys request, with a
+    // position inside its arguments.
     unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx, pos as c_int, flags as c_int) };
 }
 
 /// Tells WATCH and client-side caching that the key changed. Implicit
 /// signalling is off, so that refusals and peeks touch nothing.
-pub fn signal_modified(ctx: Ctx, key: Str) {
+fn signal_modified(ctx: Ctx, key: Str) {
+    // SAFETY: the running call's context and a live key name.
     unsafe { api!(RedisModule_SignalModifiedKey)(ctx, key) };
 }
 
 /// Keyspace events of this module use the module class: enable them with
 /// `notify-keyspace-events Kd` or `Ed` (or `A`).
-pub fn notify(ctx: Ctx, event: &CStr, key: Str) {
+pub fn notify(ctx: Ctx, event: Event, key: Str) {
+    let event = event.name();
+    // SAFETY: the running call's context, a C string, a live key name.
     unsafe {
         api!(RedisModule_NotifyKeyspaceEvent)(
             ctx,
@@ -422,153 +396,34 @@ pub fn notify(ctx: Ctx, event: &CStr, key: Str) {
     };
 }
 
-pub fn reply_ints(ctx: Ctx, values: &[i64]) {
-    unsafe {
-        api!(RedisModule_ReplyWithArray)(ctx, values.len() as _);
-        for &v in values {
-            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
-        }
-    }
-}
-
-/// The `calls=` of the commands `names` in `INFO commandstats`, summed (a
-/// missing field is a command not called yet); `None` when the server gives
-/// no info. No context is passed: no auto memory, and INFO callbacks have
-/// none.
-pub fn command_calls(names: &[&CStr]) -> Option<u64> {
-    let section = c"commandstats".as_ptr();
-    let info = unsafe { api!(RedisModule_GetServerInfo)(ptr::null_mut(), section) };
-    if info.is_null() {
-        return None;
-    }
-    let mut sum = Some(0u64);
-    for name in names {
-        // "cmdstat_<name>\0", on the stack.
-        let mut field = [0u8; 64];
-        let name = name.to_bytes();
-        let Some(end) = name.len().checked_add(9).filter(|&end| end <= field.len()) else {
-            sum = None;
-            continue;
-        };
-        field[..8].copy_from_slice(b"cmdstat_");
-        field[8..end - 1].copy_from_slice(name);
-        let field = field.as_ptr().cast::<c_char>();
-        let value = unsafe { api!(RedisModule_ServerInfoGetFieldC)(info, field) };
-        if value.is_null() {
-            continue;
-        }
-        // "calls=12,usec=..."
-        let value = unsafe { CStr::from_ptr(value) }.to_bytes();
-        let calls = value
-            .strip_prefix(b"calls=")
-            .and_then(|v| v.split(|&b| b == b',').next())
-            .and_then(crate::num::parse_i64)
-            .and_then(|n| u64::try_from(n).ok());
-        sum = sum.zip(calls).and_then(|(a, b)| a.checked_add(b));
-    }
-    unsafe { api!(RedisModule_FreeServerInfo)(ptr::null_mut(), info) };
-    sum
-}
-
-/// RESP3 clients get maps with named fields; RESP2 keeps positional arrays.
-fn speaks_resp3(ctx: Ctx) -> bool {
-    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
-    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
-}
-
-/// Field names of the five-integer reply, in order.
-pub const DECISION_FIELDS: [&CStr; 5] = [
-    c"admitted",
-    c"limit",
-    c"remaining",
-    c"retry_after_ms",
-    c"reset_after_ms",
-];
-
-/// Field names of RL.THROTTLE's reply, in order.
-pub const THROTTLE_FIELDS: [&CStr; 5] = [
-    c"limited",
-    c"limit",
-    c"remaining",
-    c"retry_after",
-    c"reset_after",
-];
-
-/// Integers as an array (RESP2) or as a map of `names` (RESP3).
-pub fn reply_named_ints(ctx: Ctx, names: &[&CStr], values: &[i64]) {
-    if !speaks_resp3(ctx) {
-        return reply_ints(ctx, values);
-    }
-    unsafe {
-        api!(RedisModule_ReplyWithMap)(ctx, values.len() as _);
-        for (name, &v) in names.iter().zip(values) {
-            api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
-            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
-        }
-    }
-}
-
-pub fn reply_decision(ctx: Ctx, d: &Decision) {
-    reply_named_ints(ctx, &DECISION_FIELDS, &decision_ints(d));
-}
-
-fn decision_ints(d: &Decision) -> [i64; 5] {
-    [
-        i64::from(d.admitted),
-        d.limit,
-        d.remaining,
-        d.retry_after_ms,
-        d.reset_after_ms,
-    ]
-}
-
-/// RL.ADMITALL: admitted, which limiter refused (1-based, 0: none), the
-/// longest back-off, then every limiter's own five integers.
-pub fn reply_admit_all(
-    ctx: Ctx,
-    admitted: bool,
-    refused_by: i64,
-    retry_after_ms: i64,
-    each: &[Decision],
-) {
-    let resp3 = speaks_resp3(ctx);
-    let values = [i64::from(admitted), refused_by, retry_after_ms];
-    let names = [c"admitted", c"refused_by", c"retry_after_ms"];
-    unsafe {
-        match resp3 {
-            true => api!(RedisModule_ReplyWithMap)(ctx, 4),
-            false => api!(RedisModule_ReplyWithArray)(ctx, 4),
-        };
-        for (name, v) in names.iter().zip(values) {
-            if resp3 {
-                api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+/// Carries out a planned change on `key` (named `name`, open for writing),
+/// tells replicas and the AOF, and signals the key as modified.
+pub fn execute(ctx: Ctx, key: &mut Key, name: Str, change: Change) {
+    match change {
+        Change::Nothing => return,
+        Change::Value {
+            bytes,
+            expires_at,
+            replicate,
+        } => {
+            let created = key.write_bytes(ctx, bytes);
+            if let Some(at) = expires_at {
+                key.set_expires_at(at);
             }
-            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+            match replicate {
+                Replicate::IncrBy(delta) => replicate_incrby(ctx, name, delta),
+                Replicate::SetKeepTtl => replicate_set_keep_ttl(ctx, name, bytes),
+                Replicate::SetPxat(at) => replicate_set(ctx, name, bytes, created.as_ref(), at),
+            }
         }
-        if resp3 {
-            api!(RedisModule_ReplyWithSimpleString)(ctx, c"limiters".as_ptr());
+        Change::Expiry(at) => {
+            key.set_expires_at(at);
+            replicate_expiry(ctx, name, at);
         }
-        api!(RedisModule_ReplyWithArray)(ctx, each.len() as _);
+        Change::Delete => {
+            key.delete();
+            replicate_delete(ctx, name);
+        }
     }
-    for d in each {
-        reply_decision(ctx, d);
-    }
-}
-
-pub fn reply_int(ctx: Ctx, value: i64) {
-    unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, value as c_longlong) };
-}
-
-pub fn reply_error(ctx: Ctx, err: &RlError) {
-    if let RlError::WrongArity(_) = err {
-        unsafe { api!(RedisModule_WrongArity)(ctx) };
-        return;
-    }
-    let text = std::ffi::CString::new(err.to_string())
-        .unwrap_or_else(|_| c"ERR invalid argument".to_owned());
-    unsafe { api!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) };
-}
-
-pub fn reply_error_text(ctx: Ctx, text: &CStr) {
-    unsafe { api!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) };
+    signal_modified(ctx, name);
 }

@@ -264,7 +264,7 @@ fn info(con: &mut redis::Connection) -> HashMap<String, i64> {
 }
 
 #[test]
-fn info_counts_per_algorithm_and_resets_with_config_resetstat() {
+fn info_counts_each_call_under_what_decided_it() {
     let server = Server::start();
     let mut con = server.client();
     for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
@@ -282,50 +282,58 @@ fn info_counts_per_algorithm_and_resets_with_config_resetstat() {
     }
     cmd_ints(&mut con, &["RL.THROTTLE", "t", "0", "1", "60"]);
     cmd_err(&mut con, &["RL.ADMIT", "x", "LIMIT", "oops"]);
+    let all = [
+        "RL.ADMITALL",
+        "1",
+        "aa",
+        "POLICY",
+        "LIMIT",
+        "1",
+        "WINDOW",
+        "60000",
+    ];
+    let admitted_all: Vec<Value> = redis::cmd(all[0]).arg(&all[1..]).query(&mut con).unwrap();
+    assert_eq!(admitted_all[0], Value::Int(1));
+    let refused_all: Vec<Value> = redis::cmd(all[0]).arg(&all[1..]).query(&mut con).unwrap();
+    assert_eq!(refused_all[0], Value::Int(0));
+    // No limit: admitted, under no algorithm.
+    assert_eq!(cmd_ints(&mut con, &["RL.ADMIT", "free"])[0], 1);
     let stats = info(&mut con);
     for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
         assert_eq!(stats[&format!("ratelimit_{algo}_admitted")], 1, "{algo}");
         assert_eq!(stats[&format!("ratelimit_{algo}_refused")], 1, "{algo}");
     }
-    assert_eq!(stats["ratelimit_other_admitted"], 1);
-    assert_eq!(stats["ratelimit_calls_admitted"], 6);
-    assert_eq!(stats["ratelimit_calls_refused"], 5);
+    assert_eq!(stats["ratelimit_throttle_admitted"], 1);
+    assert_eq!(stats["ratelimit_throttle_refused"], 0);
+    assert_eq!(stats["ratelimit_admitall_admitted"], 1);
+    assert_eq!(stats["ratelimit_admitall_refused"], 1);
+    assert_eq!(stats["ratelimit_unlimited_admitted"], 1);
+    assert_eq!(stats["ratelimit_calls_admitted"], 8);
+    assert_eq!(stats["ratelimit_calls_refused"], 6);
     assert!(stats["ratelimit_backoff_ms_total"] > 0);
     assert_eq!(stats["ratelimit_errors"], 1);
-    assert_eq!(stats.len(), 16, "{stats:?}");
+    assert_eq!(stats.len(), 19, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
     let limited = cmd_ints(&mut con, &["RL.THROTTLE", "t", "0", "1", "60"]);
     assert_eq!(limited[0], 1, "{limited:?}");
-    let added = info(&mut con)["ratelimit_backoff_ms_total"] - before;
+    let stats = info(&mut con);
+    assert_eq!(stats["ratelimit_throttle_refused"], 1);
+    let added = stats["ratelimit_backoff_ms_total"] - before;
     assert!(
         added > (limited[3] - 1) * 1000 && added <= limited[3] * 1000,
         "{added} ms for a retry of {} s",
         limited[3]
     );
-    let _: i64 = redis::cmd("RL.RESET").arg("t").query(&mut con).unwrap();
-
-    let _: () = redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query(&mut con)
-        .unwrap();
-    assert!(
-        info(&mut con).values().all(|&v| v == 0),
-        "{:?}",
-        info(&mut con)
-    );
-    // Counting goes on from zero.
-    cmd_ints(&mut con, &ADMIT);
-    assert_eq!(admitted_and_calls(&mut con), (1, 1));
 }
 
-/// A limiter that admits every call of the tests below.
+/// A limiter that admits every call of the test below.
 const ADMIT: [&str; 6] = ["RL.ADMIT", "a", "LIMIT", "1000", "WINDOW", "60000"];
 
 /// `ratelimit_calls_admitted`, and the server's own count of RL.ADMIT calls
-/// (`INFO commandstats`, under the name as registered), which only a CONFIG
-/// RESETSTAT that runs zeroes.
+/// (`INFO commandstats`, under the name as registered), which a CONFIG
+/// RESETSTAT zeroes.
 fn admitted_and_calls(con: &mut redis::Connection) -> (i64, i64) {
     let admitted = info(con)["ratelimit_calls_admitted"];
     let calls = common::info_field(con, "commandstats", "cmdstat_RL.ADMIT").map_or(0, |v| {
@@ -341,220 +349,30 @@ fn admit(con: &mut redis::Connection, times: usize) {
     }
 }
 
-fn words(cmds: &[&[&str]]) -> Vec<Vec<String>> {
-    let word = |w: &&str| w.to_string();
-    cmds.iter().map(|c| c.iter().map(word).collect()).collect()
-}
-
+/// The counters are monotonic since load: CONFIG RESETSTAT, however it
+/// runs, zeroes the server's stats and leaves ours counting on.
 #[test]
-fn a_config_resetstat_that_does_not_run_leaves_info_ratelimit() {
-    let server = Server::start();
-    let mut con = server.client();
-    admit(&mut con, 3);
-    assert_eq!(admitted_and_calls(&mut con), (3, 3));
-
-    // Refused by ACL: NOPERM, nothing reset.
-    let acl = [
-        "ACL", "SETUSER", "u", "on", "nopass", "+@all", "-config", "~*",
-    ];
-    assert_eq!(common::cmd_raw(&mut con, &acl), Value::Okay);
-    let mut limited = server.client();
-    assert_eq!(
-        common::cmd_raw(&mut limited, &["AUTH", "u", "x"]),
-        Value::Okay
-    );
-    let err = cmd_err(&mut limited, &["CONFIG", "RESETSTAT"]);
-    assert!(err.starts_with("NOPERM"), "{err}");
-    // Read from INFO first, then from a command.
-    assert_eq!(admitted_and_calls(&mut con), (3, 3));
-    admit(&mut con, 1);
-    assert_eq!(admitted_and_calls(&mut con), (4, 4));
-
-    // Queued, then discarded.
-    assert_eq!(common::cmd_raw(&mut con, &["MULTI"]), Value::Okay);
-    let queued = common::cmd_raw(&mut con, &["CONFIG", "RESETSTAT"]);
-    assert_eq!(queued, Value::SimpleString("QUEUED".into()));
-    assert_eq!(common::cmd_raw(&mut con, &["DISCARD"]), Value::Okay);
-    assert_eq!(admitted_and_calls(&mut con), (4, 4));
-    admit(&mut con, 1);
-    assert_eq!(admitted_and_calls(&mut con), (5, 5));
-
-    // Not allowed from a script.
-    let script = "return redis.pcall('config','resetstat')";
-    let reply = common::cmd_raw(&mut con, &["EVAL", script, "0"]);
-    assert!(matches!(reply, Value::ServerError(_)), "{reply:?}");
-    assert_eq!(admitted_and_calls(&mut con), (5, 5));
-    admit(&mut con, 1);
-    assert_eq!(admitted_and_calls(&mut con), (6, 6));
-
-    // Queued by a client without +config: EXECABORT.
-    assert_eq!(common::cmd_raw(&mut limited, &["MULTI"]), Value::Okay);
-    let err = cmd_err(&mut limited, &["CONFIG", "RESETSTAT"]);
-    assert!(err.starts_with("NOPERM"), "{err}");
-    let err = cmd_err(&mut limited, &["EXEC"]);
-    assert!(err.starts_with("EXECABORT"), "{err}");
-    assert_eq!(admitted_and_calls(&mut con), (6, 6));
-    admit(&mut con, 1);
-    assert_eq!(admitted_and_calls(&mut con), (7, 7));
-}
-
-#[test]
-fn config_resetstat_in_a_transaction_clears_info_ratelimit_when_it_runs() {
-    let server = Server::start();
-    let mut con = server.client();
-    admit(&mut con, 3);
-    common::exec(&mut con, &words(&[&["CONFIG", "RESETSTAT"]]));
-    assert_eq!(admitted_and_calls(&mut con), (0, 0));
-    admit(&mut con, 2);
-    assert_eq!(admitted_and_calls(&mut con), (2, 2));
-
-    // Only the calls after the reset count, whatever runs between them.
-    let info_cmd: &[&str] = &["INFO", "ratelimit"];
-    let replies = common::exec(
-        &mut con,
-        &words(&[
-            &ADMIT,
-            &["CONFIG", "RESETSTAT"],
-            &ADMIT,
-            info_cmd,
-            &ADMIT,
-            &["CONFIG", "RESETSTAT"],
-            &ADMIT,
-        ]),
-    );
-    let Value::BulkString(text) = &replies[3] else {
-        panic!("{replies:?}")
-    };
-    let text = String::from_utf8_lossy(text);
-    assert!(text.contains("ratelimit_calls_admitted:1\r\n"), "{text}");
-    assert_eq!(admitted_and_calls(&mut con), (1, 1));
-
-    // Another client's calls between the queueing and EXEC lose nothing.
-    assert_eq!(common::cmd_raw(&mut con, &["MULTI"]), Value::Okay);
-    let queued = common::cmd_raw(&mut con, &["CONFIG", "RESETSTAT"]);
-    assert_eq!(queued, Value::SimpleString("QUEUED".into()));
-    let mut other = server.client();
-    admit(&mut other, 2);
-    assert_eq!(admitted_and_calls(&mut other), (3, 3));
-    assert!(matches!(
-        common::cmd_raw(&mut con, &["EXEC"]),
-        Value::Array(_)
-    ));
-    assert_eq!(admitted_and_calls(&mut other), (0, 0));
-    admit(&mut other, 1);
-    assert_eq!(admitted_and_calls(&mut other), (1, 1));
-}
-
-#[test]
-fn config_resetstat_in_a_postponed_exec_still_clears_info_ratelimit() {
-    let server = Server::start();
-    let mut con = server.client();
-    admit(&mut con, 2);
-    let mut client = server.client();
-    assert_eq!(common::cmd_raw(&mut client, &["MULTI"]), Value::Okay);
-    for cmd in [&ADMIT[..], &["CONFIG", "RESETSTAT"]] {
-        let queued = common::cmd_raw(&mut client, cmd);
-        assert_eq!(queued, Value::SimpleString("QUEUED".into()));
-    }
-    // An EXEC with a write waits out CLIENT PAUSE WRITE; reads go on.
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "10000", "WRITE"])
-        .query(&mut con)
-        .unwrap();
-    let waiting = std::thread::spawn(move || common::cmd_raw(&mut client, &["EXEC"]));
-    common::wait_until(
-        std::time::Duration::from_secs(5),
-        "EXEC to be postponed",
-        || common::info_field(&mut con, "clients", "blocked_clients").as_deref() == Some("1"),
-    );
-    // RL.TTL (read-only) runs meanwhile.
-    let ttl: i64 = redis::cmd("RL.TTL")
-        .arg(&ADMIT[1..])
-        .query(&mut con)
-        .unwrap();
-    assert_eq!(ttl, 0);
-    assert_eq!(admitted_and_calls(&mut con), (2, 2));
-    let _: () = redis::cmd("CLIENT").arg("UNPAUSE").query(&mut con).unwrap();
-    let replies = waiting.join().unwrap();
-    assert!(
-        matches!(&replies, Value::Array(r) if r.len() == 2),
-        "{replies:?}"
-    );
-    assert_eq!(admitted_and_calls(&mut con), (0, 0));
-    admit(&mut con, 1);
-    assert_eq!(admitted_and_calls(&mut con), (1, 1));
-}
-
-/// Under a renamed CONFIG the reset is still seen, by the server's count,
-/// even after more calls than the module keeps a record of; a CONFIG
-/// RESETSTAT that names no command changes nothing.
-#[test]
-fn a_renamed_config_resetstat_still_clears_info_ratelimit_exactly() {
+fn info_ratelimit_counts_since_load_whatever_config_resetstat_does() {
     let server = Server::start_with(&["--rename-command", "CONFIG", "cfg"]);
     let mut con = server.client();
     admit(&mut con, 3);
+    assert_eq!(admitted_and_calls(&mut con), (3, 3));
     assert_eq!(
         common::cmd_raw(&mut con, &["cfg", "RESETSTAT"]),
         Value::Okay
     );
-    assert_eq!(admitted_and_calls(&mut con), (0, 0));
-    admit(&mut con, 1);
-    let err = cmd_err(&mut con, &["CONFIG", "RESETSTAT"]);
-    assert!(err.contains("unknown command"), "{err}");
-    assert_eq!(admitted_and_calls(&mut con), (1, 1));
+    assert_eq!(admitted_and_calls(&mut con), (3, 0));
+    admit(&mut con, 2);
+    assert_eq!(admitted_and_calls(&mut con), (5, 2));
 
-    // A reset, then 40,000 calls (more than the module keeps) before the
-    // next look from INFO: all of them, and only them, are counted.
-    assert_eq!(
-        common::cmd_raw(&mut con, &["cfg", "RESETSTAT"]),
-        Value::Okay
+    // Inside a transaction, between our own calls.
+    let words = |cmd: &[&str]| cmd.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+    let replies = common::exec(
+        &mut con,
+        &[words(&ADMIT), words(&["cfg", "RESETSTAT"]), words(&ADMIT)],
     );
-    let refuse = [
-        "RL.ADMIT", "full", "LIMIT", "1", "WINDOW", "60000", "COST", "2",
-    ];
-    let pass = ["RL.ADMIT", "many", "LIMIT", "1000000", "WINDOW", "60000"];
-    for _ in 0..20 {
-        let mut pipe = redis::pipe();
-        for i in 0..2_000 {
-            let cmd = if i % 4 == 0 { &refuse[..] } else { &pass[..] };
-            pipe.cmd(cmd[0]).arg(&cmd[1..]).ignore();
-        }
-        let () = pipe.query(&mut con).unwrap();
-    }
-    let calls = common::info_field(&mut con, "commandstats", "cmdstat_RL.ADMIT").unwrap();
-    assert!(calls.starts_with("calls=40000,"), "{calls}");
-    let stats = info(&mut con);
-    assert_eq!(stats["ratelimit_calls_admitted"], 30_000);
-    assert_eq!(stats["ratelimit_calls_refused"], 10_000);
-    assert_eq!(
-        stats["ratelimit_backoff_ms_total"], 0,
-        "never: -1 adds none"
-    );
-}
-
-/// CLIENT PAUSE ALL holds a RESETSTAT behind an RL.ADMIT sent before it:
-/// the RL.ADMIT runs first and the reset, run after, still clears it.
-#[test]
-fn a_config_resetstat_held_by_client_pause_clears_info_ratelimit_when_it_runs() {
-    let server = Server::start();
-    let mut con = server.client();
-    admit(&mut con, 3);
-    let _: () = redis::cmd("CLIENT")
-        .arg(&["PAUSE", "1500", "ALL"])
-        .query(&mut con)
-        .unwrap();
-    // Every client is paused, UNPAUSE too: the order is set by waiting, and
-    // the pause ends by itself.
-    let (mut first, mut second) = (server.client(), server.client());
-    let held_admit = std::thread::spawn(move || cmd_ints(&mut first, &ADMIT));
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let held_reset =
-        std::thread::spawn(move || common::cmd_raw(&mut second, &["CONFIG", "RESETSTAT"]));
-    assert_eq!(held_admit.join().unwrap()[0], 1);
-    assert_eq!(held_reset.join().unwrap(), Value::Okay);
-    assert_eq!(admitted_and_calls(&mut con), (0, 0));
-    admit(&mut con, 1);
-    assert_eq!(admitted_and_calls(&mut con), (1, 1));
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    assert_eq!(admitted_and_calls(&mut con), (7, 1));
 }
 
 #[test]

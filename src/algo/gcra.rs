@@ -3,7 +3,7 @@
 //! is how far ahead of the sustained rate the limiter has been used, and a
 //! request is admitted while the debt it leaves fits the bucket.
 
-use super::{ceil_ms, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+use super::{ceil_ms, div, Decision, Outcome, Policy, State, Write, NS_PER_MS};
 
 /// The debt (ns) a stored TAT leaves at `now_ns`, never below 0 and never
 /// beyond `capacity`: a policy change applies to existing state at once.
@@ -61,7 +61,7 @@ impl Meter {
 
     /// Whole requests of cost 1 that fit on top of `debt`.
     pub fn room(&self, debt: i128) -> i64 {
-        i64::try_from((self.capacity - debt).max(0) / self.interval).unwrap_or(i64::MAX)
+        i64::try_from(div((self.capacity - debt).max(0), self.interval)).unwrap_or(i64::MAX)
     }
 
     /// Debt after giving back `amount` requests.

@@ -15,7 +15,7 @@ pub mod state;
 pub mod throttle;
 pub mod token;
 
-pub use policy::{Algo, Policy};
+pub use policy::{Algo, AlgoSpec, Policy, ALGORITHMS};
 pub use state::State;
 
 /// What a call answers: the five integers of the RL.ADMIT reply.
@@ -70,29 +70,47 @@ pub struct Outcome {
 
 pub const NS_PER_MS: i128 = 1_000_000;
 
+/// `a / b` exactly as i128 division gives it, in one machine division when
+/// both fit a u64 (the usual case): i128 division is a library call.
+#[inline]
+pub fn div(a: i128, b: i128) -> i128 {
+    match (u64::try_from(a), u64::try_from(b)) {
+        (Ok(a), Ok(b)) if b != 0 => i128::from(a / b),
+        _ => a / b,
+    }
+}
+
 /// A non-negative span in ns, rounded up to whole ms, so that a caller who
 /// waits that long is never early.
 pub fn ceil_ms(ns: i128) -> i64 {
-    let ms = (ns.max(0) + NS_PER_MS - 1) / NS_PER_MS;
+    let ms = div(ns.max(0) + NS_PER_MS - 1, NS_PER_MS);
     i64::try_from(ms).unwrap_or(i64::MAX)
 }
 
+/// A limiter's state as read, with the key's absolute expiry (`None`: no TTL).
+pub type Found = Option<(State, Option<i64>)>;
+
+/// One algorithm's admit or refund: the state found, the policy, the cost
+/// (or amount) and the time in; the decision and the write out.
+pub type Decide = fn(Found, &Policy, i64, i64) -> Outcome;
+
 /// Decides one call for any algorithm. `found` is the decoded state and the
 /// key's absolute expiry (`None`: no TTL). `policy` is validated for `now`.
-pub fn admit(
-    found: Option<(State, Option<i64>)>,
+pub fn admit(found: Found, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    (policy.algo.spec().admit)(found, policy, cost, now_ms)
+}
+
+/// An admit of an algorithm that keeps its own times in its state (every
+/// one but the fixed window, whose reset is the key's expiry), with the
+/// refusal repair below.
+pub(crate) fn with_repair(
+    decide: fn(Option<State>, &Policy, i64, i64) -> Outcome,
+    found: Found,
     policy: &Policy,
     cost: i64,
     now_ms: i64,
 ) -> Outcome {
-    let state = found.map(|f| f.0);
-    let outcome = match policy.algo {
-        Algo::Fixed => return fixed::decide(found, policy, cost, now_ms),
-        Algo::Sliding => sliding::admit(state, policy, cost, now_ms),
-        Algo::Token => token::admit(state, policy, cost, now_ms),
-        Algo::Gcra => gcra::admit(state, policy, cost, now_ms),
-        Algo::Leaky => leaky::admit(state, policy, cost, now_ms),
-    };
+    let outcome = decide(found.map(|f| f.0), policy, cost, now_ms);
     outcome_outlives_its_reset(outcome, found.map(|f| f.1), cost, now_ms)
 }
 
@@ -148,13 +166,7 @@ pub fn refund(
             ..admit(found, policy, 0, now_ms)
         };
     }
-    match policy.algo {
-        Algo::Fixed => fixed::refund(found, policy, amount, now_ms),
-        Algo::Sliding => sliding::refund(found.map(|f| f.0), policy, amount, now_ms),
-        Algo::Token => token::refund(found.map(|f| f.0), policy, amount, now_ms),
-        Algo::Gcra => gcra::refund(found.map(|f| f.0), policy, amount, now_ms),
-        Algo::Leaky => leaky::refund(found.map(|f| f.0), policy, amount, now_ms),
-    }
+    (policy.algo.spec().refund)(found, policy, amount, now_ms)
 }
 
 #[cfg(test)]

@@ -1,9 +1,13 @@
 //! A limiter's policy: which algorithm, how many per window, how much burst.
 
+use std::ffi::CStr;
+
 use crate::error::RlError;
 use crate::keyword::Keyword;
 
-use super::NS_PER_MS;
+use super::{
+    fixed, gcra, leaky, sliding, token, with_repair, Decide, Found, Outcome, State, NS_PER_MS,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algo {
@@ -14,47 +18,181 @@ pub enum Algo {
     Leaky,
 }
 
-impl Algo {
-    pub const ALL: [Algo; 5] = [
+/// What the rest of the module knows of an algorithm besides its code:
+/// ALGO's keyword, COMMAND DOCS, the config's enum, the META field and the
+/// INFO field names all come from this row.
+pub struct AlgoSpec {
+    pub algo: Algo,
+    pub name: &'static CStr,
+    /// `name` as text.
+    text: &'static str,
+    keyword: Keyword,
+    /// Whether BURST means anything to it.
+    pub uses_burst: bool,
+    /// The least BURST: a leaky queue may be empty, a bucket holds one.
+    pub min_burst: i64,
+    /// Its decisions (see `algo::admit` and `algo::refund`).
+    pub admit: Decide,
+    pub refund: Decide,
+}
+
+const fn row(
+    algo: Algo,
+    name: &'static CStr,
+    (uses_burst, min_burst): (bool, i64),
+    (admit, refund): (Decide, Decide),
+) -> AlgoSpec {
+    AlgoSpec {
+        algo,
+        name,
+        text: crate::keyword::text(name),
+        keyword: Keyword::new(crate::keyword::text(name)),
+        uses_burst,
+        min_burst,
+        admit,
+        refund,
+    }
+}
+
+/// `refund` of an algorithm that reads only the state, not the key's expiry.
+pub(super) fn with_state(
+    refund: fn(Option<State>, &Policy, i64, i64) -> Outcome,
+    found: Found,
+    policy: &Policy,
+    amount: i64,
+    now_ms: i64,
+) -> Outcome {
+    refund(found.map(|f| f.0), policy, amount, now_ms)
+}
+
+/// Every algorithm, in `Algo` order: adding one is its file and a row here.
+pub const ALGORITHMS: [AlgoSpec; 5] = [
+    row(
         Algo::Fixed,
+        c"fixed",
+        (false, 1),
+        (fixed::decide, fixed::refund),
+    ),
+    row(
         Algo::Sliding,
+        c"sliding",
+        (false, 1),
+        (
+            |f, p, c, n| with_repair(sliding::admit, f, p, c, n),
+            |f, p, a, n| with_state(sliding::refund, f, p, a, n),
+        ),
+    ),
+    row(
         Algo::Token,
+        c"token",
+        (true, 1),
+        (
+            |f, p, c, n| with_repair(token::admit, f, p, c, n),
+            |f, p, a, n| with_state(token::refund, f, p, a, n),
+        ),
+    ),
+    row(
         Algo::Gcra,
+        c"gcra",
+        (true, 1),
+        (
+            |f, p, c, n| with_repair(gcra::admit, f, p, c, n),
+            |f, p, a, n| with_state(gcra::refund, f, p, a, n),
+        ),
+    ),
+    row(
         Algo::Leaky,
-    ];
-    pub const NAMES: &'static str = "one of fixed, sliding, token, gcra, leaky";
+        c"leaky",
+        (true, 0),
+        (
+            |f, p, c, n| with_repair(leaky::admit, f, p, c, n),
+            |f, p, a, n| with_state(leaky::refund, f, p, a, n),
+        ),
+    ),
+];
+
+impl Algo {
+    pub const ALL: [Algo; ALGORITHMS.len()] = {
+        let mut all = [Algo::Fixed; ALGORITHMS.len()];
+        let mut i = 0;
+        while i < all.len() {
+            all[i] = ALGORITHMS[i].algo;
+            assert!(all[i] as usize == i, "ALGORITHMS is in Algo order");
+            i += 1;
+        }
+        all
+    };
+
+    /// "one of fixed, sliding, ...", for errors.
+    pub const NAMES: &'static str = {
+        match std::str::from_utf8(&ONE_OF) {
+            Ok(text) => text,
+            Err(_) => panic!("algorithm names are ASCII"),
+        }
+    };
+
+    pub const fn spec(self) -> &'static AlgoSpec {
+        &ALGORITHMS[self as usize]
+    }
 
     pub fn name(self) -> &'static str {
-        match self {
-            Algo::Fixed => "fixed",
-            Algo::Sliding => "sliding",
-            Algo::Token => "token",
-            Algo::Gcra => "gcra",
-            Algo::Leaky => "leaky",
-        }
+        self.spec().text
     }
 
     pub fn parse(s: &[u8]) -> Option<Algo> {
-        const NAMES: [(Keyword, Algo); 5] = [
-            (Keyword::new("fixed"), Algo::Fixed),
-            (Keyword::new("sliding"), Algo::Sliding),
-            (Keyword::new("token"), Algo::Token),
-            (Keyword::new("gcra"), Algo::Gcra),
-            (Keyword::new("leaky"), Algo::Leaky),
-        ];
-        Some(NAMES.iter().find(|(k, _)| k.matches(s))?.1)
+        Some(ALGORITHMS.iter().find(|a| a.keyword.matches(s))?.algo)
     }
 
     /// Whether BURST means anything to this algorithm.
     pub fn uses_burst(self) -> bool {
-        matches!(self, Algo::Token | Algo::Gcra | Algo::Leaky)
+        self.spec().uses_burst
     }
 
     /// The least BURST: a leaky queue may be empty, a bucket holds one.
     pub fn min_burst(self) -> i64 {
-        i64::from(self != Algo::Leaky)
+        self.spec().min_burst
     }
 }
+
+const ONE_OF_PREFIX: &[u8] = b"one of ";
+
+const ONE_OF_LEN: usize = {
+    let mut len = ONE_OF_PREFIX.len();
+    let mut i = 0;
+    while i < ALGORITHMS.len() {
+        len += ALGORITHMS[i].name.count_bytes() + if i > 0 { 2 } else { 0 };
+        i += 1;
+    }
+    len
+};
+
+const ONE_OF: [u8; ONE_OF_LEN] = {
+    let mut out = [0u8; ONE_OF_LEN];
+    let mut at = 0;
+    let mut put = 0;
+    while put < ONE_OF_PREFIX.len() {
+        out[at] = ONE_OF_PREFIX[put];
+        at += 1;
+        put += 1;
+    }
+    let mut i = 0;
+    while i < ALGORITHMS.len() {
+        if i > 0 {
+            out[at] = b',';
+            out[at + 1] = b' ';
+            at += 2;
+        }
+        let name = ALGORITHMS[i].name.to_bytes();
+        let mut j = 0;
+        while j < name.len() {
+            out[at] = name[j];
+            at += 1;
+            j += 1;
+        }
+        i += 1;
+    }
+    out
+};
 
 /// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +244,7 @@ impl Policy {
     pub fn interval_ns(&self) -> i128 {
         let window_ns = i128::from(self.window_ms) * NS_PER_MS;
         let limit = i128::from(self.limit.max(1));
-        (window_ns + limit - 1) / limit
+        super::div(window_ns + limit - 1, limit)
     }
 
     /// How much debt (ns) the bucket holds when full: `burst` intervals, plus
@@ -133,6 +271,18 @@ pub fn fits_ns(now_ms: i64, span_ns: i128) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_spells_every_name() {
+        assert_eq!(Algo::NAMES, "one of fixed, sliding, token, gcra, leaky");
+        for algo in Algo::ALL {
+            assert_eq!(Algo::parse(algo.name().as_bytes()), Some(algo));
+            assert_eq!(
+                Algo::parse(algo.name().to_uppercase().as_bytes()),
+                Some(algo)
+            );
+        }
+    }
 
     #[test]
     fn interval_rounds_up() {

@@ -2,13 +2,13 @@
 //! previous window's count weighted by the fraction of it still in view.
 //! Windows are aligned to multiples of the window length (from the epoch),
 //! so every node agrees on where they start. The estimate assumes the
-//! previous window's requests were spread evenly; README gives its measured
+//! previous window's requests were spread evenly; docs/algorithms.md gives its measured
 //! accuracy against an exact sliding log.
 //!
 //! All comparisons are exact: `estimate + cost <= limit` is evaluated as
 //! `previous * (window - elapsed) + (current + cost) * window <= limit * window`.
 
-use super::{Decision, Outcome, Policy, State, Write};
+use super::{div, Decision, Outcome, Policy, State, Write};
 
 /// The counts in view at `now_ms`: (window start, current, previous).
 fn in_view(state: Option<State>, window: i64, now_ms: i64) -> (i64, i64, i64) {
@@ -71,7 +71,10 @@ impl View {
     }
 
     fn room(&self, current: i64, previous: i64) -> i64 {
-        let free = (self.limit * self.window - self.used(current, previous)).max(0) / self.window;
+        let free = div(
+            (self.limit * self.window - self.used(current, previous)).max(0),
+            self.window,
+        );
         i64::try_from(free).unwrap_or(i64::MAX)
     }
 
@@ -82,7 +85,7 @@ impl View {
         if p > 0 && c + cost <= self.limit {
             let excess =
                 self.used(current, previous) + cost * self.window - self.limit * self.window;
-            let t = (excess + p - 1) / p;
+            let t = div(excess + p - 1, p);
             if t < self.weight {
                 return t as i64;
             }
@@ -90,7 +93,7 @@ impl View {
         // Early in the next window, where this window becomes the previous.
         let into_next = match c {
             0 => 0,
-            _ => ((self.window * (c - self.limit + cost)).max(0) + c - 1) / c,
+            _ => div((self.window * (c - self.limit + cost)).max(0) + c - 1, c),
         };
         self.left + into_next.min(self.window) as i64
     }
@@ -364,7 +367,7 @@ mod tests {
 
 /// The sliding window counter against an exact sliding log, on a recorded
 /// trace: run with `cargo test --release accuracy -- --nocapture` to see
-/// the figures the README quotes.
+/// the figures docs/algorithms.md quotes.
 #[cfg(test)]
 mod accuracy {
     use super::*;

@@ -42,56 +42,63 @@ impl State {
     /// Parses a stored value as `algo`'s state. Anything else, including
     /// another algorithm's state, is an error naming the algorithm.
     pub fn decode(algo: Algo, bytes: &[u8]) -> Result<State, RlError> {
-        let bad = if algo == Algo::Fixed {
-            RlError::NotACounter
-        } else {
-            RlError::BadState(algo.name())
-        };
+        match Self::parse(algo, bytes) {
+            Some(state) => Ok(state),
+            None => Err(Self::not_its_state(algo)),
+        }
+    }
+
+    #[cold]
+    fn not_its_state(algo: Algo) -> RlError {
+        match algo {
+            Algo::Fixed => RlError::NotACounter,
+            _ => RlError::BadState(algo.name()),
+        }
+    }
+
+    fn parse(algo: Algo, bytes: &[u8]) -> Option<State> {
         if algo == Algo::Fixed {
-            return parse_i64(bytes)
-                .map(|count| State::Fixed { count })
-                .ok_or(bad);
+            return parse_i64(bytes).map(|count| State::Fixed { count });
         }
         let rest = bytes
-            .strip_prefix(algo.name().as_bytes())
-            .and_then(|r| r.strip_prefix(b":"))
-            .ok_or_else(|| bad.clone())?;
+            .strip_prefix(algo.name().as_bytes())?
+            .strip_prefix(b":")?;
         let mut fields = rest.split(|&b| b == b':');
         let mut next = || fields.next().and_then(parse_i64);
         let state = match algo {
             Algo::Sliding => {
-                let (window_start, current, previous) = (next(), next(), next());
-                match (window_start, current, previous) {
-                    (Some(w), Some(c), Some(p)) if w >= 0 && c >= 0 && p >= 0 => State::Sliding {
-                        window_start: w,
-                        current: c,
-                        previous: p,
-                    },
-                    _ => return Err(bad),
+                let (window_start, current, previous) = (next()?, next()?, next()?);
+                if window_start < 0 || current < 0 || previous < 0 {
+                    return None;
+                }
+                State::Sliding {
+                    window_start,
+                    current,
+                    previous,
                 }
             }
             Algo::Token => {
-                let (credit, last) = (next(), next());
-                match (credit, last) {
-                    (Some(c), Some(l)) if c >= 0 => State::Token {
-                        credit_ns: i128::from(c),
-                        last_ms: l,
-                    },
-                    _ => return Err(bad),
+                let (credit, last_ms) = (next()?, next()?);
+                if credit < 0 {
+                    return None;
+                }
+                State::Token {
+                    credit_ns: i128::from(credit),
+                    last_ms,
                 }
             }
             Algo::Gcra => State::Gcra {
-                tat_ns: i128::from(next().ok_or_else(|| bad.clone())?),
+                tat_ns: i128::from(next()?),
             },
             Algo::Leaky => State::Leaky {
-                tat_ns: i128::from(next().ok_or_else(|| bad.clone())?),
+                tat_ns: i128::from(next()?),
             },
-            Algo::Fixed => return Err(bad),
+            Algo::Fixed => return None,
         };
-        if fields.next().is_some() {
-            return Err(bad);
+        match fields.next() {
+            Some(_) => None,
+            None => Some(state),
         }
-        Ok(state)
     }
 
     /// Writes the value into `buf` and returns it. Values that do not fit an

@@ -3,7 +3,7 @@
 //! checked arithmetic, ns precision whatever the rate, absolute expiry, and
 //! `quantity 0` as a pure peek. State is the same `gcra:<tat_ns>` string.
 
-use super::{State, Write, NS_PER_MS};
+use super::{div, State, Write, NS_PER_MS};
 use crate::error::RlError;
 
 const NS_PER_S: i128 = 1_000_000_000;
@@ -54,7 +54,7 @@ impl Params {
             return Err(RlError::BadValue("period", crate::error::POSITIVE));
         }
         // Integer division like redis-cell's; sub-ns intervals are refused.
-        let interval = i128::from(self.period_s) * NS_PER_S / i128::from(self.count);
+        let interval = div(i128::from(self.period_s) * NS_PER_S, i128::from(self.count));
         if interval == 0 {
             return Err(RlError::TooLarge(
                 "count_per_period",
@@ -82,7 +82,7 @@ impl Params {
 }
 
 fn ceil_s(ns: i128) -> i64 {
-    let s = (ns.max(0) + NS_PER_S - 1) / NS_PER_S;
+    let s = div(ns.max(0) + NS_PER_S - 1, NS_PER_S);
     i64::try_from(s).unwrap_or(i64::MAX)
 }
 
@@ -142,7 +142,7 @@ pub fn throttle(
     };
     let next = meter.tolerance - ttl;
     let remaining = if next > -meter.interval {
-        next / meter.interval
+        div(next, meter.interval)
     } else {
         0
     };

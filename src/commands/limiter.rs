@@ -1,0 +1,157 @@
+//! One limiter: RL.ADMIT, RL.REFUND, RL.TTL, RL.LIMIT and RL.RESET. The
+//! registered arities guarantee the key (and RL.LIMIT's and RL.RESET's
+//! exact count), so only the options are checked here.
+
+use super::Call;
+use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
+use crate::args::{self, parse_options, Opt, POLICY};
+use crate::error::RlError;
+use crate::plan::{Event, Source};
+use crate::resolve::{meta_limit, resolve};
+use crate::store::{self, Key, KeyKind};
+use crate::{reply, stats};
+
+/// RL.ADMIT and RL.REFUND take every option.
+const ADMIT_OPTIONS: &[Opt] = &Opt::ALL;
+
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+pub fn admit(call: &Call) -> Result<(), RlError> {
+    match update(call, algo::admit)? {
+        None => {
+            stats::count(crate::plan::Tally::Admitted(Source::Unlimited));
+            reply::decision(call.ctx, &Decision::UNLIMITED);
+        }
+        Some(Updated {
+            algo,
+            cost,
+            decision: d,
+            ..
+        }) => {
+            let source = Source::Algo(algo);
+            super::record(
+                call.ctx,
+                call.argv[1],
+                source,
+                d.admitted,
+                d.retry_after_ms,
+                cost,
+            );
+            reply::decision(call.ctx, &d);
+        }
+    }
+    Ok(())
+}
+
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+pub fn refund(call: &Call) -> Result<(), RlError> {
+    match update(call, algo::refund)? {
+        None => reply::decision(call.ctx, &Decision::UNLIMITED),
+        Some(updated) => {
+            if updated.wrote {
+                store::notify(call.ctx, Event::Refund, call.argv[1]);
+            }
+            reply::decision(call.ctx, &updated.decision);
+        }
+    }
+    Ok(())
+}
+
+/// What RL.ADMIT or RL.REFUND did to a limiter with a limit.
+struct Updated {
+    algo: Algo,
+    cost: i64,
+    decision: Decision,
+    /// Whether the key was written.
+    wrote: bool,
+}
+
+/// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
+/// resolved, the state read, `decide` called and its write carried out.
+/// `None`: the limiter has no limit.
+fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
+    let opts = parse_options(call.args, 2, ADMIT_OPTIONS)?;
+    let now = store::now_ms();
+    let Some(policy) = resolve(call.ctx, call.argv, &opts)?
+        .map(|r| r.policy(now))
+        .transpose()?
+    else {
+        return Ok(None);
+    };
+    let name = call.argv[1];
+    let mut key = Key::write(call.ctx, name);
+    let found = key.read_state(policy.algo)?;
+    let cost = opts.cost.unwrap_or(1);
+    let outcome = decide(found, &policy, cost, now);
+    super::write(call.ctx, &mut key, name, outcome.write, found);
+    Ok(Some(Updated {
+        algo: policy.algo,
+        cost,
+        decision: outcome.decision,
+        wrote: outcome.write != Write::Nothing,
+    }))
+}
+
+/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
+pub fn ttl(call: &Call) -> Result<(), RlError> {
+    let opts = parse_options(call.args, 2, POLICY)?;
+    let now = store::now_ms();
+    let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
+        reply::int(call.ctx, 0);
+        return Ok(());
+    };
+    // The fixed window's back-off is the counter's PTTL, so it needs no
+    // window; given one, foreign state reads as RL.ADMIT reads it.
+    let policy = match (resolved.algo, resolved.window) {
+        (Algo::Fixed, None) => None,
+        _ => Some(resolved.policy(now)?),
+    };
+    let key = Key::read(call.ctx, call.argv[1]);
+    let found = key.read_state(resolved.algo)?;
+    let backoff = match policy {
+        None => fixed::backoff(fixed::counter_of(found, now), resolved.limit, now),
+        // The wait a request of cost 1 would be told now (a leaky queue's
+        // delay included).
+        Some(policy) => algo::admit(found, &policy, 1, now)
+            .decision
+            .retry_after_ms
+            .max(0),
+    };
+    reply::int(call.ctx, backoff);
+    Ok(())
+}
+
+/// RL.LIMIT metakey
+pub fn limit(call: &Call) -> Result<(), RlError> {
+    reply::int(call.ctx, meta_limit(call.ctx, call.argv[1])?);
+    Ok(())
+}
+
+/// RL.RESET key
+pub fn reset(call: &Call) -> Result<(), RlError> {
+    let name = call.argv[1];
+    let mut key = Key::write(call.ctx, name);
+    let existed = match key.kind() {
+        KeyKind::Empty => false,
+        KeyKind::String => true,
+        _ => return Err(RlError::WrongType),
+    };
+    if existed {
+        super::write(call.ctx, &mut key, name, Write::Delete, None);
+        drop(key);
+        store::notify(call.ctx, Event::Reset, name);
+    }
+    reply::int(call.ctx, i64::from(existed));
+    Ok(())
+}
+
+/// getkeys-api: the counter (read-write), and the META hash (read-only).
+/// Cluster routing asks the command itself, not its key-specs, so this is
+/// what makes a META hash in another slot a CROSSSLOT error.
+pub fn keys_rw(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
+    args::limiter_keys(args, false, key)
+}
+
+/// getkeys-api for RL.TTL: the counter and the META hash, both read-only.
+pub fn keys_ro(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
+    args::limiter_keys(args, true, key)
+}

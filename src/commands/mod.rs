@@ -1,0 +1,38 @@
+//! The command families, each in its own file: a request parsed by `args`,
+//! its policy resolved, the algorithm's decision planned by `plan`, carried
+//! out by `store`, counted by `stats` and answered by `reply`.
+
+pub mod admitall;
+pub mod limiter;
+pub mod throttle;
+
+use crate::algo::state;
+use crate::config;
+use crate::ffi::{Ctx, Str};
+use crate::plan::{self, Found, Source};
+use crate::store::{self, Key};
+use crate::{algo, stats};
+
+/// One call, as `entry` hands it over: the context, the raw arguments
+/// and their bytes.
+pub struct Call<'a> {
+    pub ctx: Ctx,
+    pub argv: &'a [Str],
+    pub args: &'a [&'a [u8]],
+}
+
+/// Plans and carries out an algorithm's write on an open key.
+fn write(ctx: Ctx, key: &mut Key, name: Str, write: algo::Write, before: Found) {
+    let mut buf = [0u8; state::MAX_LEN];
+    store::execute(ctx, key, name, plan::change(write, before, &mut buf));
+}
+
+/// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`.
+fn record(ctx: Ctx, name: Str, source: Source, admitted: bool, retry_after_ms: i64, cost: i64) {
+    let (tally, event) =
+        plan::receipt(source, admitted, retry_after_ms, cost, config::hit_events());
+    stats::count(tally);
+    if let Some(event) = event {
+        store::notify(ctx, event, name);
+    }
+}

@@ -1,0 +1,44 @@
+//! RL.THROTTLE key max_burst count_per_period period [quantity]: redis-cell's
+//! CL.THROTTLE, on our own `gcra:<tat_ns>` state or redis-cell's plain ns
+//! integer.
+
+use super::Call;
+use crate::algo::{throttle, Algo, State};
+use crate::args;
+use crate::error::RlError;
+use crate::num::parse_i64;
+use crate::plan::Source;
+use crate::reply;
+use crate::store::{self, Key};
+
+pub fn throttle(call: &Call) -> Result<(), RlError> {
+    let (params, quantity) = args::throttle(call.args)?;
+    let now = store::now_ms();
+    let meter = params.meter(now)?;
+    let name = call.argv[1];
+    let mut key = Key::write(call.ctx, name);
+    let found = match key.read_string()? {
+        None => None,
+        Some(bytes) => match State::decode(Algo::Gcra, bytes) {
+            Ok(state) => Some(state),
+            Err(_) => Some(State::Gcra {
+                tat_ns: i128::from(parse_i64(bytes).ok_or(RlError::BadState("gcra"))?),
+            }),
+        },
+    };
+    let before = found.map(|state| (state, key.expires_at()));
+    let (answer, write) = throttle::throttle(before, &meter, quantity, now);
+    super::write(call.ctx, &mut key, name, write, before);
+    drop(key);
+    let allowed = !answer.limited;
+    super::record(
+        call.ctx,
+        name,
+        Source::Throttle,
+        allowed,
+        answer.retry_after_ms,
+        quantity,
+    );
+    reply::throttle(call.ctx, &answer);
+    Ok(())
+}

@@ -1,0 +1,118 @@
+//! The FFI boundary: every command enters here. A panic becomes an error
+//! reply and never unwinds into the server; the nesting depth (a keyspace
+//! event subscriber may call us from inside one of our calls) guards
+//! MODULE UNLOAD; the arguments are read once into byte slices.
+
+use std::os::raw::c_int;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU32;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::args::MAX_ARGS;
+use crate::commands::{admitall, limiter, throttle, Call};
+use crate::error::RlError;
+use crate::ffi::{str_bytes, Ctx, Str, OK};
+use crate::{reply, stats, store};
+
+/// A command body: a reply sent, or an error to reply.
+type Body = fn(&Call) -> Result<(), RlError>;
+
+/// Where a command's keys are (getkeys-api): `key(position, read_only)`.
+type Keys = fn(&[&[u8]], &mut dyn FnMut(usize, bool));
+
+macro_rules! entry_point {
+    ($name:ident => $body:path) => {
+        pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+            run(ctx, argv, argc, $body, None)
+        }
+    };
+    ($name:ident => $body:path, keys: $keys:path) => {
+        pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+            run(ctx, argv, argc, $body, Some($keys))
+        }
+    };
+}
+
+entry_point!(rl_admit => limiter::admit, keys: limiter::keys_rw);
+entry_point!(rl_admitall => admitall::admit_all, keys: admitall::keys);
+entry_point!(rl_ttl => limiter::ttl, keys: limiter::keys_ro);
+entry_point!(rl_limit => limiter::limit);
+entry_point!(rl_refund => limiter::refund, keys: limiter::keys_rw);
+entry_point!(rl_reset => limiter::reset);
+entry_point!(rl_throttle => throttle::throttle);
+
+/// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
+const INLINE_ARGS: usize = 16;
+
+/// How many of our calls are running (they nest when a keyspace-event
+/// subscriber calls one of ours from inside another).
+static CALLS_RUNNING: AtomicU32 = AtomicU32::new(0);
+
+/// Whether one of our commands is running: the module must not be unloaded
+/// from inside it (a subscriber's `MODULE UNLOAD`), or the server would
+/// return into unmapped code.
+pub fn in_a_call() -> bool {
+    CALLS_RUNNING.load(Relaxed) > 0
+}
+
+fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) -> c_int {
+    let argc = usize::try_from(argc).unwrap_or(0);
+    let argv: &[Str] = if argv.is_null() || argc == 0 {
+        &[]
+    } else {
+        // SAFETY: the server passes `argc` valid string handles at `argv`,
+        // alive and unchanged until this call returns; the slice does not
+        // leave it.
+        unsafe { std::slice::from_raw_parts(argv, argc) }
+    };
+    // A getkeys-api request only asks where the keys are: nothing to reply
+    // to and nothing to count, even when the call itself is malformed.
+    if store::is_keys_request(ctx) {
+        if let Some(keys) = keys {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                let args: Vec<&[u8]> = argv.iter().map(str_bytes).collect();
+                keys(&args, &mut |pos, read_only| {
+                    store::key_at(ctx, pos, read_only)
+                });
+            }));
+        }
+        return OK;
+    }
+    CALLS_RUNNING.fetch_add(1, Relaxed);
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        if argc > MAX_ARGS {
+            return Err(RlError::TooManyArguments);
+        }
+        if argc <= INLINE_ARGS {
+            let mut bytes: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
+            for (slot, s) in bytes.iter_mut().zip(argv) {
+                *slot = str_bytes(s);
+            }
+            let args = &bytes[..argc];
+            body(&Call { ctx, argv, args })
+        } else {
+            let bytes: Vec<&[u8]> = argv.iter().map(str_bytes).collect();
+            body(&Call {
+                ctx,
+                argv,
+                args: &bytes,
+            })
+        }
+    }));
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(err)) => {
+            stats::error();
+            reply::error(ctx, &err);
+        }
+        Err(_) => {
+            stats::error();
+            reply::error_text(
+                ctx,
+                c"ERR ratelimit internal error; the call was not applied",
+            );
+        }
+    }
+    CALLS_RUNNING.fetch_sub(1, Relaxed);
+    OK
+}

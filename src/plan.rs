@@ -1,0 +1,209 @@
+//! The effect plan: pure. From an algorithm's `Write` and the state as it
+//! was read, what the store must do to the key and how replicas and the AOF
+//! are told (INCRBY, `SET ... KEEPTTL`, `SET ... PXAT`, PEXPIREAT or DEL);
+//! from a decision, the event to fire and the INFO counter to bump.
+
+use std::ffi::CStr;
+
+use crate::algo::{state, Algo, State, Write};
+
+pub use crate::algo::Found;
+
+/// What happens to the key, and what replicas are told.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Change<'a> {
+    Nothing,
+    /// The value becomes `bytes`; `expires_at` is set when it moved.
+    Value {
+        bytes: &'a [u8],
+        expires_at: Option<i64>,
+        replicate: Replicate,
+    },
+    /// Only the expiry: `PEXPIREAT key at`.
+    Expiry(i64),
+    /// `DEL key`.
+    Delete,
+}
+
+/// How a new value reaches replicas, always with absolute time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Replicate {
+    /// `INCRBY key delta`: a counter moved under an unchanged expiry (a
+    /// decoded counter's bytes are canonical, so INCRBY gives these bytes).
+    IncrBy(i64),
+    /// `SET key value KEEPTTL`: a new value under an unchanged expiry.
+    SetKeepTtl,
+    /// `SET key value PXAT at`.
+    SetPxat(i64),
+}
+
+/// Plans `write` on a key read as `before`; `buf` holds the encoded value.
+pub fn change(write: Write, before: Found, buf: &mut [u8; state::MAX_LEN]) -> Change<'_> {
+    match write {
+        Write::Nothing => Change::Nothing,
+        Write::Expiry { expires_at } => Change::Expiry(expires_at),
+        Write::Delete => Change::Delete,
+        Write::State { state, expires_at } => {
+            let (before, expiry_before) = before.unzip();
+            let same_expiry = expiry_before == Some(Some(expires_at));
+            let delta = match (before, state) {
+                (Some(State::Fixed { count: old }), State::Fixed { count }) => {
+                    count.checked_sub(old)
+                }
+                _ => None,
+            };
+            let replicate = match (same_expiry, delta) {
+                (true, Some(delta)) => Replicate::IncrBy(delta),
+                (true, None) => Replicate::SetKeepTtl,
+                (false, _) => Replicate::SetPxat(expires_at),
+            };
+            Change::Value {
+                bytes: state.encode(buf),
+                expires_at: (!same_expiry).then_some(expires_at),
+                replicate,
+            }
+        }
+    }
+}
+
+/// The module's keyspace events (class `d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A refusal.
+    Hit,
+    Refund,
+    Reset,
+}
+
+impl Event {
+    pub fn name(self) -> &'static CStr {
+        match self {
+            Event::Hit => c"rl.hit",
+            Event::Refund => c"rl.refund",
+            Event::Reset => c"rl.reset",
+        }
+    }
+}
+
+/// Which INFO counters a call bumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Algo(Algo),
+    Throttle,
+    AdmitAll,
+    /// RL.ADMIT or RL.REFUND on a limiter with no limit.
+    Unlimited,
+}
+
+/// The INFO counters a decision bumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    Admitted(Source),
+    /// Refused, with the back-off told (-1: never).
+    Refused(Source, i64),
+}
+
+/// The receipt of a decision: its counters, and `rl.hit` for a refusal
+/// when hit events are on. A peek (`cost` 0) refuses nobody: no event.
+pub fn receipt(
+    source: Source,
+    admitted: bool,
+    retry_after_ms: i64,
+    cost: i64,
+    hit_events: bool,
+) -> (Tally, Option<Event>) {
+    match admitted {
+        true => (Tally::Admitted(source), None),
+        false => (
+            Tally::Refused(source, retry_after_ms),
+            (hit_events && cost > 0).then_some(Event::Hit),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(write: Write, before: Found) -> String {
+        let mut buf = [0u8; state::MAX_LEN];
+        format!("{:?}", change(write, before, &mut buf))
+            .replace(" ", "")
+            .to_string()
+    }
+
+    fn counter(count: i64, expires_at: i64) -> Write {
+        Write::State {
+            state: State::Fixed { count },
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn each_write_is_replicated_with_the_cheapest_absolute_form() {
+        let fixed = |c, at| Some((State::Fixed { count: c }, at));
+        let gcra = Write::State {
+            state: State::Gcra { tat_ns: 7 },
+            expires_at: 900,
+        };
+        let cases: &[(Write, Found, &str)] = &[
+            (Write::Nothing, fixed(1, Some(5)), "Nothing"),
+            (Write::Delete, None, "Delete"),
+            (Write::Expiry { expires_at: 9 }, None, "Expiry(9)"),
+            // A counter moved under its own expiry: INCRBY, expiry untouched.
+            (
+                counter(3, 500),
+                fixed(2, Some(500)),
+                "Value{bytes:[51],expires_at:None,replicate:IncrBy(1)}",
+            ),
+            (
+                counter(1, 500),
+                fixed(4, Some(500)),
+                "Value{bytes:[49],expires_at:None,replicate:IncrBy(-3)}",
+            ),
+            // A new key, or a moved expiry: SET ... PXAT.
+            (
+                counter(1, 500),
+                None,
+                "Value{bytes:[49],expires_at:Some(500),replicate:SetPxat(500)}",
+            ),
+            (
+                counter(3, 600),
+                fixed(2, Some(500)),
+                "Value{bytes:[51],expires_at:Some(600),replicate:SetPxat(600)}",
+            ),
+            (
+                counter(3, 600),
+                fixed(2, None),
+                "Value{bytes:[51],expires_at:Some(600),replicate:SetPxat(600)}",
+            ),
+            // Bucket state under an unchanged expiry: SET ... KEEPTTL.
+            (
+                gcra,
+                Some((State::Gcra { tat_ns: 3 }, Some(900))),
+                "Value{bytes:[103,99,114,97,58,55],expires_at:None,replicate:SetKeepTtl}",
+            ),
+        ];
+        for (write, before, want) in cases {
+            assert_eq!(plan(*write, *before), *want, "{write:?} on {before:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_real_refusal_fires_a_hit() {
+        let s = Source::Algo(Algo::Token);
+        assert_eq!(receipt(s, true, 0, 1, true), (Tally::Admitted(s), None));
+        assert_eq!(
+            receipt(s, false, 40, 2, true),
+            (Tally::Refused(s, 40), Some(Event::Hit))
+        );
+        assert_eq!(
+            receipt(s, false, 40, 0, true),
+            (Tally::Refused(s, 40), None)
+        );
+        assert_eq!(
+            receipt(s, false, -1, 1, false),
+            (Tally::Refused(s, -1), None)
+        );
+    }
+}

@@ -1,0 +1,145 @@
+//! Replies: RESP2 clients get positional arrays, RESP3 clients maps with
+//! named fields. Raw FFI: every call replies, on the hot path.
+
+use std::ffi::CStr;
+use std::os::raw::c_longlong;
+
+use redis_module::raw;
+
+use crate::algo::throttle;
+use crate::algo::Decision;
+use crate::error::RlError;
+use crate::ffi::{api, Ctx};
+
+/// RESP3 clients get maps with named fields; RESP2 keeps positional arrays.
+fn speaks_resp3(ctx: Ctx) -> bool {
+    // SAFETY: the running call's context.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) } as u32;
+    flags & raw::REDISMODULE_CTX_FLAGS_RESP3 != 0
+}
+
+/// Field names of the five-integer reply, in order.
+const DECISION_FIELDS: [&CStr; 5] = [
+    c"admitted",
+    c"limit",
+    c"remaining",
+    c"retry_after_ms",
+    c"reset_after_ms",
+];
+
+/// Field names of RL.THROTTLE's reply, in order.
+const THROTTLE_FIELDS: [&CStr; 5] = [
+    c"limited",
+    c"limit",
+    c"remaining",
+    c"retry_after",
+    c"reset_after",
+];
+
+fn ints(ctx: Ctx, values: &[i64]) {
+    // SAFETY: the running call's context; an array of exactly as many
+    // integers as announced.
+    unsafe {
+        api!(RedisModule_ReplyWithArray)(ctx, values.len() as _);
+        for &v in values {
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+    }
+}
+
+/// Integers as an array (RESP2) or as a map of `names` (RESP3).
+fn named_ints(ctx: Ctx, names: &[&CStr; 5], values: &[i64; 5]) {
+    if !speaks_resp3(ctx) {
+        return ints(ctx, values);
+    }
+    // SAFETY: the running call's context; a map of exactly as many pairs as
+    // announced, each a C-string name and an integer.
+    unsafe {
+        api!(RedisModule_ReplyWithMap)(ctx, values.len() as _);
+        for (name, &v) in names.iter().zip(values) {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+    }
+}
+
+/// RL.ADMIT and RL.REFUND: the five integers of a decision.
+pub fn decision(ctx: Ctx, d: &Decision) {
+    let values = [
+        i64::from(d.admitted),
+        d.limit,
+        d.remaining,
+        d.retry_after_ms,
+        d.reset_after_ms,
+    ];
+    named_ints(ctx, &DECISION_FIELDS, &values);
+}
+
+/// RL.THROTTLE: CL.THROTTLE's five integers.
+pub fn throttle(ctx: Ctx, answer: &throttle::Reply) {
+    let values = [
+        i64::from(answer.limited),
+        answer.limit,
+        answer.remaining,
+        answer.retry_after_s,
+        answer.reset_after_s,
+    ];
+    named_ints(ctx, &THROTTLE_FIELDS, &values);
+}
+
+/// RL.ADMITALL: admitted, which limiter refused (1-based, 0: none), the
+/// longest back-off, then every limiter's own five integers.
+pub fn admit_all(
+    ctx: Ctx,
+    admitted: bool,
+    refused_by: i64,
+    retry_after_ms: i64,
+    each: &[Decision],
+) {
+    let resp3 = speaks_resp3(ctx);
+    let values = [i64::from(admitted), refused_by, retry_after_ms];
+    let names = [c"admitted", c"refused_by", c"retry_after_ms"];
+    // SAFETY: the running call's context; four elements as announced (the
+    // last an array of `each.len()` decisions, replied below), names as
+    // C strings.
+    unsafe {
+        match resp3 {
+            true => api!(RedisModule_ReplyWithMap)(ctx, 4),
+            false => api!(RedisModule_ReplyWithArray)(ctx, 4),
+        };
+        for (name, v) in names.iter().zip(values) {
+            if resp3 {
+                api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            }
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+        if resp3 {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, c"limiters".as_ptr());
+        }
+        api!(RedisModule_ReplyWithArray)(ctx, each.len() as _);
+    }
+    for d in each {
+        decision(ctx, d);
+    }
+}
+
+pub fn int(ctx: Ctx, value: i64) {
+    // SAFETY: the running call's context.
+    unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, value as c_longlong) };
+}
+
+pub fn error(ctx: Ctx, err: &RlError) {
+    if let RlError::WrongArity(_) = err {
+        // SAFETY: the running call's context.
+        unsafe { api!(RedisModule_WrongArity)(ctx) };
+        return;
+    }
+    let text = std::ffi::CString::new(err.to_string())
+        .unwrap_or_else(|_| c"ERR invalid argument".to_owned());
+    error_text(ctx, &text);
+}
+
+pub fn error_text(ctx: Ctx, text: &CStr) {
+    // SAFETY: the running call's context; the server copies the C string.
+    unsafe { api!(RedisModule_ReplyWithError)(ctx, text.as_ptr()) };
+}
