@@ -15,8 +15,6 @@
 //! it). Without them these tests fail when `$CI` is set and are skipped,
 //! with a note on stderr, otherwise.
 
-// Only part of the cluster helpers is used here.
-#[allow(dead_code)]
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;

@@ -3,8 +3,6 @@
 //! `scripts/load-functions-cluster.sh` into every primary of a cluster,
 //! run as a user runs them, with the command-line client.
 
-// Only some of the cluster helpers are used here.
-#[allow(dead_code)]
 #[path = "common/cluster.rs"]
 mod cluster;
 mod common;
