@@ -9,21 +9,14 @@
 //! transcript with every absolute time rewritten relative to `now`, so the
 //! transcripts of two servers compare exactly.
 
-// Each test binary uses a subset of these.
-#![allow(dead_code)]
-
-use std::fs::{self, File, OpenOptions};
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::Instant;
 
 use redis::{Connection, ConnectionLike, Value};
 
-use super::{
-    cmd_raw, free_port, new_server_dir, ping_pid, remove_dir, server_binary, tail, Server,
-    StartError, START_ATTEMPTS, WAIT_TIMEOUT,
-};
+use super::{cmd_raw, Server};
 
 /// Which implementation answers the calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -64,19 +57,7 @@ impl Backend {
     /// without loading anything: what survives is what the server persisted
     /// (the library included).
     pub fn restart(self, server: &mut Server) {
-        match self {
-            Backend::Module => server.restart(),
-            Backend::Functions => {
-                server.stop();
-                match launch_without_module(server.port, &server.dir, &server.extra) {
-                    Ok(child) => server.child = child,
-                    Err(StartError::PortTaken) => {
-                        panic!("restart: port {} was taken by another process", server.port)
-                    }
-                    Err(StartError::Fatal(msg)) => panic!("restart: {msg}"),
-                }
-            }
-        }
+        server.restart();
     }
 
     /// The call this backend runs for a call written in the module's syntax.
@@ -225,84 +206,8 @@ fn admitall_form(args: &[&str]) -> Vec<String> {
 /// `extra`), on 127.0.0.1, as `Server::start_with` starts one with the
 /// module.
 pub fn start_without_module(extra: &[&str]) -> Server {
-    server_binary();
-    let dir = new_server_dir();
-    let mut args: Vec<String> = NO_MODULES.iter().map(|s| s.to_string()).collect();
-    args.extend(extra.iter().map(|s| s.to_string()));
-    for _ in 0..START_ATTEMPTS {
-        let port = free_port();
-        match launch_without_module(port, &dir, &args) {
-            Ok(child) => {
-                return Server {
-                    port,
-                    dir,
-                    child,
-                    extra: args,
-                }
-            }
-            Err(StartError::PortTaken) => continue,
-            Err(StartError::Fatal(msg)) => {
-                remove_dir(&dir);
-                panic!("{msg}");
-            }
-        }
-    }
-    remove_dir(&dir);
-    panic!("valkey-server: no free port after {START_ATTEMPTS} attempts");
-}
-
-/// `super::launch` without `--loadmodule`: the same defaults, log and
-/// readiness check (PING answered by this very pid).
-fn launch_without_module(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> {
-    let log_path = dir.join("server.log");
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .expect("open server.log");
-    let log_start = log.metadata().map(|m| m.len()).unwrap_or(0) as usize;
-    let log_err: File = log.try_clone().expect("clone log handle");
-    let binary = server_binary();
-    let mut child = Command::new(&binary)
-        .current_dir(dir)
-        .args(["--port", &port.to_string()])
-        .args(["--bind", "127.0.0.1"])
-        .arg("--dir")
-        .arg(dir)
-        .args(["--save", ""])
-        .args(["--appendonly", "no"])
-        .args(["--enable-debug-command", "local"])
-        .args(["--repl-diskless-sync-delay", "0"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err)
-        .spawn()
-        .map_err(|e| StartError::Fatal(format!("spawn {}: {e}", binary.display())))?;
-    let start = Instant::now();
-    loop {
-        let exited = matches!(child.try_wait(), Ok(Some(_)));
-        if !exited && ping_pid(port) == Some(child.id()) {
-            return Ok(child);
-        }
-        if exited || start.elapsed() > WAIT_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            let text = fs::read(&log_path).unwrap_or_default();
-            let this_run = String::from_utf8_lossy(&text[log_start.min(text.len())..]).into_owned();
-            if this_run.contains("Address already in use") {
-                return Err(StartError::PortTaken);
-            }
-            return Err(StartError::Fatal(format!(
-                "valkey-server ({}) without the module on port {port} did not come up; \
-                 log tail ({}):\n{}",
-                binary.display(),
-                log_path.display(),
-                tail(&this_run, 30)
-            )));
-        }
-        thread::sleep(std::time::Duration::from_millis(20));
-    }
+    let args: Vec<&str> = NO_MODULES.iter().chain(extra).copied().collect();
+    Server::start_without_module(&args)
 }
 
 // Scenarios on a frozen clock.

@@ -178,6 +178,9 @@ pub struct Server {
     child: Child,
     /// Extra arguments given to `start_with`, reused by `restart`.
     extra: Vec<String>,
+    /// Whether it loads the module (`start_without_module` starts one that
+    /// does not), at the start and at every `restart`.
+    with_module: bool,
 }
 
 impl Server {
@@ -189,20 +192,33 @@ impl Server {
     /// A server with extra config arguments appended after the defaults,
     /// e.g. `&["--appendonly", "yes"]` (valkey keeps the last value given).
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_loading_module(extra, true)
+    }
+
+    /// A server with no module loaded, with extra config arguments; its
+    /// restarts load none either.
+    pub fn start_without_module(extra: &[&str]) -> Server {
+        Server::start_loading_module(extra, false)
+    }
+
+    fn start_loading_module(extra: &[&str], with_module: bool) -> Server {
         // These panic with a clear message if missing; do it before creating a dir.
         server_binary();
-        module_path();
+        if with_module {
+            module_path();
+        }
         let dir = new_server_dir();
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
-            match launch(port, &dir, &extra) {
+            match launch(port, &dir, &extra, with_module) {
                 Ok(child) => {
                     return Server {
                         port,
                         dir,
                         child,
                         extra,
+                        with_module,
                     }
                 }
                 Err(StartError::PortTaken) => continue,
@@ -221,7 +237,7 @@ impl Server {
     /// written by SAVE: the default `save ""` writes none at shutdown).
     pub fn restart(&mut self) {
         self.stop();
-        match launch(self.port, &self.dir, &self.extra) {
+        match launch(self.port, &self.dir, &self.extra, self.with_module) {
             Ok(child) => self.child = child,
             Err(StartError::PortTaken) => {
                 panic!("restart: port {} was taken by another process", self.port)
@@ -347,7 +363,7 @@ fn connect(port: u16, timeout: Duration) -> redis::RedisResult<Connection> {
 
 /// Spawn valkey-server on `port` and wait until it answers PING.
 /// On failure the process is killed before returning.
-fn launch(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> {
+fn launch(port: u16, dir: &Path, extra: &[String], with_module: bool) -> Result<Child, StartError> {
     let log_path = dir.join("server.log");
     // Appended to, so the log of a restarted server keeps its earlier life.
     let log = OpenOptions::new()
@@ -370,10 +386,11 @@ fn launch(port: u16, dir: &Path, extra: &[String]) -> Result<Child, StartError> 
         // DEBUG RELOAD and friends are handy in tests; loopback clients only.
         .args(["--enable-debug-command", "local"])
         // A primary waits 5 s by default before a full sync; no need in tests.
-        .args(["--repl-diskless-sync-delay", "0"])
-        .arg("--loadmodule")
-        .arg(module_path())
-        .args(extra)
+        .args(["--repl-diskless-sync-delay", "0"]);
+    if with_module {
+        cmd.arg("--loadmodule").arg(module_path());
+    }
+    cmd.args(extra)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);
