@@ -13,10 +13,8 @@
 mod cluster;
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::thread;
 use std::time::{Duration, Instant};
 
 use common::{cmd_raw, wait_until, Server};
@@ -39,49 +37,12 @@ fn unavailable<T>(what: &str) -> Option<T> {
     None
 }
 
-/// Run a command to completion (killed after `RUN_TIMEOUT`); stdout on
-/// success, a panic with stdout and stderr otherwise.
+/// Run a command from the repo root to completion (killed after
+/// `RUN_TIMEOUT`); stdout on success, a panic with stdout and stderr
+/// otherwise.
 fn run(mut cmd: Command) -> String {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .current_dir(REPO)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let mut stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let out = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if start.elapsed() > RUN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    let (out, err) = (out.join().unwrap(), err.join().unwrap());
-    match status {
-        Some(s) if s.success() => out,
-        Some(s) => panic!("{what} failed ({s})\n--- stdout:\n{out}\n--- stderr:\n{err}"),
-        None => panic!(
-            "{what} still running after {RUN_TIMEOUT:?}\n--- stdout:\n{out}\n--- stderr:\n{err}"
-        ),
-    }
+    cmd.current_dir(REPO);
+    common::run_to_completion(cmd, RUN_TIMEOUT)
 }
 
 /// The three examples, as commands that take the same options.

@@ -20,11 +20,9 @@ mod cluster;
 mod common;
 
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::backend::Backend;
 
@@ -47,49 +45,8 @@ fn unavailable<T>(what: &str) -> Option<T> {
 
 /// Runs a command to completion (killed after `RUN_TIMEOUT`): its stdout
 /// if it succeeded, else a panic with stdout and stderr.
-fn run(mut cmd: Command) -> String {
-    let what = format!("{cmd:?}");
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
-    let mut stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let out = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stdout.read_to_string(&mut s);
-        s
-    });
-    let err = thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let start = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            break Some(status);
-        }
-        if start.elapsed() > RUN_TIMEOUT {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    let (out, err) = (
-        out.join().unwrap_or_default(),
-        err.join().unwrap_or_default(),
-    );
-    match status {
-        Some(s) if s.success() => out,
-        Some(s) => panic!("{what} failed ({s})\n--- stdout:\n{out}\n--- stderr:\n{err}"),
-        None => panic!(
-            "{what} still running after {RUN_TIMEOUT:?}\n--- stdout:\n{out}\n--- stderr:\n{err}"
-        ),
-    }
+fn run(cmd: Command) -> String {
+    common::run_to_completion(cmd, RUN_TIMEOUT)
 }
 
 /// `node`, with the package's dev dependencies installed by `npm ci`.

@@ -20,6 +20,7 @@ macro_rules! c {
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
+use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -899,4 +900,52 @@ pub fn server_major_version() -> u32 {
     server_version(&mut server.client())
         .and_then(|v| v.split('.').next()?.parse().ok())
         .unwrap_or(0)
+}
+
+/// Runs a command to completion, killed after `timeout`: its stdout if it
+/// succeeded, else a panic with its stdout and stderr. Both pipes are read
+/// while it runs, so a chatty child cannot block on a full pipe.
+pub fn run_to_completion(mut cmd: Command, timeout: Duration) -> String {
+    let what = format!("{cmd:?}");
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {what}: {e}"));
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stdout.read_to_string(&mut s);
+        s
+    });
+    let err = thread::spawn(move || {
+        let mut s = String::new();
+        let _ = stderr.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            break Some(status);
+        }
+        if start.elapsed() > timeout {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        thread::sleep(Duration::from_millis(20));
+    };
+    let (out, err) = (
+        out.join().unwrap_or_default(),
+        err.join().unwrap_or_default(),
+    );
+    match status {
+        Some(s) if s.success() => out,
+        Some(s) => panic!("{what} failed ({s})\n--- stdout:\n{out}\n--- stderr:\n{err}"),
+        None => {
+            panic!("{what} still running after {timeout:?}\n--- stdout:\n{out}\n--- stderr:\n{err}")
+        }
+    }
 }
