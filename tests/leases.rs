@@ -905,7 +905,7 @@ fn aof_commands(server: &Server) -> Vec<String> {
     for file in files {
         let bytes = std::fs::read(file).unwrap();
         let mut at = 0;
-        let mut line = |at: &mut usize| -> String {
+        let line = |at: &mut usize| -> String {
             let end = *at + bytes[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
             let text = String::from_utf8_lossy(&bytes[*at..end]).into_owned();
             *at = end + 2;
