@@ -659,32 +659,27 @@ fn lease_helper(lang: Lang, backend: Backend) {
 }
 
 #[test]
-#[ignore = "needs RL.ACQUIRE (branch lease)"]
 fn python_example_lease_helper_on_the_module() {
     lease_helper(Lang::Python, Backend::Module);
 }
 
 #[test]
-#[ignore = "needs rl_acquire (branch leaselib)"]
 fn python_example_lease_helper_on_the_function_library() {
     lease_helper(Lang::Python, Backend::Functions);
 }
 
 #[test]
-#[ignore = "needs RL.ACQUIRE (branch lease)"]
 fn node_example_lease_helper_on_the_module() {
     lease_helper(Lang::Node, Backend::Module);
 }
 
 #[test]
-#[ignore = "needs rl_acquire (branch leaselib)"]
 fn node_example_lease_helper_on_the_function_library() {
     lease_helper(Lang::Node, Backend::Functions);
 }
 
 /// The Rust example speaks RL.* only: the module.
 #[test]
-#[ignore = "needs RL.ACQUIRE (branch lease)"]
 fn rust_example_lease_helper_on_the_module() {
     lease_helper(Lang::Rust, Backend::Module);
 }

@@ -297,25 +297,21 @@ fn leases(lang: &str, backend: Backend) {
 }
 
 #[test]
-#[ignore = "needs RL.ACQUIRE (branch lease)"]
 fn node_leases_on_the_module() {
     leases("node", Backend::Module);
 }
 
 #[test]
-#[ignore = "needs rl_acquire (branch leaselib)"]
 fn node_leases_on_the_function_library() {
     leases("node", Backend::Functions);
 }
 
 #[test]
-#[ignore = "needs RL.ACQUIRE (branch lease)"]
 fn python_leases_on_the_module() {
     leases("python", Backend::Module);
 }
 
 #[test]
-#[ignore = "needs rl_acquire (branch leaselib)"]
 fn python_leases_on_the_function_library() {
     leases("python", Backend::Functions);
 }
