@@ -104,7 +104,7 @@ export class Limiter {
   ttl(key: string, policy: Policy): Promise<number>;
   reset(key: string): Promise<boolean>;
   /** RL.ACQUIRE: one of `limit` slots for `ttlMs`. */
-  acquire(key: string, options: AcquireOptions): Promise<Lease>;
+  acquire(key: string, options?: AcquireOptions): Promise<Lease>;
   /** RL.RELEASE: true if the lease was live. */
   release(key: string, id: string): Promise<boolean>;
   /** RL.EXTEND: true if the lease was live and now ends ttlMs from now; false: stop. */
