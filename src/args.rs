@@ -2,10 +2,12 @@
 //! their keys are (getkeys). Pure: works on byte slices so the fuzzer and
 //! the unit tests drive it without a server.
 
+pub mod lease;
+
 use std::ffi::CStr;
 
 use crate::algo::{throttle, Algo};
-use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE};
 use crate::keyword::{text, Keyword};
 use crate::num::parse_i64;
 
@@ -18,6 +20,10 @@ pub enum Opt {
     Burst,
     Meta,
     Cost,
+    /// A lease's time to live (RL.ACQUIRE).
+    Ttl,
+    /// A lease's id (RL.ACQUIRE).
+    Id,
 }
 
 /// What an option's value is.
@@ -28,6 +34,8 @@ pub enum Value {
     Integer,
     /// A key: the META hash.
     Key,
+    /// Any non-empty string: a lease id.
+    Text,
 }
 
 /// One option: its keyword, how COMMAND DOCS names its value, and the META
@@ -74,7 +82,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 6] = [
+pub const OPTIONS: [OptSpec; 8] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -104,6 +112,18 @@ pub const OPTIONS: [OptSpec; 6] = [
         Opt::Cost,
         c"COST",
         (c"n", Value::Integer, 0, NON_NEGATIVE),
+        None,
+    ),
+    row(
+        Opt::Ttl,
+        c"TTL",
+        (c"ms", Value::Integer, 1, POSITIVE),
+        Some(c"ttl"),
+    ),
+    row(
+        Opt::Id,
+        c"ID",
+        (c"lease-id", Value::Text, 0, NON_EMPTY),
         None,
     ),
 ];
@@ -141,21 +161,25 @@ impl Opt {
     }
 }
 
-/// The options the META hash can stand in for, with their fields, in
-/// table order.
-pub const META_FIELDS: [(Opt, &CStr); 4] = {
-    let mut out = [(Opt::Algo, c""); 4];
+/// The META fields standing in for `opts`, in their order.
+const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] {
+    let mut out = [(Opt::Algo, c""); N];
     let (mut i, mut n) = (0, 0);
-    while i < OPTIONS.len() {
-        if let Some(field) = OPTIONS[i].meta_field {
-            out[n] = (OPTIONS[i].opt, field);
+    while i < opts.len() {
+        if let Some(field) = opts[i].spec().meta_field {
+            out[n] = (opts[i], field);
             n += 1;
         }
         i += 1;
     }
-    assert!(n == out.len(), "four META fields");
+    assert!(n == N, "as many META fields as declared");
     out
-};
+}
+
+/// The META fields a limiter reads, for its policy options.
+pub const META_FIELDS: [(Opt, &CStr); 4] = meta_fields(POLICY);
+/// The META fields RL.ACQUIRE reads.
+pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
 
 /// The option whose value is a key (META), for getkeys scanning.
 const KEY_OPTION: &OptSpec = {
@@ -168,6 +192,17 @@ const KEY_OPTION: &OptSpec = {
 
 /// The policy options of every limiter command.
 pub const POLICY: &[Opt] = &[Opt::Algo, Opt::Limit, Opt::Window, Opt::Burst, Opt::Meta];
+/// RL.ADMIT's and RL.REFUND's: the policy and COST.
+pub const LIMITER: &[Opt] = &[
+    Opt::Algo,
+    Opt::Limit,
+    Opt::Window,
+    Opt::Burst,
+    Opt::Meta,
+    Opt::Cost,
+];
+/// RL.ACQUIRE's options.
+pub const LEASE: &[Opt] = &[Opt::Limit, Opt::Ttl, Opt::Meta, Opt::Id];
 
 /// The options as given; `meta` is the index of the META key in the
 /// argument slice, so the caller can open it without copying.
@@ -179,6 +214,9 @@ pub struct Options {
     pub window: Option<i64>,
     pub meta: Option<usize>,
     pub cost: Option<i64>,
+    pub ttl: Option<i64>,
+    /// Where the lease id is in the argument slice.
+    pub id: Option<usize>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -244,6 +282,9 @@ impl Options {
             Opt::Burst => self.burst.replace(int()?).is_some(),
             Opt::Cost => self.cost.replace(int()?).is_some(),
             Opt::Meta => self.meta.replace(at).is_some(),
+            Opt::Ttl => self.ttl.replace(int()?).is_some(),
+            Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
+            Opt::Id => self.id.replace(at).is_some(),
         };
         match repeated {
             true => Err(Problem::Repeated),
@@ -320,7 +361,7 @@ impl AdmitAll {
                 continue;
             }
             // COST anywhere, once; policy options in the latest POLICY.
-            let Some(opt) = Opt::parse(word, &Opt::ALL) else {
+            let Some(opt) = Opt::parse(word, LIMITER) else {
                 return Err(match unknown(word) {
                     RlError::UnknownOption(shown) if policies.is_empty() => {
                         RlError::NoPolicyAfterKeys(keys.len(), shown)
@@ -411,7 +452,7 @@ mod tests {
 
     fn parse(words: &[&str]) -> Result<Options, RlError> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
-        parse_options(&args, 2, &Opt::ALL)
+        parse_options(&args, 2, LIMITER)
     }
 
     #[test]
@@ -427,7 +468,8 @@ mod tests {
                 burst: None,
                 window: Some(500),
                 meta: Some(5),
-                cost: Some(2)
+                cost: Some(2),
+                ..Options::default()
             })
         );
         assert_eq!(parse(&["rl.admit", "k"]), Ok(Options::default()));

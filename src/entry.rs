@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::args::MAX_ARGS;
-use crate::commands::{admitall, limiter, throttle, Call};
+use crate::commands::{admitall, lease, limiter, throttle, Call};
 use crate::error::RlError;
 use crate::ffi::{str_bytes, Ctx, Str, OK};
 use crate::{reply, stats, store};
@@ -40,6 +40,10 @@ entry_point!(rl_limit => limiter::limit);
 entry_point!(rl_refund => limiter::refund, keys: limiter::keys_rw);
 entry_point!(rl_reset => limiter::reset);
 entry_point!(rl_throttle => throttle::throttle);
+entry_point!(rl_acquire => lease::acquire, keys: lease::keys);
+entry_point!(rl_release => lease::release);
+entry_point!(rl_extend => lease::extend);
+entry_point!(rl_inflight => lease::in_flight);
 
 /// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
 const INLINE_ARGS: usize = 16;

@@ -35,10 +35,15 @@ pub enum RlError {
     PolicyCount(usize, usize),
     WrongType,
     NotACounter,
+    /// RL.ACQUIRE with a limit and no TTL.
+    NoTtl,
+    /// A lease key's score is not an integer ms in 0..=2^53.
+    NotADeadline,
 }
 
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
 pub const POSITIVE: &str = "an integer from 1 to 9223372036854775807";
+pub const NON_EMPTY: &str = "a non-empty string";
 /// A leaky queue may be empty; a bucket must hold at least one request.
 pub const BURST_RANGE: &str = "an integer from 1 (0 for ALGO leaky) to 9223372036854775807";
 
@@ -76,6 +81,11 @@ impl fmt::Display for RlError {
                 write!(f, "ERR one POLICY per key is needed: {keys} keys, {policies} policies")
             }
             NotACounter => write!(f, "ERR limiter key does not hold an integer counter"),
+            NoTtl => write!(
+                f,
+                "ERR a limit is set but no TTL: give TTL or set field 'ttl' in the META hash"
+            ),
+            NotADeadline => write!(f, "ERR lease key holds a score that is not a deadline in ms"),
         }
     }
 }

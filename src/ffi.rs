@@ -68,7 +68,17 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ReplyWithSimpleString,
         RedisModule_ReplyWithLongLong,
         RedisModule_ReplyWithError,
-        RedisModule_WrongArity
+        RedisModule_WrongArity,
+        RedisModule_ValueLength,
+        RedisModule_ZsetFirstInScoreRange,
+        RedisModule_ZsetRangeEndReached,
+        RedisModule_ZsetRangeCurrentElement,
+        RedisModule_ZsetRangeNext,
+        RedisModule_ZsetRangeStop,
+        RedisModule_ZsetAdd,
+        RedisModule_ZsetRem,
+        RedisModule_ReplyWithStringBuffer,
+        RedisModule_ReplyWithNull
     );
     Ok(())
 }

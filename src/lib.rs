@@ -32,8 +32,11 @@ use std::os::raw::c_int;
 
 use redis_module::raw;
 
-use args::{Opt, POLICY};
-use entry::{rl_admit, rl_admitall, rl_limit, rl_refund, rl_reset, rl_throttle, rl_ttl};
+use args::{Opt, LEASE, POLICY};
+use entry::{
+    rl_acquire, rl_admit, rl_admitall, rl_extend, rl_inflight, rl_limit, rl_refund, rl_release,
+    rl_reset, rl_throttle, rl_ttl,
+};
 use ffi::{ERR, OK};
 use registry::{
     option_args, Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW, METAS_RO,
@@ -48,6 +51,10 @@ const COMMANDS: &[Command] = &[
     RL_REFUND,
     RL_RESET,
     RL_THROTTLE,
+    RL_ACQUIRE,
+    RL_RELEASE,
+    RL_EXTEND,
+    RL_INFLIGHT,
 ];
 
 /// The policy options every limiter command takes; META is key-spec 1.
@@ -179,6 +186,77 @@ const RL_THROTTLE: Command = Command {
     complexity: c"O(1)",
 };
 
+/// RL.ACQUIRE's arguments: the key, then its options (META is key-spec 1).
+const ACQUIRE_ARGS: [Arg; LEASE.len() + 1] = {
+    let options: [Arg; LEASE.len()] = option_args(LEASE, 1);
+    let mut args = [Arg::key(c"key", 0); LEASE.len() + 1];
+    let mut i = 0;
+    while i < options.len() {
+        args[i + 1] = options[i];
+        i += 1;
+    }
+    args
+};
+const LEASE_ID: Arg = Arg::string(c"lease-id");
+
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]
+const RL_ACQUIRE: Command = Command {
+    name: c"RL.ACQUIRE",
+    handler: rl_acquire,
+    flags: c"write deny-oom fast",
+    arity: -2,
+    keys: &[COUNTER_RW, META_RO],
+    key_range: (1, 1, 1),
+    args: &ACQUIRE_ARGS,
+    summary:
+        c"Takes a lease on one of a limited number of slots, or renews one, until its TTL ends",
+    complexity: c"O(N) where N is the number of leases the key holds",
+};
+
+/// RL.RELEASE key lease-id
+const RL_RELEASE: Command = Command {
+    name: c"RL.RELEASE",
+    handler: rl_release,
+    flags: c"write fast",
+    arity: 3,
+    keys: &[COUNTER_RW],
+    key_range: (1, 1, 1),
+    args: &[Arg::key(c"key", 0), LEASE_ID],
+    summary: c"Ends a live lease, freeing its slot; 0 when it is no longer live",
+    complexity: c"O(N) where N is the number of leases the key holds",
+};
+
+/// RL.EXTEND key lease-id TTL ms
+const RL_EXTEND: Command = Command {
+    name: c"RL.EXTEND",
+    handler: rl_extend,
+    flags: c"write fast",
+    arity: 5,
+    keys: &[COUNTER_RW],
+    key_range: (1, 1, 1),
+    args: &[
+        Arg::key(c"key", 0),
+        LEASE_ID,
+        option_args::<1>(&[Opt::Ttl], 0)[0].required(),
+    ],
+    summary:
+        c"Moves a live lease's deadline to now + TTL (a heartbeat); 0 when it is no longer live",
+    complexity: c"O(N) where N is the number of leases the key holds",
+};
+
+/// RL.INFLIGHT key
+const RL_INFLIGHT: Command = Command {
+    name: c"RL.INFLIGHT",
+    handler: rl_inflight,
+    flags: c"readonly fast",
+    arity: 2,
+    keys: &[COUNTER_RO],
+    key_range: (1, 1, 1),
+    args: &[Arg::key(c"key", 0)],
+    summary: c"Returns the number of live leases",
+    complexity: c"O(N) where N is the number of leases the key holds",
+};
+
 /// Called by the server on `MODULE LOAD` / `loadmodule`.
 ///
 /// # Safety
@@ -231,6 +309,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         return fail();
     }
     stats::init();
+    commands::lease::seed_nonces(load_micros());
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {
         log(
@@ -299,6 +378,12 @@ const fn module_version(version: &[u8]) -> c_int {
         i += 1;
     }
     parts[0] * 10000 + parts[1] * 100 + parts[2]
+}
+
+/// The wall clock in µs at load, to seed generated lease ids.
+fn load_micros() -> u64 {
+    let since_epoch = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+    since_epoch.map_or(0, |d| d.as_micros() as u64)
 }
 
 extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {

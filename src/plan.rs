@@ -121,6 +121,41 @@ pub fn receipt(
     }
 }
 
+/// What a lease call did, for its receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// A new lease, or a live one renewed.
+    Acquired,
+    Refused,
+    Released,
+    Extended,
+    /// A release or extend of a lease that was not live.
+    Nothing,
+}
+
+/// The INFO counters a lease call bumps: its outcome, and the expired
+/// leases it reclaimed on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTally {
+    pub outcome: LeaseOutcome,
+    pub reclaimed: u64,
+}
+
+/// The receipt of a lease call: its counters, and `rl.hit` for a refusal
+/// when hit events are on, as for the limiters' refusals.
+pub fn lease_receipt(
+    outcome: LeaseOutcome,
+    reclaimed: usize,
+    hit_events: bool,
+) -> (LeaseTally, Option<Event>) {
+    let tally = LeaseTally {
+        outcome,
+        reclaimed: reclaimed as u64,
+    };
+    let hit = hit_events && outcome == LeaseOutcome::Refused;
+    (tally, hit.then_some(Event::Hit))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +221,20 @@ mod tests {
         ];
         for (write, before, want) in cases {
             assert_eq!(plan(*write, *before), *want, "{write:?} on {before:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_lease_refusal_fires_a_hit() {
+        let (tally, event) = lease_receipt(LeaseOutcome::Refused, 2, true);
+        assert_eq!((tally.reclaimed, event), (2, Some(Event::Hit)));
+        assert_eq!(lease_receipt(LeaseOutcome::Refused, 0, false).1, None);
+        for outcome in [
+            LeaseOutcome::Acquired,
+            LeaseOutcome::Released,
+            LeaseOutcome::Nothing,
+        ] {
+            assert_eq!(lease_receipt(outcome, 1, true).1, None, "{outcome:?}");
         }
     }
 

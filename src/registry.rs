@@ -10,9 +10,11 @@ use std::ptr;
 
 use redis_module::raw;
 
-use crate::algo::ALGORITHMS;
-use crate::args::{Opt, Value};
 use crate::ffi::Handler;
+
+mod docs;
+use docs::arg_array;
+pub use docs::{option_args, Arg, ArgKind};
 
 /// How a command reaches one of its keys.
 #[derive(Clone, Copy)]
@@ -74,88 +76,6 @@ pub const METAS_RO: KeySpec = KeySpec {
     incomplete: true,
 };
 
-/// One argument as `COMMAND DOCS` (and so `valkey-cli` hints) shows it.
-#[derive(Clone, Copy)]
-pub struct Arg {
-    pub name: &'static CStr,
-    pub kind: ArgKind,
-    /// The keyword that introduces it, e.g. `LIMIT`.
-    pub token: Option<&'static CStr>,
-    pub optional: bool,
-    pub multiple: bool,
-}
-
-#[derive(Clone, Copy)]
-pub enum ArgKind {
-    /// A key, described by the key-spec at this index.
-    Key(i32),
-    Integer,
-    /// The keyword alone.
-    PureToken,
-    /// One of these.
-    OneOf(&'static [Arg]),
-    /// A group of arguments.
-    Block(&'static [Arg]),
-}
-
-impl Arg {
-    pub const fn key(name: &'static CStr, spec: i32) -> Arg {
-        Arg {
-            name,
-            kind: ArgKind::Key(spec),
-            token: None,
-            optional: false,
-            multiple: false,
-        }
-    }
-    pub const fn int(name: &'static CStr) -> Arg {
-        Arg {
-            name,
-            kind: ArgKind::Integer,
-            token: None,
-            optional: false,
-            multiple: false,
-        }
-    }
-    pub const fn word(word: &'static CStr) -> Arg {
-        Arg {
-            name: word,
-            kind: ArgKind::PureToken,
-            token: Some(word),
-            optional: false,
-            multiple: false,
-        }
-    }
-    /// `[TOKEN value]`.
-    pub const fn option(token: &'static CStr, name: &'static CStr, kind: ArgKind) -> Arg {
-        Arg {
-            name,
-            kind,
-            token: Some(token),
-            optional: true,
-            multiple: false,
-        }
-    }
-    pub const fn optional(self) -> Arg {
-        Arg {
-            optional: true,
-            ..self
-        }
-    }
-    pub const fn multiple(self) -> Arg {
-        Arg {
-            multiple: true,
-            ..self
-        }
-    }
-    pub const fn required(self) -> Arg {
-        Arg {
-            optional: false,
-            ..self
-        }
-    }
-}
-
 pub struct Command {
     pub name: &'static CStr,
     pub handler: Handler,
@@ -179,35 +99,6 @@ const SINCE: &CStr =
         Ok(version) => version,
         Err(_) => panic!("the package version has no NUL"),
     };
-
-/// ALGO's choices, one word per row of `algo::ALGORITHMS`.
-const ALGORITHM_WORDS: &[Arg] = &{
-    let mut words = [Arg::word(c""); ALGORITHMS.len()];
-    let mut i = 0;
-    while i < words.len() {
-        words[i] = Arg::word(ALGORITHMS[i].name);
-        i += 1;
-    }
-    words
-};
-
-/// `[TOKEN value]` for each of `opts`, from the option table; a key value
-/// is described by key-spec `key_spec`.
-pub const fn option_args<const N: usize>(opts: &[Opt], key_spec: i32) -> [Arg; N] {
-    let mut out = [Arg::word(c""); N];
-    let mut i = 0;
-    while i < N {
-        let spec = opts[i].spec();
-        let kind = match spec.value {
-            Value::Algorithm => ArgKind::OneOf(ALGORITHM_WORDS),
-            Value::Integer => ArgKind::Integer,
-            Value::Key => ArgKind::Key(key_spec),
-        };
-        out[i] = Arg::option(spec.token, spec.value_name, kind);
-        i += 1;
-    }
-    out
-}
 
 /// Registers the ACL category, where the server supports custom ones. The
 /// server keeps a category after MODULE UNLOAD, so on a reload it already
@@ -352,58 +243,6 @@ fn acl_categories(flags: &CStr, with_acl_category: bool) -> String {
     }
     categories.push(if has("fast") { "fast" } else { "slow" });
     categories.join(" ")
-}
-
-/// Lays `args` out as the server's zero-terminated C arrays; `arrays` owns
-/// them (boxed, so they never move) until registration is done.
-fn arg_array(
-    args: &[Arg],
-    arrays: &mut Vec<Box<[raw::RedisModuleCommandArg]>>,
-) -> *mut raw::RedisModuleCommandArg {
-    let mut out: Vec<raw::RedisModuleCommandArg> = Vec::with_capacity(args.len() + 1);
-    for arg in args {
-        // SAFETY: a plain C struct for which all zeroes is valid (null
-        // pointers, no flags).
-        let mut c: raw::RedisModuleCommandArg = unsafe { std::mem::zeroed() };
-        c.name = arg.name.as_ptr();
-        c.token = arg.token.map_or(ptr::null(), |t| t.as_ptr());
-        c.key_spec_index = -1;
-        c.flags = (if arg.optional {
-            raw::REDISMODULE_CMD_ARG_OPTIONAL
-        } else {
-            0
-        } | match (arg.multiple, arg.token) {
-            // A repeated option repeats its keyword too (POLICY ... POLICY ...).
-            (true, Some(_)) => {
-                raw::REDISMODULE_CMD_ARG_MULTIPLE | raw::REDISMODULE_CMD_ARG_MULTIPLE_TOKEN
-            }
-            (true, None) => raw::REDISMODULE_CMD_ARG_MULTIPLE,
-            (false, _) => 0,
-        }) as c_int;
-        c.type_ = match arg.kind {
-            ArgKind::Key(spec) => {
-                c.key_spec_index = spec;
-                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_KEY
-            }
-            ArgKind::Integer => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_INTEGER,
-            ArgKind::PureToken => raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_PURE_TOKEN,
-            ArgKind::OneOf(sub) => {
-                c.subargs = arg_array(sub, arrays);
-                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_ONEOF
-            }
-            ArgKind::Block(sub) => {
-                c.subargs = arg_array(sub, arrays);
-                raw::RedisModuleCommandArgType_REDISMODULE_ARG_TYPE_BLOCK
-            }
-        };
-        out.push(c);
-    }
-    // SAFETY: as above: the all-zero terminator.
-    out.push(unsafe { std::mem::zeroed() });
-    let mut boxed = out.into_boxed_slice();
-    let first = boxed.as_mut_ptr();
-    arrays.push(boxed);
-    first
 }
 
 fn key_spec(spec: &KeySpec) -> raw::RedisModuleCommandKeySpec {

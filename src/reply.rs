@@ -6,6 +6,7 @@ use std::os::raw::c_longlong;
 
 use redis_module::raw;
 
+use crate::algo::lease::Acquired;
 use crate::algo::throttle;
 use crate::algo::Decision;
 use crate::error::RlError;
@@ -120,6 +121,48 @@ pub fn admit_all(
     }
     for d in each {
         decision(ctx, d);
+    }
+}
+
+/// Field names of RL.ACQUIRE's reply, in order.
+const ACQUIRE_FIELDS: [&CStr; 5] = [
+    c"acquired",
+    c"limit",
+    c"in_flight",
+    c"retry_after_ms",
+    c"lease_id",
+];
+
+/// RL.ACQUIRE: four integers and the lease id (null when refused).
+pub fn acquired(ctx: Ctx, a: &Acquired) {
+    let resp3 = speaks_resp3(ctx);
+    let values = [
+        i64::from(a.acquired),
+        a.limit,
+        a.in_flight,
+        a.retry_after_ms,
+    ];
+    // SAFETY: the running call's context; five elements as announced
+    // (each after its C-string name for RESP3), the id a buffer of its
+    // own length.
+    unsafe {
+        match resp3 {
+            true => api!(RedisModule_ReplyWithMap)(ctx, ACQUIRE_FIELDS.len() as _),
+            false => api!(RedisModule_ReplyWithArray)(ctx, ACQUIRE_FIELDS.len() as _),
+        };
+        for (name, v) in ACQUIRE_FIELDS.iter().zip(values) {
+            if resp3 {
+                api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            }
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+        if resp3 {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, ACQUIRE_FIELDS[4].as_ptr());
+        }
+        match &a.lease_id {
+            Some(id) => api!(RedisModule_ReplyWithStringBuffer)(ctx, id.as_ptr().cast(), id.len()),
+            None => api!(RedisModule_ReplyWithNull)(ctx),
+        };
     }
 }
 

@@ -1,8 +1,10 @@
 //! Policy resolution: the options as given, completed from the META hash
 //! (inline options win), into a validated policy, or `None`: unlimited.
 
+use std::ffi::CStr;
+
 use crate::algo::{Algo, Policy};
-use crate::args::{Opt, Options, META_FIELDS};
+use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
 use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
 use crate::ffi::{Ctx, Str};
@@ -42,7 +44,7 @@ impl Resolved {
 /// `argv` holds the META key at `opts.meta`.
 pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved>, RlError> {
     let meta = match opts.meta {
-        Some(at) => Meta::read(ctx, argv[at])?,
+        Some(at) => Meta::read(ctx, argv[at], &META_FIELDS)?,
         None => Meta::default(),
     };
     let algo = match opts.algo {
@@ -78,21 +80,58 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
     }))
 }
 
+/// A lease policy: at most `limit` leases, each for `ttl_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeasePolicy {
+    pub limit: i64,
+    pub ttl_ms: i64,
+}
+
+/// RL.ACQUIRE's limit and TTL, inline or from the META hash (inline wins);
+/// `None` when there is no limit (then the TTL is neither needed nor read).
+pub fn lease_policy(
+    ctx: Ctx,
+    argv: &[Str],
+    opts: &Options,
+) -> Result<Option<LeasePolicy>, RlError> {
+    let meta = match opts.meta {
+        Some(at) => Meta::read(ctx, argv[at], &LEASE_META_FIELDS)?,
+        None => Meta::default(),
+    };
+    let limit = match opts.limit {
+        Some(limit) => limit,
+        None => meta.int(Opt::Limit, 0, NON_NEGATIVE)?.unwrap_or(0),
+    };
+    if limit == 0 {
+        return Ok(None);
+    }
+    let ttl_ms = match opts.ttl {
+        Some(ttl) => ttl,
+        None => meta.int(Opt::Ttl, 1, POSITIVE)?.ok_or(RlError::NoTtl)?,
+    };
+    Ok(Some(LeasePolicy { limit, ttl_ms }))
+}
+
 /// RL.LIMIT: the META hash's limit, 0 when it has none.
 pub fn meta_limit(ctx: Ctx, name: Str) -> Result<i64, RlError> {
-    let meta = Meta::read(ctx, name)?;
+    let meta = Meta::read(ctx, name, &META_FIELDS)?;
     Ok(meta.int(Opt::Limit, 0, NON_NEGATIVE)?.unwrap_or(0))
 }
 
 /// The META hash fields, as found (by `Opt`); each is judged only when used.
 #[derive(Default)]
 struct Meta {
-    ints: [Option<Option<i64>>; 6],
+    ints: [Option<Option<i64>>; OPTIONS.len()],
     algorithm: Option<Option<Algo>>,
 }
 
 impl Meta {
-    fn read(ctx: Ctx, name: Str) -> Result<Meta, RlError> {
+    /// Reads `fields` (at most four, see `Key::hash_fields`).
+    fn read<const N: usize>(
+        ctx: Ctx,
+        name: Str,
+        fields: &[(Opt, &CStr); N],
+    ) -> Result<Meta, RlError> {
         let key = Key::read(ctx, name);
         let mut meta = Meta::default();
         match key.kind() {
@@ -100,8 +139,8 @@ impl Meta {
             KeyKind::Hash => {}
             _ => return Err(RlError::MetaWrongType),
         }
-        let fields = META_FIELDS.map(|(_, field)| field);
-        key.hash_fields(ctx, fields, |i, bytes| match META_FIELDS[i].0 {
+        let names = fields.map(|(_, field)| field);
+        key.hash_fields(ctx, &names, |i, bytes| match fields[i].0 {
             Opt::Algo => meta.algorithm = Some(Algo::parse(bytes)),
             opt => meta.ints[opt as usize] = Some(parse_i64(bytes)),
         });

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use redis_module::raw;
 
 use crate::algo::{Algo, ALGORITHMS};
-use crate::plan::{Source, Tally};
+use crate::plan::{LeaseOutcome, LeaseTally, Source, Tally};
 
 /// One slot per algorithm, then RL.THROTTLE, RL.ADMITALL and unlimited
 /// calls.
@@ -40,7 +40,19 @@ struct Counters {
     refused: [AtomicU64; SLOTS],
     backoff_ms: AtomicU64,
     errors: AtomicU64,
+    /// By `LEASE_FIELDS`.
+    leases: [AtomicU64; LEASE_FIELDS.len()],
 }
+
+/// The lease counters' INFO names, each after `leases_`.
+const LEASE_FIELDS: [&CStr; 5] = [
+    c"leases_acquired",
+    c"leases_refused",
+    c"leases_released",
+    c"leases_extended",
+    c"leases_reclaimed",
+];
+const RECLAIMED: usize = 4;
 
 #[allow(clippy::declare_interior_mutable_const)]
 const ZERO: AtomicU64 = AtomicU64::new(0);
@@ -50,6 +62,7 @@ static COUNTERS: Counters = Counters {
     refused: [ZERO; SLOTS],
     backoff_ms: ZERO,
     errors: ZERO,
+    leases: [ZERO; LEASE_FIELDS.len()],
 };
 
 /// Adds one to a counter. Only the main thread writes, so a load and a
@@ -69,6 +82,21 @@ pub fn count(tally: Tally) {
     }
 }
 
+/// Counts a lease call.
+pub fn lease(tally: LeaseTally) {
+    let slot = match tally.outcome {
+        LeaseOutcome::Acquired => Some(0),
+        LeaseOutcome::Refused => Some(1),
+        LeaseOutcome::Released => Some(2),
+        LeaseOutcome::Extended => Some(3),
+        LeaseOutcome::Nothing => None,
+    };
+    if let Some(slot) = slot {
+        bump(&COUNTERS.leases[slot], 1);
+    }
+    bump(&COUNTERS.leases[RECLAIMED], tally.reclaimed);
+}
+
 /// Counts a call answered with an error.
 pub fn error() {
     bump(&COUNTERS.errors, 1);
@@ -77,7 +105,8 @@ pub fn error() {
 /// At load: the counters start from zero (a module loaded again after an
 /// unload starts over, as the server's own stats of its commands do).
 pub fn init() {
-    for c in COUNTERS.admitted.iter().chain(&COUNTERS.refused) {
+    let all = COUNTERS.admitted.iter().chain(&COUNTERS.refused);
+    for c in all.chain(&COUNTERS.leases) {
         c.store(0, Relaxed);
     }
     COUNTERS.backoff_ms.store(0, Relaxed);
@@ -108,6 +137,9 @@ pub fn add_info(ctx: *mut raw::RedisModuleInfoCtx) {
     put(c"calls_refused", total(&COUNTERS.refused));
     put(c"backoff_ms_total", COUNTERS.backoff_ms.load(Relaxed));
     put(c"errors", COUNTERS.errors.load(Relaxed));
+    for (name, counter) in LEASE_FIELDS.iter().zip(&COUNTERS.leases) {
+        put(name, counter.load(Relaxed));
+    }
     for at in 0..SLOTS {
         let name = slot_name(at);
         let rows = [

@@ -15,6 +15,9 @@ use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str};
 use crate::plan::{Change, Event, Replicate};
 
+mod leases;
+pub use leases::execute_leases;
+
 /// The server's time for this call, in ms. It is frozen for the whole of a
 /// command, a MULTI/EXEC or a script, and it is the clock key expiry uses.
 pub fn now_ms() -> i64 {
@@ -28,6 +31,7 @@ pub enum KeyKind {
     Empty,
     String,
     Hash,
+    Zset,
     Other,
 }
 
@@ -61,6 +65,7 @@ impl Key {
             raw::REDISMODULE_KEYTYPE_EMPTY => KeyKind::Empty,
             raw::REDISMODULE_KEYTYPE_STRING => KeyKind::String,
             raw::REDISMODULE_KEYTYPE_HASH => KeyKind::Hash,
+            raw::REDISMODULE_KEYTYPE_ZSET => KeyKind::Zset,
             _ => KeyKind::Other,
         }
     }
@@ -190,24 +195,30 @@ impl Key {
     }
 
     /// Reads up to four fields of a hash key in one lookup and hands each
-    /// present value to `each(index, bytes)`.
-    pub fn hash_fields(&self, ctx: Ctx, fields: [&CStr; 4], mut each: impl FnMut(usize, &[u8])) {
+    /// present value to `each(index, bytes)`; fields past the fourth are
+    /// not read.
+    pub fn hash_fields(&self, ctx: Ctx, fields: &[&CStr], mut each: impl FnMut(usize, &[u8])) {
         let Some(key) = self.live() else { return };
+        let mut names: [*const c_char; 4] = [ptr::null(); 4];
+        for (name, field) in names.iter_mut().zip(fields) {
+            *name = field.as_ptr();
+        }
         let mut values: [Str; 4] = [ptr::null_mut(); 4];
         let [v0, v1, v2, v3] = &mut values;
         // SAFETY: an open hash key; C-string field names, each with a slot
-        // for its value, and the NULL that ends the variadic list.
+        // for its value; the list ends at the first NULL name (the
+        // server reads no further), at the latest the NULL after four.
         unsafe {
             api!(RedisModule_HashGet)(
                 key,
                 raw::REDISMODULE_HASH_CFIELDS as c_int,
-                fields[0].as_ptr(),
+                names[0],
                 v0 as *mut Str,
-                fields[1].as_ptr(),
+                names[1],
                 v1 as *mut Str,
-                fields[2].as_ptr(),
+                names[2],
                 v2 as *mut Str,
-                fields[3].as_ptr(),
+                names[3],
                 v3 as *mut Str,
                 ptr::null::<c_char>(),
             )

@@ -67,6 +67,34 @@ const TABLE: &[Row] = &[
         1,
         &["@ratelimit", "@write", "@fast"],
     ),
+    (
+        "rl.acquire",
+        -2,
+        &["write", "denyoom", "fast", "module"],
+        2,
+        &["@ratelimit", "@write", "@fast"],
+    ),
+    (
+        "rl.release",
+        3,
+        &["write", "fast", "module"],
+        1,
+        &["@ratelimit", "@write", "@fast"],
+    ),
+    (
+        "rl.extend",
+        5,
+        &["write", "fast", "module"],
+        1,
+        &["@ratelimit", "@write", "@fast"],
+    ),
+    (
+        "rl.inflight",
+        2,
+        &["readonly", "fast", "module"],
+        1,
+        &["@ratelimit", "@read", "@fast"],
+    ),
 ];
 
 fn text(v: &Value) -> String {
@@ -220,8 +248,15 @@ fn acl_rules_by_read_and_write_categories_cover_every_command() {
         [&["RL.ADMITALL", "1", "k", "POLICY"][..], &p].concat(),
         vec!["RL.THROTTLE", "t", "1", "1", "60"],
         vec!["RL.RESET", "victim"],
+        vec!["RL.ACQUIRE", "l", "LIMIT", "1", "TTL", "60000"],
+        vec!["RL.RELEASE", "l", "x"],
+        vec!["RL.EXTEND", "l", "x", "TTL", "60000"],
     ];
-    let reads: Vec<Vec<&str>> = vec![vec!["RL.TTL", "k", "META", "m"], vec!["RL.LIMIT", "m"]];
+    let reads: Vec<Vec<&str>> = vec![
+        vec!["RL.TTL", "k", "META", "m"],
+        vec!["RL.LIMIT", "m"],
+        vec!["RL.INFLIGHT", "l"],
+    ];
     for user in ["nowrite", "reader"] {
         let mut con = login(user);
         for call in &writes {
@@ -312,7 +347,10 @@ fn info_counts_each_call_under_what_decided_it() {
     assert_eq!(stats["ratelimit_calls_refused"], 6);
     assert!(stats["ratelimit_backoff_ms_total"] > 0);
     assert_eq!(stats["ratelimit_errors"], 1);
-    assert_eq!(stats.len(), 19, "{stats:?}");
+    for what in ["acquired", "refused", "released", "extended", "reclaimed"] {
+        assert_eq!(stats[&format!("ratelimit_leases_{what}")], 0, "{what}");
+    }
+    assert_eq!(stats.len(), 24, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
@@ -992,6 +1030,13 @@ fn valkey_cli_hints_show_every_commands_syntax() {
             "RL.THROTTLE k 1 ",
             "count_per_period period [quantity]".to_string(),
         ),
+        (
+            "RL.ACQUIRE k ",
+            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id]".to_string(),
+        ),
+        ("RL.RELEASE k ", "lease-id".to_string()),
+        ("RL.EXTEND k job ", "TTL ms".to_string()),
+        ("RL.INFLIGHT ", "key".to_string()),
     ];
     for (typed, want) in cases {
         let out = std::process::Command::new(&cli)

@@ -1142,7 +1142,8 @@ fn acl_key_patterns_cover_counters_and_meta_hashes() {
         .unwrap();
     let got: BTreeSet<String> = cat.iter().map(|c| c.to_ascii_uppercase()).collect();
     let want: BTreeSet<String> = common::words(&split(
-        "RL.ADMIT RL.ADMITALL RL.TTL RL.LIMIT RL.REFUND RL.RESET RL.THROTTLE",
+        "RL.ADMIT RL.ADMITALL RL.TTL RL.LIMIT RL.REFUND RL.RESET RL.THROTTLE \
+         RL.ACQUIRE RL.RELEASE RL.EXTEND RL.INFLIGHT",
     ))
     .into_iter()
     .collect();

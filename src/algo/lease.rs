@@ -26,6 +26,36 @@ pub enum WantedId<'a> {
     Generated(u64),
 }
 
+/// The latest deadline a lease may have: 2^53 ms, the largest integer a
+/// sorted-set score (a double) holds exactly.
+pub const MAX_DEADLINE_MS: i64 = 1 << 53;
+
+/// A stored score as a deadline: an integer in 0..=2^53, else `None` (the
+/// key is not a lease set this module wrote, and is left alone).
+pub fn deadline_of(score: f64) -> Option<i64> {
+    let valid = score.fract() == 0.0 && (0.0..=MAX_DEADLINE_MS as f64).contains(&score);
+    valid.then_some(score as i64)
+}
+
+/// `now_ms + ttl_ms` when it is a valid deadline.
+pub fn deadline_after(now_ms: i64, ttl_ms: i64) -> Option<i64> {
+    now_ms
+        .checked_add(ttl_ms)
+        .filter(|at| (0..=MAX_DEADLINE_MS).contains(at))
+}
+
+/// A nonce from `next` whose generated id no held lease has: an id is
+/// never handed out twice for one key.
+pub fn fresh_nonce(held: &[Lease], now_ms: i64, mut next: impl FnMut() -> u64) -> u64 {
+    loop {
+        let nonce = next();
+        let id = generated_id(now_ms, nonce);
+        if !held.iter().any(|lease| lease.id == id.as_slice()) {
+            return nonce;
+        }
+    }
+}
+
 /// The id a generated lease gets: the acquiring ms and a nonce, in hex, so
 /// that ids of one key never repeat (a stale holder's release of a reused
 /// id would free someone else's slot).
@@ -59,6 +89,19 @@ pub struct Acquired {
     pub retry_after_ms: i64,
     /// The lease's id when acquired.
     pub lease_id: Option<Vec<u8>>,
+}
+
+impl Acquired {
+    /// No limit: admitted, and nothing is read or written.
+    pub fn unlimited(id: Vec<u8>) -> Acquired {
+        Acquired {
+            acquired: true,
+            limit: 0,
+            in_flight: 0,
+            retry_after_ms: 0,
+            lease_id: Some(id),
+        }
+    }
 }
 
 /// The live leases at `now_ms` and the plan that reclaims the rest.
@@ -264,6 +307,30 @@ mod tests {
         let (released, plan) = release(&held, 100, b"b");
         assert!(released);
         assert_eq!(plan.expires_at, None, "no lease left: the key goes");
+    }
+
+    #[test]
+    fn only_integer_scores_up_to_2_pow_53_are_deadlines() {
+        assert_eq!(deadline_of(0.0), Some(0));
+        assert_eq!(deadline_of(1_700_000_000_123.0), Some(1_700_000_000_123));
+        assert_eq!(deadline_of(9_007_199_254_740_992.0), Some(MAX_DEADLINE_MS));
+        for bad in [0.5, -1.0, 9_007_199_254_740_994.0, f64::INFINITY, f64::NAN] {
+            assert_eq!(deadline_of(bad), None, "{bad}");
+        }
+        assert_eq!(deadline_after(10, 5), Some(15));
+        assert_eq!(deadline_after(10, MAX_DEADLINE_MS), None);
+        assert_eq!(deadline_after(10, i64::MAX), None);
+    }
+
+    #[test]
+    fn a_fresh_nonce_skips_ids_the_key_holds() {
+        let taken = generated_id(7, 1);
+        let held = [Lease {
+            id: &taken,
+            deadline_ms: 9,
+        }];
+        let mut nonces = 0..;
+        assert_eq!(fresh_nonce(&held, 7, || nonces.next().unwrap_or(0) + 1), 2);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::store::{self, Key, KeyKind};
 use crate::{reply, stats};
 
 /// RL.ADMIT and RL.REFUND take every option.
-const ADMIT_OPTIONS: &[Opt] = &Opt::ALL;
+const ADMIT_OPTIONS: &[Opt] = args::LIMITER;
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 pub fn admit(call: &Call) -> Result<(), RlError> {

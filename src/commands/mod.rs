@@ -3,6 +3,7 @@
 //! out by `store`, counted by `stats` and answered by `reply`.
 
 pub mod admitall;
+pub mod lease;
 pub mod limiter;
 pub mod throttle;
 

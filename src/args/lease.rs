@@ -1,0 +1,121 @@
+//! The lease commands' grammar: RL.ACQUIRE's options, RL.RELEASE's and
+//! RL.EXTEND's lease id and TTL, and RL.ACQUIRE's keys. The words
+//! themselves are rows of the shared OPTIONS table.
+
+use super::{limiter_keys, unknown, Opt, Options, LEASE};
+use crate::error::{RlError, NON_EMPTY, POSITIVE};
+
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]. A lease
+/// LIMIT of 0 admits nobody, so it is refused: unlimited is said by
+/// leaving LIMIT out (or META 'max' 0).
+pub fn acquire(args: &[&[u8]]) -> Result<Options, RlError> {
+    let mut opts = Options::default();
+    let mut at = 2;
+    while at < args.len() {
+        let Some(opt) = Opt::parse(args[at], LEASE) else {
+            return Err(unknown(args[at]));
+        };
+        opts.set(opt, args, at + 1).map_err(|err| match err {
+            RlError::BadValue(..) if opt == Opt::Limit => RlError::BadValue(opt.name(), POSITIVE),
+            err => err,
+        })?;
+        if opt == Opt::Limit && opts.limit == Some(0) {
+            return Err(RlError::BadValue(opt.name(), POSITIVE));
+        }
+        at += 2;
+    }
+    Ok(opts)
+}
+
+/// RL.RELEASE key lease-id: the registered arity (3) guarantees the words.
+pub fn release<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], RlError> {
+    match args {
+        [_, _, id] => lease_id(id),
+        _ => Err(RlError::WrongArity("rl.release")),
+    }
+}
+
+/// RL.EXTEND key lease-id TTL ms: the id and the TTL.
+pub fn extend<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], i64), RlError> {
+    let [_, _, id, keyword, _] = args else {
+        return Err(RlError::WrongArity("rl.extend"));
+    };
+    let id = lease_id(id)?;
+    if Opt::parse(keyword, &[Opt::Ttl]).is_none() {
+        return Err(unknown(keyword));
+    }
+    let mut opts = Options::default();
+    opts.set(Opt::Ttl, args, 4)?;
+    Ok((id, opts.ttl.unwrap_or(1)))
+}
+
+fn lease_id(id: &[u8]) -> Result<&[u8], RlError> {
+    match id.is_empty() {
+        true => Err(RlError::BadValue("lease-id", NON_EMPTY)),
+        false => Ok(id),
+    }
+}
+
+/// getkeys for RL.ACQUIRE: the lease key (read-write) and the META hash.
+pub fn acquire_keys(args: &[&[u8]], key: impl FnMut(usize, bool)) {
+    limiter_keys(args, false, key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(line: &str) -> Vec<&[u8]> {
+        line.split(' ').map(str::as_bytes).collect()
+    }
+
+    #[test]
+    fn acquire_reads_its_options_and_refuses_bad_ones() {
+        let ok = acquire(&words("RL.ACQUIRE k ttl 100 LIMIT 5 id job-1 Meta m")).unwrap();
+        assert_eq!(
+            (ok.limit, ok.ttl, ok.id, ok.meta),
+            (Some(5), Some(100), Some(7), Some(9))
+        );
+        let positive = |opt| RlError::BadValue(opt, POSITIVE);
+        let cases: &[(&str, RlError)] = &[
+            ("LIMIT 0", positive("LIMIT")),
+            ("LIMIT -1", positive("LIMIT")),
+            ("LIMIT x", positive("LIMIT")),
+            ("TTL 0", positive("TTL")),
+            ("TTL 9223372036854775808", positive("TTL")),
+            ("TTL", RlError::MissingValue("TTL")),
+            ("ID", RlError::MissingValue("ID")),
+            ("TTL 1 ttl 2", RlError::Repeated("TTL")),
+            ("COST 1", RlError::UnknownOption("COST".into())),
+            ("WINDOW 1", RlError::UnknownOption("WINDOW".into())),
+        ];
+        for (tail, want) in cases {
+            let line = format!("RL.ACQUIRE k {tail}");
+            assert_eq!(acquire(&words(&line)).as_ref(), Err(want), "{tail}");
+        }
+        let empty_id: Vec<&[u8]> = vec![b"RL.ACQUIRE", b"k", b"ID", b""];
+        assert_eq!(acquire(&empty_id), Err(RlError::BadValue("ID", NON_EMPTY)));
+    }
+
+    #[test]
+    fn extend_and_release_need_a_lease_id_and_extend_a_ttl() {
+        assert_eq!(
+            extend(&words("RL.EXTEND k job ttl 50")),
+            Ok((&b"job"[..], 50))
+        );
+        assert_eq!(
+            extend(&words("RL.EXTEND k job TIME 50")),
+            Err(RlError::UnknownOption("TIME".into()))
+        );
+        assert_eq!(
+            extend(&words("RL.EXTEND k job TTL 0")),
+            Err(RlError::BadValue("TTL", POSITIVE))
+        );
+        let empty: Vec<&[u8]> = vec![b"RL.RELEASE", b"k", b""];
+        assert_eq!(
+            release(&empty),
+            Err(RlError::BadValue("lease-id", NON_EMPTY))
+        );
+        assert_eq!(release(&words("RL.RELEASE k job")), Ok(&b"job"[..]));
+    }
+}

@@ -1,0 +1,137 @@
+//! Concurrency leases: RL.ACQUIRE, RL.RELEASE, RL.EXTEND and RL.INFLIGHT.
+//! A lease key is a sorted set of lease ids scored by their deadlines;
+//! each call reads it with the time read once, asks `algo::lease`, and
+//! has `store` carry out the plan (reclaiming expired leases first).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use super::Call;
+use crate::algo::lease::{self, Acquired, Lease, WantedId};
+use crate::args;
+use crate::config;
+use crate::error::RlError;
+use crate::ffi::Str;
+use crate::plan::{self, LeaseOutcome};
+use crate::resolve::lease_policy;
+use crate::store::{self, Key};
+use crate::{reply, stats};
+
+/// The nonce of the next generated id: counted up in this process from a
+/// seed taken at load, so one process never repeats one, and the probe in
+/// `fresh_nonce` keeps ids unique against what a key holds.
+static NEXT_NONCE: AtomicU64 = AtomicU64::new(0);
+
+/// At load: seeds the nonces from the clock's µs, so that a restarted or
+/// promoted server does not count from where another began.
+pub fn seed_nonces(micros: u64) {
+    NEXT_NONCE.store(micros, Relaxed);
+}
+
+fn next_nonce() -> u64 {
+    NEXT_NONCE.fetch_add(1, Relaxed)
+}
+
+const DEADLINE_TOO_LATE: RlError = RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
+
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]
+pub fn acquire(call: &Call) -> Result<(), RlError> {
+    let opts = args::lease::acquire(call.args)?;
+    let now = store::now_ms();
+    let given = opts.id.map(|at| call.args[at]);
+    let Some(policy) = lease_policy(call.ctx, call.argv, &opts)? else {
+        let id = given.map_or_else(|| lease::generated_id(now, next_nonce()), <[u8]>::to_vec);
+        reply::acquired(call.ctx, &Acquired::unlimited(id));
+        return Ok(());
+    };
+    lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
+    let name = call.argv[1];
+    let mut key = Key::write(call.ctx, name);
+    let stored = key.read_leases(call.ctx)?;
+    let held = leases(&stored);
+    let wanted = match given {
+        Some(id) => WantedId::Given(id),
+        None => WantedId::Generated(lease::fresh_nonce(&held, now, next_nonce)),
+    };
+    let (answer, plan) = lease::acquire(&held, now, policy.limit, policy.ttl_ms, wanted);
+    store::execute_leases(call.ctx, &mut key, name, &plan);
+    drop(key);
+    let outcome = match answer.acquired {
+        true => LeaseOutcome::Acquired,
+        false => LeaseOutcome::Refused,
+    };
+    record(call, name, outcome, plan.remove.len());
+    reply::acquired(call.ctx, &answer);
+    Ok(())
+}
+
+/// RL.RELEASE key lease-id
+pub fn release(call: &Call) -> Result<(), RlError> {
+    let id = args::lease::release(call.args)?;
+    let now = store::now_ms();
+    let name = call.argv[1];
+    let mut key = Key::write(call.ctx, name);
+    let stored = key.read_leases(call.ctx)?;
+    let (released, plan) = lease::release(&leases(&stored), now, id);
+    store::execute_leases(call.ctx, &mut key, name, &plan);
+    drop(key);
+    let (outcome, reclaimed) = match released {
+        true => (LeaseOutcome::Released, plan.remove.len() - 1),
+        false => (LeaseOutcome::Nothing, plan.remove.len()),
+    };
+    record(call, name, outcome, reclaimed);
+    reply::int(call.ctx, i64::from(released));
+    Ok(())
+}
+
+/// RL.EXTEND key lease-id TTL ms
+pub fn extend(call: &Call) -> Result<(), RlError> {
+    let (id, ttl_ms) = args::lease::extend(call.args)?;
+    let now = store::now_ms();
+    lease::deadline_after(now, ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
+    let name = call.argv[1];
+    let mut key = Key::write(call.ctx, name);
+    let stored = key.read_leases(call.ctx)?;
+    let (extended, plan) = lease::extend(&leases(&stored), now, id, ttl_ms);
+    store::execute_leases(call.ctx, &mut key, name, &plan);
+    drop(key);
+    let outcome = match extended {
+        true => LeaseOutcome::Extended,
+        false => LeaseOutcome::Nothing,
+    };
+    record(call, name, outcome, plan.remove.len());
+    reply::int(call.ctx, i64::from(extended));
+    Ok(())
+}
+
+/// RL.INFLIGHT key: a read; reclaims nothing.
+pub fn in_flight(call: &Call) -> Result<(), RlError> {
+    let now = store::now_ms();
+    let key = Key::read(call.ctx, call.argv[1]);
+    let stored = key.read_leases(call.ctx)?;
+    reply::int(call.ctx, lease::in_flight(&leases(&stored), now));
+    Ok(())
+}
+
+/// getkeys-api for RL.ACQUIRE: the lease key (read-write) and the META hash.
+pub fn keys(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
+    args::lease::acquire_keys(args, key)
+}
+
+fn leases(stored: &[(Vec<u8>, i64)]) -> Vec<Lease<'_>> {
+    stored
+        .iter()
+        .map(|(id, deadline_ms)| Lease {
+            id,
+            deadline_ms: *deadline_ms,
+        })
+        .collect()
+}
+
+/// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`.
+fn record(call: &Call, name: Str, outcome: LeaseOutcome, reclaimed: usize) {
+    let (tally, event) = plan::lease_receipt(outcome, reclaimed, config::hit_events());
+    stats::lease(tally);
+    if let Some(event) = event {
+        store::notify(call.ctx, event, name);
+    }
+}
