@@ -75,7 +75,7 @@ pub fn release(call: &Call) -> Result<(), RlError> {
     store::execute_leases(call.ctx, &mut key, name, &plan);
     drop(key);
     let (outcome, reclaimed) = match released {
-        true => (LeaseOutcome::Released, plan.remove.len() - 1),
+        true => (LeaseOutcome::Released, plan.remove.len().saturating_sub(1)),
         false => (LeaseOutcome::Nothing, plan.remove.len()),
     };
     record(call, name, outcome, reclaimed);
