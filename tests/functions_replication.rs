@@ -549,6 +549,17 @@ fn lease_refusals_reads_and_dead_calls_propagate_nothing() {
             assert!(error_text(&r).is_none(), "{backend:?} {call:?}: {r:?}");
         }
         wait_replica_offset(&primary, &replica);
+        // RL.INFLIGHT reads on a replica too (rl_inflight is `no-writes`,
+        // FCALL_RO); a write is refused there.
+        let mut on_replica = replica.client();
+        let r = backend.raw(&mut on_replica, &["RL.INFLIGHT", "z"]);
+        assert_eq!(r, Value::Int(1), "{backend:?} on the replica");
+        let r = backend.raw(&mut on_replica, &["RL.RELEASE", "z", "a"]);
+        let err = error_text(&r).unwrap_or_default();
+        assert!(
+            err.starts_with("READONLY "),
+            "{backend:?} on the replica: {r:?}"
+        );
         let offset = repl_offset(&mut con);
         let quiet: Vec<Vec<&str>> = vec![
             vec!["RL.ACQUIRE", "z", "LIMIT", "1", "TTL", "60000"],
