@@ -1223,9 +1223,10 @@ local function rl_acquire(keys, args)
 end
 
 -- RL.RELEASE (src/algo/lease.rs `release`): 1 when the live lease `id`
--- is ended, else 0; expired leases are reclaimed either way.
+-- is ended, else 0; expired leases are reclaimed either way. (RL.RELEASE,
+-- RL.EXTEND and RL.INFLIGHT have a fixed arity: the server refuses a wrong
+-- one, however long, before the module's argument limit.)
 local function rl_release(keys, args)
-  check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 1 then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   local now = clock()
@@ -1243,7 +1244,6 @@ end
 -- RL.EXTEND (src/algo/lease.rs `extend`): the heartbeat. 1 and the live
 -- lease `id` now ends TTL ms from now; 0 when it is no longer live.
 local function rl_extend(keys, args)
-  check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 3 then wrong_arity('RL.EXTEND') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   if string.upper(args[2]) ~= 'TTL' then unknown(args[2]) end
@@ -1263,7 +1263,6 @@ end
 
 -- RL.INFLIGHT: the live leases now. A read: it reclaims nothing.
 local function rl_inflight(keys, args)
-  check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.INFLIGHT') end
   local now = clock()
   return live_count(read_leases(keys[1], now))

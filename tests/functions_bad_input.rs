@@ -600,6 +600,22 @@ fn lease_cases() -> Vec<(Vec<&'static str>, &'static str)> {
         (vec!["RL.INFLIGHT", "text"], LEASE_WRONGTYPE),
         (vec!["RL.INFLIGHT", "frac"], BAD_DEADLINE),
         (vec!["RL.INFLIGHT", "big"], BAD_DEADLINE),
+        (
+            [&["RL.ACQUIRE", "L"][..], &["TTL"; 260]].concat(),
+            "ERR too many arguments",
+        ),
+        (
+            [&["RL.RELEASE", "L"][..], &["a"; 260]].concat(),
+            arity("RL.RELEASE"),
+        ),
+        (
+            [&["RL.EXTEND", "L", "a", "TTL"][..], &["5"; 260]].concat(),
+            arity("RL.EXTEND"),
+        ),
+        (
+            [&["RL.INFLIGHT", "L"][..], &["x"; 260]].concat(),
+            arity("RL.INFLIGHT"),
+        ),
     ]
 }
 
