@@ -1092,31 +1092,33 @@ local function lease_policy(opts, metakey, now)
   return limit, deadline
 end
 
--- The key's leases, in ZRANGE order (by deadline): ids[i], deadlines[i],
--- and `first`, the index of the first live one (#ids + 1 when none is).
+-- The key's leases, in ZRANGE order (by deadline): ZRANGE's flat reply
+-- with each score turned into its deadline in place (lease i: id at
+-- [2i - 1], deadline at [2i]; in place, as a copy would cost as much as the
+-- reading), `n` leases, `first` the first live one (n + 1 when none is).
 -- Every score is checked before anything is written.
 local function read_leases(key, now)
   local flat = server.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
   if flat.err then fail(WRONGTYPE) end
-  local ids, deadlines = {}, {}
-  local first = nil
-  for i = 1, #flat, 2 do
+  local n = #flat / 2
+  local first = n + 1
+  for i = n, 1, -1 do
     -- tonumber reads '-0', 'inf' and exponents too; all are judged here.
-    local d = tonumber(flat[i + 1])
-    if d == nil or not (d >= 0 and d <= LAST_DEADLINE) or d ~= math.floor(d) then
-      fail(NOT_A_DEADLINE)
-    end
-    local n = #ids + 1
-    ids[n], deadlines[n] = flat[i], d
-    if first == nil and d > now then first = n end
+    local d = tonumber(flat[2 * i])
+    if d == nil or not (d >= 0 and d <= LAST_DEADLINE) or d % 1 ~= 0 then fail(NOT_A_DEADLINE) end
+    flat[2 * i] = d
+    if d > now then first = i end
   end
-  return {ids = ids, deadlines = deadlines, first = first or #ids + 1}
+  return {flat = flat, n = n, first = first}
 end
+
+local function live_count(leases) return leases.n - leases.first + 1 end
 
 -- The live lease `id`'s index, or nil.
 local function live_index(leases, id)
-  for i = leases.first, #leases.ids do
-    if leases.ids[i] == id then return i end
+  local flat = leases.flat
+  for i = leases.first, leases.n do
+    if flat[2 * i - 1] == id then return i end
   end
   return nil
 end
@@ -1124,7 +1126,7 @@ end
 -- The ids of the expired leases: what every write reclaims.
 local function expired_ids(leases)
   local out = {}
-  for i = 1, leases.first - 1 do out[i] = leases.ids[i] end
+  for i = 1, leases.first - 1 do out[i] = leases.flat[2 * i - 1] end
   return out
 end
 
@@ -1132,8 +1134,9 @@ end
 -- and `also` (or nil): the key's expiry after the call, nil for no lease.
 local function latest_deadline(leases, skip, also)
   local latest = also
-  for i = leases.first, #leases.ids do
-    if i ~= skip and (latest == nil or leases.deadlines[i] > latest) then latest = leases.deadlines[i] end
+  for i = leases.first, leases.n do
+    local d = leases.flat[2 * i]
+    if i ~= skip and (latest == nil or d > latest) then latest = d end
   end
   return latest
 end
@@ -1185,7 +1188,7 @@ local NOTHING_TAKEN = {}
 -- The ids a key holds, as a set.
 local function held_ids(leases)
   local set = {}
-  for i = 1, #leases.ids do set[leases.ids[i]] = true end
+  for i = 1, leases.n do set[leases.flat[2 * i - 1]] = true end
   return set
 end
 
@@ -1202,7 +1205,7 @@ local function rl_acquire(keys, args)
     return named(LEASE_FIELDS, {1, 0, 0, 0, id}, opts.FORMAT)
   end
   local leases = read_leases(key, now)
-  local live = #leases.ids - leases.first + 1
+  local live = live_count(leases)
   local mine = nil
   if opts.ID ~= nil then mine = live_index(leases, opts.ID) end
   local reclaimed = expired_ids(leases)
@@ -1210,7 +1213,7 @@ local function rl_acquire(keys, args)
     -- Refused (live >= limit >= 1: a live lease exists). Only a reclaim
     -- writes; the key keeps its latest deadline.
     if #reclaimed > 0 then store_leases(key, reclaimed, nil, nil, latest_deadline(leases)) end
-    local retry = leases.deadlines[leases.first] - now
+    local retry = leases.flat[2 * leases.first] - now
     return named(LEASE_FIELDS, {0, limit, live, retry, false}, opts.FORMAT)
   end
   local id = opts.ID or fresh_id(now, now_us, held_ids(leases))
@@ -1220,9 +1223,10 @@ local function rl_acquire(keys, args)
 end
 
 -- RL.RELEASE (src/algo/lease.rs `release`): 1 when the live lease `id`
--- is ended, else 0; expired leases are reclaimed either way.
+-- is ended, else 0; expired leases are reclaimed either way. (RL.RELEASE,
+-- RL.EXTEND and RL.INFLIGHT have a fixed arity: the server refuses a wrong
+-- one, however long, before the module's argument limit.)
 local function rl_release(keys, args)
-  check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 1 then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   local now = clock()
@@ -1240,7 +1244,6 @@ end
 -- RL.EXTEND (src/algo/lease.rs `extend`): the heartbeat. 1 and the live
 -- lease `id` now ends TTL ms from now; 0 when it is no longer live.
 local function rl_extend(keys, args)
-  check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 3 then wrong_arity('RL.EXTEND') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   if string.upper(args[2]) ~= 'TTL' then unknown(args[2]) end
@@ -1260,11 +1263,9 @@ end
 
 -- RL.INFLIGHT: the live leases now. A read: it reclaims nothing.
 local function rl_inflight(keys, args)
-  check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.INFLIGHT') end
   local now = clock()
-  local leases = read_leases(keys[1], now)
-  return #leases.ids - leases.first + 1
+  return live_count(read_leases(keys[1], now))
 end
 
 ---------------------------------------------------------------- registration

@@ -39,8 +39,8 @@ use entry::{
 };
 use ffi::{ERR, OK};
 use registry::{
-    option_args, Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW, METAS_RO,
-    META_RO,
+    option_args, Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW,
+    LEASE_META_RO, METAS_RO, META_RO,
 };
 
 const COMMANDS: &[Command] = &[
@@ -205,7 +205,7 @@ const RL_ACQUIRE: Command = Command {
     handler: rl_acquire,
     flags: c"write deny-oom fast",
     arity: -2,
-    keys: &[COUNTER_RW, META_RO],
+    keys: &[COUNTER_RW, LEASE_META_RO],
     key_range: (1, 1, 1),
     args: &ACQUIRE_ARGS,
     summary:

@@ -69,6 +69,14 @@ pub const COUNTERS_RW: KeySpec = KeySpec {
     access: Access::ReadWrite,
     incomplete: false,
 };
+/// RL.ACQUIRE's META hash: a lease id may itself be the word `META`
+/// (`ID META META m`), which a keyword search would take for the keyword,
+/// so the command reports its keys itself (for ACL too).
+pub const LEASE_META_RO: KeySpec = KeySpec {
+    at: KeyAt::AfterKeyword(c"META"),
+    access: Access::ReadOnly,
+    incomplete: true,
+};
 /// RL.ADMITALL may name several META hashes; the command reports them all.
 pub const METAS_RO: KeySpec = KeySpec {
     at: KeyAt::AfterKeyword(c"META"),

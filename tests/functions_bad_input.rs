@@ -389,7 +389,7 @@ fn fcall_refuses_a_numkeys_it_cannot_use_before_the_library_runs() {
     assert_eq!(state(&mut con), before);
 }
 
-// Leases (issue 19, /work/coord contract): the library's texts, exactly.
+// Leases (issue 19): the lease contract's exact texts, from both backends.
 
 /// The lease keys of the bad-input table: sets of leases (one expired, which
 /// any write would reclaim), sets holding a score that is no deadline, keys
@@ -600,6 +600,22 @@ fn lease_cases() -> Vec<(Vec<&'static str>, &'static str)> {
         (vec!["RL.INFLIGHT", "text"], LEASE_WRONGTYPE),
         (vec!["RL.INFLIGHT", "frac"], BAD_DEADLINE),
         (vec!["RL.INFLIGHT", "big"], BAD_DEADLINE),
+        (
+            [&["RL.ACQUIRE", "L"][..], &["TTL"; 260]].concat(),
+            "ERR too many arguments",
+        ),
+        (
+            [&["RL.RELEASE", "L"][..], &["a"; 260]].concat(),
+            arity("RL.RELEASE"),
+        ),
+        (
+            [&["RL.EXTEND", "L", "a", "TTL"][..], &["5"; 260]].concat(),
+            arity("RL.EXTEND"),
+        ),
+        (
+            [&["RL.INFLIGHT", "L"][..], &["x"; 260]].concat(),
+            arity("RL.INFLIGHT"),
+        ),
     ]
 }
 
@@ -656,13 +672,9 @@ fn library_only_lease_cases() -> Vec<(Vec<&'static str>, &'static str)> {
     ]
 }
 
-/// The backends whose lease commands this file checks. The module's lease
-/// commands come from branch `lease`; merged, this is `BOTH`.
-const LEASE_BACKENDS: &[Backend] = &[Backend::Functions];
-
 #[test]
 fn every_malformed_lease_call_gets_the_contracts_error_and_changes_nothing() {
-    for &backend in LEASE_BACKENDS {
+    for backend in BOTH {
         let server = backend.start();
         let mut con = server.client();
         lease_fixtures(&mut con);

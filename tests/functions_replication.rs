@@ -1,7 +1,8 @@
 //! Replication and persistence of both backends' writes: after a random
-//! workload (every algorithm, throttle, admitall, refund, reset, peeks), a
-//! replica and an AOF-restarted primary hold the same value and PEXPIRETIME
-//! for every key, and refusals and reads leave `master_repl_offset` alone.
+//! workload (every algorithm, throttle, admitall, refund, reset, peeks; and
+//! leases), a replica and an AOF-restarted primary hold the same value (for
+//! leases: members and scores) and PEXPIRETIME for every key, and refusals
+//! and reads leave `master_repl_offset` alone.
 
 mod common;
 
@@ -9,9 +10,11 @@ use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::backend::{error_text, Backend, BOTH};
-use common::{repl_offset, snapshot, wait_replica_offset, Rng, Server, QUIET};
-use redis::Connection;
+use common::backend::{error_text, show, Backend, BOTH};
+use common::{
+    cmd_raw, pexpiretime, repl_offset, snapshot, wait_replica_offset, Rng, Server, QUIET,
+};
+use redis::{Connection, Value};
 
 /// Each limiter key with its algorithm; the META hash `m0` is not written
 /// by any call and not compared (GET cannot read a hash).
@@ -346,19 +349,11 @@ fn refusals_peeks_and_reads_propagate_nothing() {
     }
 }
 
-// Leases (issue 19) in the library: each key is a sorted set of lease ids
-// and deadlines, with the latest deadline as its expiry.
-
-use common::backend::show;
-use common::{cmd_raw, pexpiretime};
-use redis::Value;
+// Leases (issue 19), on both backends: each key is a sorted set of lease
+// ids and deadlines, with the latest deadline as its expiry.
 
 const LEASE_KEYS: &[&str] = &["q0", "q1", "q2"];
 const LEASE_IDS: &[&str] = &["j0", "j1", "j2", "j3"];
-
-/// The backends whose lease commands this file checks (the module's lease
-/// commands come from branch `lease`).
-const LEASE_BACKENDS: &[Backend] = &[Backend::Functions];
 
 /// Each lease key's members and scores (ZRANGE WITHSCORES) and PEXPIRETIME.
 fn lease_snapshot(con: &mut Connection, keys: &[&str]) -> Vec<(String, String, i64)> {
@@ -419,7 +414,7 @@ fn random_lease_call(rng: &mut Rng, held: &[(String, String)]) -> Vec<String> {
 #[test]
 fn leases_on_a_replica_and_after_an_aof_restart_hold_the_same_members_scores_and_expiry() {
     let seed = common::seed("functions_replication leases");
-    for &backend in LEASE_BACKENDS {
+    for backend in BOTH {
         let args: Vec<&str> = [QUIET, &["--appendonly", "yes", "--appendfsync", "always"]].concat();
         let mut primary = backend.start_with(&args);
         let replica = backend.start();
@@ -540,7 +535,7 @@ fn leases_on_a_replica_and_after_an_aof_restart_hold_the_same_members_scores_and
 
 #[test]
 fn lease_refusals_reads_and_dead_calls_propagate_nothing() {
-    for &backend in LEASE_BACKENDS {
+    for backend in BOTH {
         let primary = backend.start_with(QUIET);
         let replica = backend.start();
         replica.replica_of(&primary);
@@ -554,6 +549,17 @@ fn lease_refusals_reads_and_dead_calls_propagate_nothing() {
             assert!(error_text(&r).is_none(), "{backend:?} {call:?}: {r:?}");
         }
         wait_replica_offset(&primary, &replica);
+        // RL.INFLIGHT reads on a replica too (rl_inflight is `no-writes`,
+        // FCALL_RO); a write is refused there.
+        let mut on_replica = replica.client();
+        let r = backend.raw(&mut on_replica, &["RL.INFLIGHT", "z"]);
+        assert_eq!(r, Value::Int(1), "{backend:?} on the replica");
+        let r = backend.raw(&mut on_replica, &["RL.RELEASE", "z", "a"]);
+        let err = error_text(&r).unwrap_or_default();
+        assert!(
+            err.starts_with("READONLY "),
+            "{backend:?} on the replica: {r:?}"
+        );
         let offset = repl_offset(&mut con);
         let quiet: Vec<Vec<&str>> = vec![
             vec!["RL.ACQUIRE", "z", "LIMIT", "1", "TTL", "60000"],

@@ -993,6 +993,64 @@ fn cluster_routes_by_key_and_refuses_a_meta_in_another_slot() {
     }
 }
 
+/// ACL key patterns see the lease key and the META hash, wherever META is.
+#[test]
+fn acl_key_patterns_cover_the_lease_key_and_its_meta() {
+    let server = Server::start();
+    let mut admin = server.client();
+    // `%R~META`: a keyword search that took the id META for the keyword
+    // would check the key `META` instead of the hash after it.
+    let rule = split("ACL SETUSER app on nopass +@ratelimit ~lease:* %R~meta:* %R~META");
+    assert_eq!(cmd_raw(&mut admin, &rule), Value::Okay);
+    cmd_raw(&mut admin, &split("HSET meta:ok max 1 ttl 60000"));
+    cmd_raw(&mut admin, &split("HSET secret max 7 ttl 60000"));
+    let mut app = server.client();
+    cmd_raw(&mut app, &split("AUTH app x"));
+    let ok = cmd_raw(&mut app, &split("RL.ACQUIRE lease:a META meta:ok ID META"));
+    assert_eq!(show(&ok), "[1,1,1,0,META]");
+    for call in [
+        "RL.ACQUIRE lease:b META secret",
+        "RL.ACQUIRE lease:b ID META META secret",
+        "RL.ACQUIRE other LIMIT 1 TTL 5",
+        "RL.RELEASE other x",
+        "RL.EXTEND other x TTL 5",
+        "RL.INFLIGHT other",
+        "RL.ACQUIRE meta:ok LIMIT 1 TTL 5",
+    ] {
+        let e = cmd_err(&mut app, &split(call));
+        assert!(e.starts_with("NOPERM"), "{call}: {e}");
+    }
+    assert_eq!(cmd_int(&mut app, &["RL.INFLIGHT", "lease:a"]), 1);
+}
+
+/// A refusal with nothing to reclaim leaves a WATCH on its key alone; an
+/// acquire, a release and an extend touch it.
+#[test]
+fn only_writes_touch_a_watched_lease_key() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd_raw(&mut con, &split("RL.ACQUIRE w LIMIT 1 TTL 60000 ID a"));
+    let watched = |con: &mut Connection, call: &str| -> bool {
+        assert_eq!(cmd_raw(con, &["WATCH", "w"]), Value::Okay);
+        let v = cmd_raw(con, &split(call));
+        assert!(!matches!(v, Value::ServerError(_)), "{call}: {v:?}");
+        assert_eq!(cmd_raw(con, &["MULTI"]), Value::Okay);
+        cmd_raw(con, &["PING"]);
+        cmd_raw(con, &["EXEC"]) == Value::Nil
+    };
+    for (call, touches) in [
+        ("RL.ACQUIRE w LIMIT 1 TTL 60000", false),
+        ("RL.INFLIGHT w", false),
+        ("RL.RELEASE w nobody", false),
+        ("RL.EXTEND w nobody TTL 5", false),
+        ("RL.EXTEND w a TTL 60000", true),
+        ("RL.ACQUIRE w LIMIT 1 TTL 60000 ID a", true),
+        ("RL.RELEASE w a", true),
+    ] {
+        assert_eq!(watched(&mut con, call), touches, "{call}");
+    }
+}
+
 #[test]
 fn command_docs_info_and_getkeys_describe_the_lease_commands() {
     let server = Server::start();
@@ -1008,6 +1066,12 @@ fn command_docs_info_and_getkeys_describe_the_lease_commands() {
             "[[k,[RW,access,update]],[m,[RO,access]]]",
         ),
         ("RL.ACQUIRE k", "[[k,[RW,access,update]]]"),
+        // A lease id may be the word META.
+        (
+            "RL.ACQUIRE k ID META META m",
+            "[[k,[RW,access,update]],[m,[RO,access]]]",
+        ),
+        ("RL.ACQUIRE k ID META", "[[k,[RW,access,update]]]"),
         ("RL.RELEASE k id", "[[k,[RW,access,update]]]"),
         ("RL.EXTEND k id TTL 5", "[[k,[RW,access,update]]]"),
         ("RL.INFLIGHT k", "[[k,[RO,access]]]"),
