@@ -42,6 +42,7 @@ sys.dont_write_bytecode = True  # no __pycache__ in bench/
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import valkey_harness as vh  # noqa: E402
 import oracle_check  # noqa: E402
+import lease_bench  # noqa: E402
 
 QUICK = os.environ.get("BENCH_QUICK", "") not in ("", "0")
 # Rounds: at least MIN_ROUNDS; more while the throughput phase stays within
@@ -1073,11 +1074,15 @@ def main():
         exp = b.expiry() if "fixd" not in b.skipped else None
         log("refuse path / AOF")
         repl = b.replication({r.id: r for r in rows})
+        # The leases last: their own rows, shapes and bars (bench/lease_bench.py).
+        lease_lines, lease_bars = lease_bench.measure(b.c, srv.port)
         info = machine_info(srv, version)
         info["load"] = (load0, os.getloadavg()[0])
 
     text, misses = report(b, rows, mem, exp, repl, oracle_bad, info, version, started,
                           time.time() - t0)
+    text += "\n" + lease_bench.markdown(lease_lines, lease_bars)
+    misses += [x for x in lease_bars if x[2] is False]
     if b.errors:
         text += "\n## Errors\n\n" + "\n".join("- " + e for e in b.errors) + "\n"
     print(text)

@@ -26,6 +26,15 @@
 //! (`retry_after_ms` > 0) is held that long, then served; only a request that
 //! would find the queue full is refused (429).
 //!
+//! With `--lease N` the handler caps work in flight instead of its rate:
+//! `with_lease` takes one of N slots on the client's semaphore
+//! `rl:{<client id>}:inflight` (RL.ACQUIRE, lasting `--ttl` ms), runs the
+//! work, and gives the slot back (RL.RELEASE). A request that finds all N
+//! slots taken gets 429 with Retry-After: the seconds until the earliest
+//! lease would end by itself. A handler that crashes mid-work frees its slot
+//! at the lease's deadline; work longer than a TTL would call
+//! `RL.EXTEND key id TTL ms` every TTL / 3 and stop when it answers 0.
+//!
 //! `--cluster` connects with the `redis` crate's cluster client (its
 //! `cluster` feature): give it any node, it finds the others and sends each
 //! RL.ADMIT to the node that owns its key's slot (a command it does not know
@@ -181,6 +190,87 @@ fn handle_request(
     })
 }
 
+/// The client's semaphore: `rl:{<client id>}:inflight`, in its limiters' slot.
+fn lease_key(client_id: &str) -> Result<String, String> {
+    if client_id.contains(['{', '}']) {
+        return Err("client id must not contain '{' or '}'".into());
+    }
+    Ok(format!("rl:{{{client_id}}}:inflight"))
+}
+
+/// Runs `work` under one of `slots` leases on `key`, lasting `ttl_ms`:
+/// `Ok(Ok(work's result))`, or `Ok(Err(retry_after_ms))` when every slot is
+/// taken. `work` gets the number of leases in flight, its own included.
+fn with_lease<T>(
+    con: &mut impl ConnectionLike,
+    key: &str,
+    slots: u64,
+    ttl_ms: u64,
+    work: impl FnOnce(i64) -> T,
+) -> redis::RedisResult<Result<T, i64>> {
+    // [acquired, limit, in_flight, retry_after_ms, lease_id or nil]
+    let (acquired, _limit, in_flight, retry_after_ms, id): (i64, i64, i64, i64, Option<String>) =
+        redis::cmd("RL.ACQUIRE")
+            .arg(key)
+            .arg("LIMIT")
+            .arg(slots)
+            .arg("TTL")
+            .arg(ttl_ms)
+            .query(con)?;
+    let Some(id) = id.filter(|_| acquired == 1) else {
+        return Ok(Err(retry_after_ms));
+    };
+    let out = work(in_flight);
+    let released: i64 = redis::cmd("RL.RELEASE").arg(key).arg(&id).query(con)?;
+    if released == 0 {
+        // The work outlived the lease: its slot may have been someone else's.
+        eprintln!("lease {id} on {key} expired before the work ended");
+    }
+    Ok(Ok(out))
+}
+
+/// Runs one request of `client_id` under a lease, at most `slots` at once.
+fn handle_leased_request(
+    con: &mut impl ConnectionLike,
+    client_id: &str,
+    slots: u64,
+    ttl_ms: u64,
+) -> redis::RedisResult<Response> {
+    let json = ("Content-Type", "application/json".to_string());
+    let key = match lease_key(client_id) {
+        Ok(key) => key,
+        Err(e) => {
+            return Ok(Response {
+                status: 400,
+                headers: vec![json],
+                body: format!("{{\"error\":{}}}", json_string(&e)),
+            })
+        }
+    };
+    // The request's work is only to say how many ran with it.
+    let response = match with_lease(con, &key, slots, ttl_ms, |in_flight| {
+        format!(
+            "{{\"ok\":true,\"client\":{},\"in_flight\":{in_flight}}}",
+            json_string(client_id)
+        )
+    })? {
+        Ok(body) => Response {
+            status: 200,
+            headers: vec![json],
+            body,
+        },
+        Err(retry_after_ms) => {
+            let retry_after = ceil_seconds(retry_after_ms).max(1);
+            Response {
+                status: 429,
+                headers: vec![("Retry-After", retry_after.to_string()), json],
+                body: format!("{{\"error\":\"too many in flight\",\"retry_after\":{retry_after}}}"),
+            }
+        }
+    };
+    Ok(response)
+}
+
 fn format_response(r: &Response) -> String {
     let reason = match r.status {
         200 => " OK",
@@ -205,10 +295,14 @@ struct Args {
     policy: Policy,
     requests: u64,
     cluster: bool,
+    /// `--lease N`: at most N requests in flight, instead of the rate policy.
+    lease: Option<u64>,
+    ttl_ms: u64,
 }
 
 const USAGE: &str = "usage: rust_handler [--host H] [--port P] [--client ID] [--policy NAME] \
-                     [--limit N] [--window SECONDS] [--queue N] [-n REQUESTS] [--cluster]";
+                     [--limit N] [--window SECONDS] [--queue N] [--lease N] [--ttl MS] \
+                     [-n REQUESTS] [--cluster]";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
@@ -226,6 +320,8 @@ fn parse_args() -> Result<Args, String> {
         },
         requests: 1,
         cluster: false,
+        lease: None,
+        ttl_ms: 30_000,
     };
     let mut it = env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -249,6 +345,8 @@ fn parse_args() -> Result<Args, String> {
             "--limit" => args.policy.limit = value.parse().map_err(bad)?,
             "--window" => args.policy.window_s = value.parse().map_err(bad)?,
             "--queue" => args.policy.queue = Some(value.parse().map_err(bad)?),
+            "--lease" => args.lease = Some(value.parse().map_err(bad)?),
+            "--ttl" => args.ttl_ms = value.parse().map_err(bad)?,
             "-n" | "--requests" => args.requests = value.parse().map_err(bad)?,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
@@ -259,8 +357,12 @@ fn parse_args() -> Result<Args, String> {
 /// Send `args.requests` requests over `con` and print the responses.
 fn serve(con: &mut impl ConnectionLike, args: &Args) -> Result<(), String> {
     for _ in 0..args.requests {
-        let response = handle_request(con, &args.client, &args.policy)
-            .map_err(|e| format!("RL.ADMIT: {e}"))?;
+        let response = match args.lease {
+            Some(slots) => handle_leased_request(con, &args.client, slots, args.ttl_ms)
+                .map_err(|e| format!("RL.ACQUIRE/RL.RELEASE: {e}"))?,
+            None => handle_request(con, &args.client, &args.policy)
+                .map_err(|e| format!("RL.ADMIT: {e}"))?,
+        };
         println!("{}", format_response(&response));
     }
     Ok(())

@@ -13,9 +13,13 @@ says how to load and call it and lists every difference.
   FCALL    rl_throttle 1 key max_burst count_per_period period [quantity] [FORMAT map]
   FCALL    rl_admitall numkeys counter... [metakey...] [COST n] [FORMAT map]
                        POLICY [ALGO a] [LIMIT n] [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
+  FCALL    rl_acquire  1|2 key [metakey] [LIMIT n] [TTL ms] [ID lease-id] [FORMAT map]
+  FCALL    rl_release  1 key lease-id
+  FCALL    rl_extend   1 key lease-id TTL ms
+  FCALL_RO rl_inflight 1 key
 
-Every key is a key: the META hash of rl_admit, rl_ttl and rl_refund is
-KEYS[2]. rl_admitall takes one counter per POLICY block, in order, first,
+Every key is a key: the META hash of rl_admit, rl_ttl, rl_refund and
+rl_acquire is KEYS[2]. rl_admitall takes one counter per POLICY block, in order, first,
 then the META hashes; a POLICY block names its META hash by key name, which
 must be one of the keys after the counters (several blocks may share one).
 
@@ -134,10 +138,12 @@ end
 ---------------------------------------------------------------- time
 
 -- The server's time for this call in ms, read once: frozen for the whole
--- script and MULTI/EXEC, the clock of key expiry and of the module.
+-- script and MULTI/EXEC, the clock of key expiry and of the module. Also
+-- in µs (below 2^53 until the year 2255), for generated lease ids.
 local function clock()
   local t = server.call('TIME')
-  return tonumber(t[1]) * 1000 + fdiv(tonumber(t[2]), 1000)
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + fdiv(us, 1000), s * 1000000 + us
 end
 
 ---------------------------------------------------------------- options
@@ -198,7 +204,8 @@ local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\''
 
 -- Sets option `word` from args[at + 1] into `opts`; false when `word` is
 -- not an option of `allowed`. `metakey`: the META hash given as a key.
-local function set_option(opts, word, args, at, allowed, metakey)
+-- `readers`: how each value is read (default OPTIONS, the limiters').
+local function set_option(opts, word, args, at, allowed, metakey, readers)
   local name = OPTION_NAMES[word] or string.upper(word)
   if not allowed[name] then
     if name == 'META' and allowed.LIMIT then
@@ -212,17 +219,17 @@ local function set_option(opts, word, args, at, allowed, metakey)
   end
   local value = args[at + 1]
   if value == nil then fail('ERR ' .. name .. ' needs a value') end
-  local parsed = OPTIONS[name](value)
+  local parsed = (readers or OPTIONS)[name](value)
   if opts[name] ~= nil then fail('ERR ' .. name .. ' is given more than once') end
   opts[name] = parsed
   return true
 end
 
-local function parse_options(args, allowed, metakey)
+local function parse_options(args, allowed, metakey, readers)
   local opts = {}
   local at = 1
   while at <= #args do
-    if not set_option(opts, args[at], args, at, allowed, metakey) then unknown(args[at]) end
+    if not set_option(opts, args[at], args, at, allowed, metakey, readers) then unknown(args[at]) end
     at = at + 2
   end
   return opts
@@ -766,12 +773,13 @@ local function check_argc(argc)
   if argc > MAX_ARGS then fail('ERR too many arguments') end
 end
 
--- The limiter key and its optional META hash.
-local function limiter_keys(keys, args, command)
+-- The limiter (or lease: `noun`) key and its optional META hash.
+local function limiter_keys(keys, args, command, noun)
   check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
   if #keys < 1 then wrong_arity(command) end
   if #keys > 2 then
-    fail('ERR ' .. string.lower((string.gsub(command, '%.', '_'))) .. ' takes 1 or 2 keys: the limiter key and its META hash')
+    fail('ERR ' .. string.lower((string.gsub(command, '%.', '_'))) .. ' takes 1 or 2 keys: the '
+         .. (noun or 'limiter') .. ' key and its META hash')
   end
   return keys[1], keys[2]
 end
@@ -1027,6 +1035,239 @@ local function rl_admitall(keys, args)
   return named(ADMITALL_FIELDS, {all and 1 or 0, refused_by, longest, decisions}, format)
 end
 
+---------------------------------------------------------------- leases
+
+-- Concurrency leases (src/algo/lease.rs): a ceiling on work in flight. A
+-- lease key is a sorted set, member = lease id, score = its deadline in ms
+-- of server time; a lease is live while now < deadline, and the key
+-- expires at its latest live deadline (it is gone with its last lease).
+-- Every write first reclaims (removes) the leases whose deadline passed.
+
+-- A deadline is an integer from 0 to 2^53, exact in a double.
+local LAST_DEADLINE = 9007199254740992 -- 2^53
+local NOT_A_DEADLINE = 'ERR lease key holds a score that is not a deadline in ms'
+local LEASE_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
+                      status('retry_after_ms'), status('lease_id')}
+
+local function non_empty(v, name)
+  if v == '' then fail('ERR ' .. name .. ' must be a non-empty string') end
+  return v
+end
+
+-- How RL.ACQUIRE's option values are read (LIMIT is at least 1 here).
+local LEASE_READERS = {
+  LIMIT = function(v) return int_arg(v, 'LIMIT', 1) end,
+  TTL = function(v) return int_arg(v, 'TTL', 1) end,
+  ID = function(v) return non_empty(v, 'ID') end,
+  FORMAT = OPTIONS.FORMAT,
+}
+local ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, FORMAT = true}
+
+-- now + ttl as a deadline; refused past 2^53 (exact: now < 2^53).
+local function deadline_after(now, ttl)
+  if ttl > LAST_DEADLINE - now then fail('ERR TTL is too large: the lease deadline passes 2^53 ms') end
+  return now + ttl
+end
+
+-- The limit and TTL of an acquire: inline options win over the META hash's
+-- fields `max` and `ttl`. nil for no limit (none, or 0).
+local function lease_policy(opts, metakey, now)
+  local meta = NO_META
+  if metakey ~= nil then
+    local fields = server.pcall('HMGET', metakey, 'max', 'ttl')
+    if fields.err then fail('WRONGTYPE META key does not hold a hash') end
+    meta = {max = fields[1] or nil, ttl = fields[2] or nil}
+  end
+  local limit = opts.LIMIT
+  if limit == nil then limit = meta_int(meta, 'max', 0, NON_NEGATIVE) or 0 end
+  if limit == 0 then return nil end
+  local ttl = opts.TTL
+  if ttl == nil then ttl = meta_int(meta, 'ttl', 1, POSITIVE) end
+  if ttl == nil then
+    fail('ERR a limit is set but no TTL: give TTL or set field \'ttl\' in the META hash')
+  end
+  local deadline = deadline_after(now, ttl)
+  -- The library's own: the limit is replied, and must be exact.
+  if limit > EXACT then fail(BEYOND_DOUBLES) end
+  return limit, deadline
+end
+
+-- The key's leases, in ZRANGE order (by deadline): ZRANGE's flat reply
+-- with each score turned into its deadline in place (lease i: id at
+-- [2i - 1], deadline at [2i]; in place, as a copy would cost as much as the
+-- reading), `n` leases, `first` the first live one (n + 1 when none is).
+-- Every score is checked before anything is written.
+local function read_leases(key, now)
+  local flat = server.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
+  if flat.err then fail(WRONGTYPE) end
+  local n = #flat / 2
+  local first = n + 1
+  for i = n, 1, -1 do
+    -- tonumber reads '-0', 'inf' and exponents too; all are judged here.
+    local d = tonumber(flat[2 * i])
+    if d == nil or not (d >= 0 and d <= LAST_DEADLINE) or d % 1 ~= 0 then fail(NOT_A_DEADLINE) end
+    flat[2 * i] = d
+    if d > now then first = i end
+  end
+  return {flat = flat, n = n, first = first}
+end
+
+local function live_count(leases) return leases.n - leases.first + 1 end
+
+-- The live lease `id`'s index, or nil.
+local function live_index(leases, id)
+  local flat = leases.flat
+  for i = leases.first, leases.n do
+    if flat[2 * i - 1] == id then return i end
+  end
+  return nil
+end
+
+-- The ids of the expired leases: what every write reclaims.
+local function expired_ids(leases)
+  local out = {}
+  for i = 1, leases.first - 1 do out[i] = leases.flat[2 * i - 1] end
+  return out
+end
+
+-- The latest live deadline but that of lease `skip` (an index, or nil),
+-- and `also` (or nil): the key's expiry after the call, nil for no lease.
+local function latest_deadline(leases, skip, also)
+  local latest = also
+  for i = leases.first, leases.n do
+    local d = leases.flat[2 * i]
+    if i ~= skip and (latest == nil or d > latest) then latest = d end
+  end
+  return latest
+end
+
+-- A deadline or expiry as a command argument, in plain digits.
+local function digits(n) return string.format('%d', n) end
+
+-- Carries out a lease call's plan (src/algo/lease.rs `Plan`) in the
+-- contract's order: ZREM the removed ids, ZADD the new deadline, PEXPIREAT
+-- the key's latest deadline (nil: the key is gone). Effect replication
+-- sends exactly these absolute commands to replicas and the AOF.
+local function store_leases(key, removed, put_id, put_deadline, expires_at)
+  -- ZREM in slices: unpack of a long list would overflow Lua's stack.
+  for i = 1, #removed, 1000 do
+    server.call('ZREM', key, unpack(removed, i, math.min(i + 999, #removed)))
+  end
+  if put_id ~= nil then server.call('ZADD', key, digits(put_deadline), put_id) end
+  if expires_at ~= nil then server.call('PEXPIREAT', key, digits(expires_at)) end
+end
+
+-- Generated lease ids: `<now_ms hex>-<16 hex digits>`, never handed out
+-- twice for a key, not even after a release in the same ms (a stale
+-- holder's release would free someone else's slot). math.random cannot give
+-- that: in a Valkey 8.1/9.1 function it is not reseeded per call, but its
+-- sequence starts the same after every server start (checked on both
+-- versions), so a restarted or promoted server would repeat it. The 16
+-- digits are a µs clock that never goes back within one load of the
+-- library: max(the previous + 1, the server's µs now), skipping any id the
+-- key holds (one from the module or another server). Within a load they
+-- only grow, even under the frozen clock of MULTI/EXEC; a new load (a
+-- restart, FUNCTION LOAD, a failover) starts from the µs clock, which has
+-- passed every earlier value unless one server handed out more ids than
+-- µs went by (each call takes far longer than a µs) or clocks differ.
+local last_nonce = 0
+
+local function fresh_id(now, now_us, taken)
+  local nonce = math.max(last_nonce + 1, now_us)
+  local id = string.format('%x-%016x', now, nonce)
+  while taken[id] do
+    nonce = nonce + 1
+    id = string.format('%x-%016x', now, nonce)
+  end
+  last_nonce = nonce
+  return id
+end
+
+local NOTHING_TAKEN = {}
+
+-- The ids a key holds, as a set.
+local function held_ids(leases)
+  local set = {}
+  for i = 1, leases.n do set[leases.flat[2 * i - 1]] = true end
+  return set
+end
+
+-- RL.ACQUIRE (src/algo/lease.rs `acquire`): renew the caller's live lease
+-- ID, or take a free slot, or refuse with the wait for the earliest one.
+local function rl_acquire(keys, args)
+  local key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
+  local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS)
+  local now, now_us = clock()
+  local limit, deadline = lease_policy(opts, metakey, now)
+  if limit == nil then
+    -- Unlimited: nothing read, nothing written.
+    local id = opts.ID or fresh_id(now, now_us, NOTHING_TAKEN)
+    return named(LEASE_FIELDS, {1, 0, 0, 0, id}, opts.FORMAT)
+  end
+  local leases = read_leases(key, now)
+  local live = live_count(leases)
+  local mine = nil
+  if opts.ID ~= nil then mine = live_index(leases, opts.ID) end
+  local reclaimed = expired_ids(leases)
+  if mine == nil and live >= limit then
+    -- Refused (live >= limit >= 1: a live lease exists). Only a reclaim
+    -- writes; the key keeps its latest deadline.
+    if #reclaimed > 0 then store_leases(key, reclaimed, nil, nil, latest_deadline(leases)) end
+    local retry = leases.flat[2 * leases.first] - now
+    return named(LEASE_FIELDS, {0, limit, live, retry, false}, opts.FORMAT)
+  end
+  local id = opts.ID or fresh_id(now, now_us, held_ids(leases))
+  store_leases(key, reclaimed, id, deadline, latest_deadline(leases, mine, deadline))
+  if mine == nil then live = live + 1 end
+  return named(LEASE_FIELDS, {1, limit, live, 0, id}, opts.FORMAT)
+end
+
+-- RL.RELEASE (src/algo/lease.rs `release`): 1 when the live lease `id`
+-- is ended, else 0; expired leases are reclaimed either way. (RL.RELEASE,
+-- RL.EXTEND and RL.INFLIGHT have a fixed arity: the server refuses a wrong
+-- one, however long, before the module's argument limit.)
+local function rl_release(keys, args)
+  if #keys ~= 1 or #args ~= 1 then wrong_arity('RL.RELEASE') end
+  local key, id = keys[1], non_empty(args[1], 'lease-id')
+  local now = clock()
+  local leases = read_leases(key, now)
+  local mine = live_index(leases, id)
+  local removed = expired_ids(leases)
+  if mine ~= nil then removed[#removed + 1] = id end
+  if #removed > 0 then
+    local expires = latest_deadline(leases, mine)
+    store_leases(key, removed, nil, nil, expires)
+  end
+  return mine and 1 or 0
+end
+
+-- RL.EXTEND (src/algo/lease.rs `extend`): the heartbeat. 1 and the live
+-- lease `id` now ends TTL ms from now; 0 when it is no longer live.
+local function rl_extend(keys, args)
+  if #keys ~= 1 or #args ~= 3 then wrong_arity('RL.EXTEND') end
+  local key, id = keys[1], non_empty(args[1], 'lease-id')
+  if string.upper(args[2]) ~= 'TTL' then unknown(args[2]) end
+  local ttl = int_arg(args[3], 'TTL', 1)
+  local now = clock()
+  local deadline = deadline_after(now, ttl)
+  local leases = read_leases(key, now)
+  local mine = live_index(leases, id)
+  local reclaimed = expired_ids(leases)
+  if mine == nil then
+    if #reclaimed > 0 then store_leases(key, reclaimed, nil, nil, latest_deadline(leases)) end
+    return 0
+  end
+  store_leases(key, reclaimed, id, deadline, latest_deadline(leases, mine, deadline))
+  return 1
+end
+
+-- RL.INFLIGHT: the live leases now. A read: it reclaims nothing.
+local function rl_inflight(keys, args)
+  if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.INFLIGHT') end
+  local now = clock()
+  return live_count(read_leases(keys[1], now))
+end
+
 ---------------------------------------------------------------- registration
 
 server.register_function{function_name = 'rl_admit', callback = entry(rl_admit)}
@@ -1036,3 +1277,9 @@ server.register_function{function_name = 'rl_admitall', callback = entry(rl_admi
 server.register_function{function_name = 'rl_refund', callback = entry(rl_refund)}
 server.register_function{function_name = 'rl_reset', callback = entry(rl_reset)}
 server.register_function{function_name = 'rl_throttle', callback = entry(rl_throttle)}
+server.register_function{function_name = 'rl_acquire', callback = entry(rl_acquire)}
+-- A release or a heartbeat frees or keeps memory: allowed when the server
+-- is out of memory, as the module's RL.RELEASE and RL.EXTEND are.
+server.register_function{function_name = 'rl_release', callback = entry(rl_release), flags = {'allow-oom'}}
+server.register_function{function_name = 'rl_extend', callback = entry(rl_extend), flags = {'allow-oom'}}
+server.register_function{function_name = 'rl_inflight', callback = entry(rl_inflight), flags = {'no-writes'}}

@@ -3,7 +3,9 @@
 //! Node.js (`clients/node/examples`, the valkey-ratelimit Limiter on
 //! iovalkey) and Rust (`examples/`, the `redis` crate). Each prints its HTTP
 //! responses; every one is checked for the status, the IETF
-//! `RateLimit-Policy` / `RateLimit` fields and `Retry-After`.
+//! `RateLimit-Policy` / `RateLimit` fields and `Retry-After`. With `--lease`
+//! each caps work in flight with a lease helper (RL.ACQUIRE / RL.RELEASE),
+//! checked against the semaphore's sorted set.
 //!
 //! The Python and Node.js libraries come from `scripts/client-deps.sh`
 //! (`make client-deps`; `.ci/run` runs it). Without them these tests fail
@@ -17,6 +19,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::backend::Backend;
 use common::{cmd_raw, wait_until, Server};
 use redis::Commands;
 
@@ -563,4 +566,120 @@ fn holds_leaky_delays(lang: Lang) {
         .and_then(|v| v.parse().ok())
         .expect("Retry-After");
     assert!((55..=60).contains(&retry), "{:?}", responses[0]);
+}
+
+/// `RL.ACQUIRE key LIMIT n TTL ms ID id` in the words `backend` takes.
+fn acquire_words(backend: Backend, key: &str, limit: &str, id: &str) -> Vec<String> {
+    let options = ["LIMIT", limit, "TTL", "60000", "ID", id];
+    let words: Vec<&str> = match backend {
+        Backend::Module => [&["RL.ACQUIRE", key][..], &options].concat(),
+        Backend::Functions => [&["FCALL", "rl_acquire", "1", key][..], &options].concat(),
+    };
+    words.iter().map(|w| w.to_string()).collect()
+}
+
+/// The lease helper of `lang` on `backend`: with one slot of two held by
+/// someone else, two requests in a row each get the other slot and give it
+/// back; with both held, a request gets 429 and a Retry-After that is the
+/// earliest holder's deadline, and stores nothing.
+fn lease_helper(lang: Lang, backend: Backend) {
+    if lang.command().is_none() {
+        return;
+    }
+    let server = backend.start();
+    let mut con = server.client();
+    let key = "rl:{tenant}:inflight";
+    let hold = |con: &mut redis::Connection, id: &str| {
+        let words = acquire_words(backend, key, "2", id);
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        let reply = cmd_raw(con, &words);
+        let redis::Value::Array(fields) = &reply else {
+            panic!("RL.ACQUIRE answered {reply:?}");
+        };
+        assert_eq!(fields.first(), Some(&redis::Value::Int(1)), "{reply:?}");
+    };
+    hold(&mut con, "other");
+    let args = [
+        "--client", "tenant", "--lease", "2", "--ttl", "5000", "-n", "2",
+    ];
+    let responses = lang.run(server.port, &args).expect("ran before");
+    assert_eq!(responses.len(), 2, "{lang:?}: {responses:?}");
+    for r in &responses {
+        assert_eq!(r.status, 200, "{lang:?}: {r:?}");
+        assert_eq!(
+            r.body, "{\"ok\":true,\"client\":\"tenant\",\"in_flight\":2}",
+            "{lang:?}: the other holder's lease and its own"
+        );
+        assert_eq!(r.header("Retry-After"), None, "{lang:?}: {r:?}");
+        assert_eq!(
+            r.header("RateLimit"),
+            None,
+            "{lang:?}: a lease is no rate quota"
+        );
+    }
+    let held: Vec<String> = con.zrange(key, 0, -1).unwrap();
+    assert_eq!(
+        held,
+        ["other"],
+        "{lang:?}: each request gave its lease back"
+    );
+
+    hold(&mut con, "another");
+    let deadline: f64 = con.zscore(key, "other").unwrap();
+    let args = ["--client", "tenant", "--lease", "2", "--ttl", "5000"];
+    let responses = lang.run(server.port, &args).expect("ran before");
+    assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
+    let r = &responses[0];
+    assert_eq!(r.status, 429, "{lang:?}: {r:?}");
+    let retry: i64 = r
+        .header("Retry-After")
+        .and_then(|v| v.parse().ok())
+        .expect("Retry-After");
+    // Seconds until the earliest lease (60 s, taken just before) ends.
+    let (s, us): (i64, i64) = redis::cmd("TIME").query(&mut con).unwrap();
+    let left_ms = deadline as i64 - (s * 1000 + us / 1000);
+    assert!(
+        retry >= (left_ms + 999) / 1000 && retry <= 60,
+        "{lang:?}: Retry-After {retry} for {left_ms} ms left"
+    );
+    assert_eq!(
+        r.body,
+        format!("{{\"error\":\"too many in flight\",\"retry_after\":{retry}}}"),
+        "{lang:?}"
+    );
+    let held: Vec<String> = con.zrange(key, 0, -1).unwrap();
+    assert_eq!(
+        held,
+        ["other", "another"],
+        "{lang:?}: a refusal stores nothing"
+    );
+
+    let responses = lang.run(server.port, &["--client", "a}b", "--lease", "2"]);
+    assert_eq!(responses.expect("ran before")[0].status, 400, "{lang:?}");
+}
+
+#[test]
+fn python_example_lease_helper_on_the_module() {
+    lease_helper(Lang::Python, Backend::Module);
+}
+
+#[test]
+fn python_example_lease_helper_on_the_function_library() {
+    lease_helper(Lang::Python, Backend::Functions);
+}
+
+#[test]
+fn node_example_lease_helper_on_the_module() {
+    lease_helper(Lang::Node, Backend::Module);
+}
+
+#[test]
+fn node_example_lease_helper_on_the_function_library() {
+    lease_helper(Lang::Node, Backend::Functions);
+}
+
+/// The Rust example speaks RL.* only: the module.
+#[test]
+fn rust_example_lease_helper_on_the_module() {
+    lease_helper(Lang::Rust, Backend::Module);
 }

@@ -8,8 +8,11 @@
 //! (`clients/node/test/frameworks.test.js`,
 //! `clients/python/tests/test_frameworks.py`) make the HTTP checks; this
 //! file starts the servers, runs them, and checks their exit status and
-//! that every check reported `ok`. Also here: `npm pack` and
-//! `python -m build` produce artifacts that install and import.
+//! that every check reported `ok`. The lease helpers (`withLease`, the
+//! Python context managers) run the same way, on both backends
+//! (`clients/node/test/leases.test.js`, `clients/python/tests/test_leases.py`).
+//! Also here: `npm pack` and `python -m build` produce artifacts that
+//! install and import.
 //!
 //! Their dependencies come from `scripts/client-deps.sh` (.ci/run runs
 //! it). Without them these tests fail when `$CI` is set and are skipped,
@@ -227,6 +230,92 @@ fn python_asgi_middleware_on_the_function_library() {
     live_then_down("python", Backend::Functions);
 }
 
+/// The `ok` lines of a lease run on `backend`, by language.
+fn lease_checks(lang: &str, name: &str) -> Vec<String> {
+    let mut checks = vec![
+        format!("ok {name}: acquire/release/extend/"),
+        format!("ok {name}: unlimited stores nothing; META max/ttl apply"),
+        format!("ok {name}: the heartbeat keeps a 300 ms lease alive through 1 s"),
+    ];
+    match lang {
+        "node" => {
+            checks.push(format!(
+                "ok {name}: withLease releases after fn, and after fn throws"
+            ));
+            checks.push(format!(
+                "ok {name}: refusal throws LeaseRefusedError with retryAfterMs"
+            ));
+            checks.push(format!("ok {name}: a lost lease aborts held.signal"));
+            checks.push(format!("ok {name}: 20 holders x 8 leases, LIMIT 3:"));
+        }
+        _ => {
+            checks.push(format!("ok {name}: RESP3 replies read the same"));
+            checks.push(format!(
+                "ok {name}: the context manager releases on exit and on an exception"
+            ));
+            checks.push(format!(
+                "ok {name}: refusal raises LeaseRefused with retry_after_ms"
+            ));
+            checks.push(format!(
+                "ok {name}: a lost lease: held.lost, check() and the exit raise LeaseLost"
+            ));
+            checks.push(format!("ok {name}: 20 threads x 8 leases, LIMIT 3:"));
+            checks.push(format!(
+                "ok {name}: async with: releases on exit and exception"
+            ));
+            checks.push(format!(
+                "ok {name}: async heartbeat keeps the lease; a loss cancels the block"
+            ));
+            checks.push(format!("ok {name}: 20 async holders, LIMIT 3:"));
+        }
+    }
+    checks
+}
+
+/// The lease program of `lang` against a fresh server of `backend`.
+fn leases(lang: &str, backend: Backend) {
+    let server = backend.start();
+    let (cmd, file) = match lang {
+        "node" => (node(), "test/leases.test.js"),
+        _ => (python(), "tests/test_leases.py"),
+    };
+    let Some(mut cmd) = cmd else {
+        return;
+    };
+    let expect = match backend {
+        Backend::Module => "module",
+        Backend::Functions => "functions",
+    };
+    cmd.args([file, "live"])
+        .env("VALKEY_HOST", "127.0.0.1")
+        .env("VALKEY_PORT", server.port.to_string())
+        .env("RL_EXPECT_BACKEND", expect);
+    let out = run(cmd);
+    let checks = lease_checks(lang, expect);
+    let checks: Vec<&str> = checks.iter().map(String::as_str).collect();
+    assert_reported(&out, &checks, &format!("PASS {lang} leases live"));
+}
+
+#[test]
+fn node_leases_on_the_module() {
+    leases("node", Backend::Module);
+}
+
+#[test]
+fn node_leases_on_the_function_library() {
+    leases("node", Backend::Functions);
+}
+
+#[test]
+fn python_leases_on_the_module() {
+    leases("python", Backend::Module);
+}
+
+#[test]
+fn python_leases_on_the_function_library() {
+    leases("python", Backend::Functions);
+}
+
 /// Three primaries with the module, the library loaded into each: both
 /// programs' `cluster` phase, through the cluster clients (iovalkey
 /// Cluster, valkey-py ValkeyCluster), with the module and with FCALL.
@@ -371,7 +460,8 @@ fn npm_pack_gives_a_package_that_loads() {
     let out = run(load);
     assert_eq!(
         out.trim(),
-        "ALGORITHMS BackendMissingError Limiter TimeoutError ValkeyStore headers"
+        "ALGORITHMS BackendMissingError LeaseLostError LeaseRefusedError Limiter TimeoutError \
+         ValkeyStore headers"
     );
 }
 

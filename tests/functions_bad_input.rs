@@ -388,3 +388,333 @@ fn fcall_refuses_a_numkeys_it_cannot_use_before_the_library_runs() {
     }
     assert_eq!(state(&mut con), before);
 }
+
+// Leases (issue 19): the lease contract's exact texts, from both backends.
+
+/// The lease keys of the bad-input table: sets of leases (one expired, which
+/// any write would reclaim), sets holding a score that is no deadline, keys
+/// of other types and META hashes.
+const LEASE_KEYS: &[&str] = &[
+    "L", "frac", "neg", "inf", "big", "text", "list", "lm", "lnottl", "lbadmax", "lbadttl",
+    "lfracttl", "lhugettl", "lhugemax", "fresh",
+];
+
+fn lease_fixtures(con: &mut Connection) {
+    let now = common::server_time_ms(con);
+    let (a, b) = ((now + 600_000).to_string(), (now + 700_000).to_string());
+    let setup: Vec<Vec<&str>> = vec![
+        vec!["ZADD", "L", "1000", "old", &a, "a", &b, "b"],
+        vec!["PEXPIREAT", "L", &b],
+        vec!["ZADD", "frac", "5", "x", "1.5", "y", &a, "z"],
+        vec!["ZADD", "neg", "5", "x", "-1", "y"],
+        vec!["ZADD", "inf", "5", "x", "inf", "y"],
+        vec!["ZADD", "big", "5", "x", "9007199254740994", "y"],
+        vec!["SET", "text", "hello"],
+        vec!["RPUSH", "list", "x"],
+        vec!["HSET", "lm", "max", "2", "ttl", "60000"],
+        vec!["HSET", "lnottl", "max", "2"],
+        vec!["HSET", "lbadmax", "max", "-1", "ttl", "1000"],
+        vec!["HSET", "lbadttl", "max", "2", "ttl", "0"],
+        vec!["HSET", "lfracttl", "max", "2", "ttl", "1.5"],
+        vec!["HSET", "lhugettl", "max", "2", "ttl", "9223372036854775807"],
+        vec!["HSET", "lhugemax", "max", "9007199254740992", "ttl", "1000"],
+    ];
+    for cmd in &setup {
+        let r = common::cmd_raw(con, cmd);
+        assert!(error_text(&r).is_none(), "{cmd:?}: {r:?}");
+    }
+}
+
+fn lease_state(con: &mut Connection) -> Vec<(Option<Vec<u8>>, i64)> {
+    common::raw_state(con, LEASE_KEYS)
+}
+
+const BAD_DEADLINE: &str = "ERR lease key holds a score that is not a deadline in ms";
+const LIMIT_RANGE: &str = "ERR LIMIT must be an integer from 1 to 9223372036854775807";
+const TTL_RANGE: &str = "ERR TTL must be an integer from 1 to 9223372036854775807";
+const TTL_TOO_LARGE: &str = "ERR TTL is too large: the lease deadline passes 2^53 ms";
+const NO_TTL: &str = "ERR a limit is set but no TTL: give TTL or set field 'ttl' in the META hash";
+const LEASE_WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
+
+/// Malformed lease calls in the module's syntax, with the contract's exact
+/// error text: the same from the module and from the library.
+fn lease_cases() -> Vec<(Vec<&'static str>, &'static str)> {
+    let arity = |cmd: &'static str| -> &'static str {
+        match cmd {
+            "RL.ACQUIRE" => "ERR wrong number of arguments for 'RL.ACQUIRE' command",
+            "RL.RELEASE" => "ERR wrong number of arguments for 'RL.RELEASE' command",
+            "RL.EXTEND" => "ERR wrong number of arguments for 'RL.EXTEND' command",
+            _ => "ERR wrong number of arguments for 'RL.INFLIGHT' command",
+        }
+    };
+    let acquire =
+        |rest: &[&'static str]| -> Vec<&'static str> { [&["RL.ACQUIRE"][..], rest].concat() };
+    vec![
+        (vec!["RL.ACQUIRE"], arity("RL.ACQUIRE")),
+        (acquire(&["L", "BOGUS", "1"]), "ERR unknown option 'BOGUS'"),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL", "5", "bogus"]),
+            "ERR unknown option 'bogus'",
+        ),
+        (
+            acquire(&["L", "ALGO", "fixed"]),
+            "ERR unknown option 'ALGO'",
+        ),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL", "5", "WINDOW", "5"]),
+            "ERR unknown option 'WINDOW'",
+        ),
+        (acquire(&["L", "LIMIT"]), "ERR LIMIT needs a value"),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL"]),
+            "ERR TTL needs a value",
+        ),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL", "5", "ID"]),
+            "ERR ID needs a value",
+        ),
+        (acquire(&["L", "META"]), "ERR META needs a value"),
+        (
+            acquire(&["L", "TTL", "5", "ttl", "6", "LIMIT", "2"]),
+            "ERR TTL is given more than once",
+        ),
+        (
+            acquire(&["L", "limit", "2", "LIMIT", "2", "TTL", "5"]),
+            "ERR LIMIT is given more than once",
+        ),
+        (
+            acquire(&["L", "ID", "j", "id", "j", "LIMIT", "2", "TTL", "5"]),
+            "ERR ID is given more than once",
+        ),
+        (
+            acquire(&["L", "META", "lm", "META", "lm"]),
+            "ERR META is given more than once",
+        ),
+        (acquire(&["L", "LIMIT", "0", "TTL", "5"]), LIMIT_RANGE),
+        (acquire(&["L", "LIMIT", "-1", "TTL", "5"]), LIMIT_RANGE),
+        (acquire(&["L", "LIMIT", "two", "TTL", "5"]), LIMIT_RANGE),
+        (acquire(&["L", "LIMIT", "1.5", "TTL", "5"]), LIMIT_RANGE),
+        (acquire(&["L", "LIMIT", "+2", "TTL", "5"]), LIMIT_RANGE),
+        (
+            acquire(&["L", "LIMIT", "99999999999999999999", "TTL", "5"]),
+            LIMIT_RANGE,
+        ),
+        (acquire(&["L", "LIMIT", "2", "TTL", "0"]), TTL_RANGE),
+        (acquire(&["L", "LIMIT", "2", "TTL", "-5"]), TTL_RANGE),
+        (acquire(&["L", "LIMIT", "2", "TTL", "5s"]), TTL_RANGE),
+        (acquire(&["L", "TTL", "0"]), TTL_RANGE),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL", "9223372036854775807"]),
+            TTL_TOO_LARGE,
+        ),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL", "9007199254740992"]),
+            TTL_TOO_LARGE,
+        ),
+        (
+            acquire(&["L", "LIMIT", "2", "TTL", "5", "ID", ""]),
+            "ERR ID must be a non-empty string",
+        ),
+        (
+            acquire(&["L", "ID", ""]),
+            "ERR ID must be a non-empty string",
+        ),
+        (acquire(&["L", "LIMIT", "2"]), NO_TTL),
+        (acquire(&["fresh", "LIMIT", "2", "ID", "j"]), NO_TTL),
+        (acquire(&["L", "META", "lnottl"]), NO_TTL),
+        (
+            acquire(&["L", "META", "lbadmax"]),
+            "ERR META hash field 'max' must be an integer from 0 to 9223372036854775807",
+        ),
+        (
+            acquire(&["L", "META", "lbadttl"]),
+            "ERR META hash field 'ttl' must be an integer from 1 to 9223372036854775807",
+        ),
+        (
+            acquire(&["L", "META", "lfracttl"]),
+            "ERR META hash field 'ttl' must be an integer from 1 to 9223372036854775807",
+        ),
+        (acquire(&["L", "META", "lhugettl"]), TTL_TOO_LARGE),
+        (
+            acquire(&["L", "META", "text"]),
+            "WRONGTYPE META key does not hold a hash",
+        ),
+        (
+            acquire(&["L", "META", "list", "LIMIT", "2", "TTL", "5"]),
+            "WRONGTYPE META key does not hold a hash",
+        ),
+        (
+            acquire(&["text", "LIMIT", "2", "TTL", "5"]),
+            LEASE_WRONGTYPE,
+        ),
+        (acquire(&["list", "META", "lm"]), LEASE_WRONGTYPE),
+        (acquire(&["lm", "LIMIT", "2", "TTL", "5"]), LEASE_WRONGTYPE),
+        (
+            acquire(&["frac", "LIMIT", "5", "TTL", "1000"]),
+            BAD_DEADLINE,
+        ),
+        (
+            acquire(&["neg", "LIMIT", "5", "TTL", "1000", "ID", "x"]),
+            BAD_DEADLINE,
+        ),
+        (acquire(&["inf", "META", "lm"]), BAD_DEADLINE),
+        (acquire(&["big", "LIMIT", "1", "TTL", "1000"]), BAD_DEADLINE),
+        (vec!["RL.RELEASE"], arity("RL.RELEASE")),
+        (vec!["RL.RELEASE", "L"], arity("RL.RELEASE")),
+        (vec!["RL.RELEASE", "L", "a", "b"], arity("RL.RELEASE")),
+        (
+            vec!["RL.RELEASE", "L", ""],
+            "ERR lease-id must be a non-empty string",
+        ),
+        (vec!["RL.RELEASE", "text", "a"], LEASE_WRONGTYPE),
+        (vec!["RL.RELEASE", "frac", "z"], BAD_DEADLINE),
+        (vec!["RL.RELEASE", "big", "y"], BAD_DEADLINE),
+        (vec!["RL.EXTEND", "L", "a", "TTL"], arity("RL.EXTEND")),
+        (
+            vec!["RL.EXTEND", "L", "a", "TTL", "5", "TTL"],
+            arity("RL.EXTEND"),
+        ),
+        (
+            vec!["RL.EXTEND", "L", "a", "FOR", "5"],
+            "ERR unknown option 'FOR'",
+        ),
+        (
+            vec!["RL.EXTEND", "L", "a", "LIMIT", "5"],
+            "ERR unknown option 'LIMIT'",
+        ),
+        (vec!["RL.EXTEND", "L", "a", "TTL", "0"], TTL_RANGE),
+        (vec!["RL.EXTEND", "L", "a", "ttl", "x"], TTL_RANGE),
+        (
+            vec!["RL.EXTEND", "L", "a", "TTL", "9223372036854775807"],
+            TTL_TOO_LARGE,
+        ),
+        (
+            vec!["RL.EXTEND", "L", "", "TTL", "5"],
+            "ERR lease-id must be a non-empty string",
+        ),
+        (vec!["RL.EXTEND", "list", "a", "TTL", "5"], LEASE_WRONGTYPE),
+        (vec!["RL.EXTEND", "neg", "x", "TTL", "5"], BAD_DEADLINE),
+        (vec!["RL.EXTEND", "inf", "x", "TTL", "5"], BAD_DEADLINE),
+        (vec!["RL.INFLIGHT"], arity("RL.INFLIGHT")),
+        (vec!["RL.INFLIGHT", "L", "x"], arity("RL.INFLIGHT")),
+        (vec!["RL.INFLIGHT", "text"], LEASE_WRONGTYPE),
+        (vec!["RL.INFLIGHT", "frac"], BAD_DEADLINE),
+        (vec!["RL.INFLIGHT", "big"], BAD_DEADLINE),
+        (
+            [&["RL.ACQUIRE", "L"][..], &["TTL"; 260]].concat(),
+            "ERR too many arguments",
+        ),
+        (
+            [&["RL.RELEASE", "L"][..], &["a"; 260]].concat(),
+            arity("RL.RELEASE"),
+        ),
+        (
+            [&["RL.EXTEND", "L", "a", "TTL"][..], &["5"; 260]].concat(),
+            arity("RL.EXTEND"),
+        ),
+        (
+            [&["RL.INFLIGHT", "L"][..], &["x"; 260]].concat(),
+            arity("RL.INFLIGHT"),
+        ),
+    ]
+}
+
+/// Calls only the library refuses, in its own form: what doubles cannot
+/// reply exactly, too many keys, a FORMAT it does not know.
+fn library_only_lease_cases() -> Vec<(Vec<&'static str>, &'static str)> {
+    let beyond = "ERR the policy is beyond the library's exact range (Lua numbers are exact below 2^53, see docs/managed-valkey.md); the module computes it";
+    vec![
+        (vec!["FCALL", "rl_acquire", "2", "L", "lhugemax"], beyond),
+        (
+            vec![
+                "FCALL",
+                "rl_acquire",
+                "1",
+                "L",
+                "LIMIT",
+                "9007199254740992",
+                "TTL",
+                "5",
+            ],
+            beyond,
+        ),
+        (
+            vec!["FCALL", "rl_acquire", "3", "L", "lm", "x"],
+            "ERR rl_acquire takes 1 or 2 keys: the lease key and its META hash",
+        ),
+        (
+            vec![
+                "FCALL",
+                "rl_acquire",
+                "1",
+                "L",
+                "LIMIT",
+                "2",
+                "TTL",
+                "5",
+                "FORMAT",
+                "xml",
+            ],
+            "ERR FORMAT must be one of map, array",
+        ),
+        (
+            vec!["FCALL", "rl_acquire", "1", "L", "META", "lm"],
+            "ERR META is passed as a key in the library: FCALL <function> 2 <key> <metakey> ...",
+        ),
+        (
+            vec!["FCALL", "rl_release", "2", "L", "lm", "a"],
+            "ERR wrong number of arguments for 'RL.RELEASE' command",
+        ),
+        (
+            vec!["FCALL", "rl_inflight", "0"],
+            "ERR wrong number of arguments for 'RL.INFLIGHT' command",
+        ),
+    ]
+}
+
+#[test]
+fn every_malformed_lease_call_gets_the_contracts_error_and_changes_nothing() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        lease_fixtures(&mut con);
+        let before = lease_state(&mut con);
+        let mut wrong = Vec::new();
+        let mut calls: Vec<(Vec<String>, &str)> = lease_cases()
+            .into_iter()
+            .map(|(call, want)| (backend.call(&call), want))
+            .collect();
+        if backend == Backend::Functions {
+            for (call, want) in library_only_lease_cases() {
+                calls.push((call.iter().map(|w| w.to_string()).collect(), want));
+            }
+        }
+        for (call, want) in &calls {
+            let words: Vec<&str> = call.iter().map(String::as_str).collect();
+            let reply = common::cmd_raw(&mut con, &words);
+            let got =
+                error_text(&reply).unwrap_or_else(|| format!("(not an error) {}", show(&reply)));
+            if got != *want {
+                wrong.push(format!(
+                    "  {}\n    want {want}\n    got  {got}",
+                    brief(call)
+                ));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "{backend:?}: {} of {} lease calls answered otherwise:\n{}",
+            wrong.len(),
+            calls.len(),
+            wrong.join("\n")
+        );
+        assert_eq!(
+            lease_state(&mut con),
+            before,
+            "{backend:?}: a refused lease call changed a key"
+        );
+        // The expired lease in L is still there: no refused call reclaimed.
+        let score = common::cmd_raw(&mut con, &["ZSCORE", "L", "old"]);
+        assert_eq!(show(&score), "\"1000\"", "{backend:?}");
+    }
+}

@@ -211,3 +211,72 @@ fn every_key_routes_moves_and_crossslots_as_with_the_module() {
     }
     assert!(module[11].contains("[1, 0, 0, "), "{}", module[11]);
 }
+
+#[test]
+fn lease_calls_route_by_key_and_a_meta_in_another_slot_is_crossslot() {
+    let calls: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["RL.ACQUIRE", "a", "LIMIT", "2", "TTL", "60000", "ID", "j"],
+            "a",
+        ),
+        (vec!["HSET", "{a}:lm", "max", "1", "ttl", "60000"], "{a}:lm"),
+        (
+            vec!["RL.ACQUIRE", "{a}:x", "META", "{a}:lm", "ID", "k"],
+            "{a}:x",
+        ),
+        (vec!["RL.ACQUIRE", "{a}:x", "META", "{a}:lm"], "{a}:x"),
+        (vec!["RL.ACQUIRE", "b", "META", "{a}:lm"], "b"),
+        (vec!["RL.ACQUIRE", "b", "META", "{a}:lm", "ID", "k"], "b"),
+        (vec!["RL.INFLIGHT", "a"], "a"),
+        (vec!["RL.EXTEND", "a", "j", "TTL", "60000"], "a"),
+        (vec!["RL.RELEASE", "a", "j"], "a"),
+        (vec!["RL.RELEASE", "b", "j"], "b"),
+        (vec!["RL.INFLIGHT", "a"], "a"),
+    ];
+    let mut transcripts = Vec::new();
+    for backend in BOTH {
+        let nodes = two_primaries(backend);
+        let lines: Vec<String> = calls
+            .iter()
+            .map(|(call, key)| format!("{call:?}: {}", routed(backend, &nodes, call, key)))
+            .collect();
+        // No call wrote to a node that does not own its key: b is on the
+        // other node from a and holds nothing.
+        let mut con = nodes[0].client();
+        let b_owner = usize::from(slot(&mut con, "b") >= 8192);
+        let b_keys = cmd_raw(&mut nodes[b_owner].client(), &["DBSIZE"]);
+        assert_eq!(b_keys, Value::Int(0), "{backend:?}: {lines:#?}");
+        let t = &lines;
+        assert!(t[0].contains("owner: [1, 2, 1, 0, \"j\"]"), "{}", t[0]);
+        assert!(t[0].contains("MOVED to the owner"), "{}", t[0]);
+        assert!(t[2].contains("owner: [1, 1, 1, 0, \"k\"]"), "{}", t[2]);
+        assert!(t[3].contains("owner: [0, 1, 1, "), "{}", t[3]);
+        for i in [4, 5] {
+            assert!(t[i].contains("!CROSSSLOT"), "{}", t[i]);
+            assert!(!t[i].contains("owner: ["), "{}", t[i]);
+        }
+        assert!(t[6].contains("owner: 1;"), "{}", t[6]);
+        assert!(t[7].contains("owner: 1;"), "{}", t[7]);
+        assert!(t[8].contains("owner: 1;"), "{}", t[8]);
+        assert!(t[9].contains("owner: 0;"), "{}", t[9]);
+        assert!(t[10].contains("owner: 0;"), "{}", t[10]);
+        transcripts.push(lines);
+    }
+    // Every backend answers every call alike, but for the refusal's wait,
+    // which depends on the ms each server took.
+    let no_wait = |lines: &Vec<String>| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| match l.split_once("[0, 1, 1, ") {
+                Some((head, tail)) => {
+                    let rest = tail.split_once(',').map_or("", |(_, r)| r);
+                    format!("{head}[0, 1, 1, <wait>,{rest}")
+                }
+                None => l.clone(),
+            })
+            .collect()
+    };
+    for other in &transcripts[1..] {
+        assert_eq!(no_wait(other), no_wait(&transcripts[0]));
+    }
+}

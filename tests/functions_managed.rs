@@ -52,6 +52,7 @@ fn fixtures(admin: &mut Connection) {
             "gcra",
         ],
         &["SET", "app:bare", "9"],
+        &["HSET", "app:lmeta", "max", "1", "ttl", "60000"],
         &["HSET", "other:meta", "max", "2", "duration", "60000"],
         &["SET", "other:k", "1", "PX", "60000"],
     ] {
@@ -182,6 +183,24 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
         ],
         vec!["RL.RESET", "app:t"],
         vec!["RL.RESET", "app:nothing"],
+        // Leases: every path (ZRANGE reads, ZADD, ZREM, PEXPIREAT).
+        vec!["RL.ACQUIRE", "app:lease", "LIMIT", "2", "TTL", "60000"],
+        vec![
+            "RL.ACQUIRE",
+            "app:lease",
+            "LIMIT",
+            "2",
+            "TTL",
+            "60000",
+            "ID",
+            "job",
+        ],
+        vec!["RL.ACQUIRE", "app:lease", "LIMIT", "2", "TTL", "60000"],
+        vec!["RL.EXTEND", "app:lease", "job", "TTL", "60000"],
+        vec!["RL.INFLIGHT", "app:lease"],
+        vec!["RL.RELEASE", "app:lease", "job"],
+        vec!["RL.ACQUIRE", "app:lease2", "META", "app:lmeta"],
+        vec!["RL.ACQUIRE", "app:free"],
     ]);
     for call in &allowed {
         let reply = backend.raw(&mut app, call);
@@ -192,6 +211,11 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
             show(&reply)
         );
     }
+    // The lease calls did what they say under the user's rights.
+    let leased = cmd_raw(&mut admin, &["ZCARD", "app:lease"]);
+    assert_eq!(leased, Value::Int(1), "app:lease after release");
+    let lease_at = common::pexpiretime(&mut admin, "app:lease");
+    assert!(lease_at > 0, "app:lease expiry {lease_at}");
     // The repair of the bare counter happened under the user's rights.
     let pttl = common::pttl(&mut admin, "app:bare");
     assert!(pttl > 0 && pttl <= 60_000, "app:bare pttl {pttl}");
@@ -222,8 +246,21 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
             "WINDOW",
             "60000",
         ],
+        vec!["RL.ACQUIRE", "other:lease", "LIMIT", "1", "TTL", "60000"],
+        vec!["RL.ACQUIRE", "app:x", "META", "other:meta"],
+        vec!["RL.RELEASE", "other:lease", "job"],
+        vec!["RL.EXTEND", "other:lease", "job", "TTL", "60000"],
+        vec!["RL.INFLIGHT", "other:lease"],
     ];
-    let before: Vec<_> = ["other:k", "other:t", "other:z", "app:x", "app:y"]
+    let watched = [
+        "other:k",
+        "other:t",
+        "other:z",
+        "other:lease",
+        "app:x",
+        "app:y",
+    ];
+    let before: Vec<_> = watched
         .iter()
         .map(|k| {
             (
@@ -242,7 +279,7 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
             show(&reply)
         );
     }
-    let after: Vec<_> = ["other:k", "other:t", "other:z", "app:x", "app:y"]
+    let after: Vec<_> = watched
         .iter()
         .map(|k| {
             (

@@ -1,7 +1,8 @@
 //! Replication and persistence of both backends' writes: after a random
-//! workload (every algorithm, throttle, admitall, refund, reset, peeks), a
-//! replica and an AOF-restarted primary hold the same value and PEXPIRETIME
-//! for every key, and refusals and reads leave `master_repl_offset` alone.
+//! workload (every algorithm, throttle, admitall, refund, reset, peeks; and
+//! leases), a replica and an AOF-restarted primary hold the same value (for
+//! leases: members and scores) and PEXPIRETIME for every key, and refusals
+//! and reads leave `master_repl_offset` alone.
 
 mod common;
 
@@ -9,9 +10,11 @@ use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::backend::{error_text, Backend, BOTH};
-use common::{repl_offset, snapshot, wait_replica_offset, Rng, Server, QUIET};
-use redis::Connection;
+use common::backend::{error_text, show, Backend, BOTH};
+use common::{
+    cmd_raw, pexpiretime, repl_offset, snapshot, wait_replica_offset, Rng, Server, QUIET,
+};
+use redis::{Connection, Value};
 
 /// Each limiter key with its algorithm; the META hash `m0` is not written
 /// by any call and not compared (GET cannot read a hash).
@@ -343,5 +346,287 @@ fn refusals_peeks_and_reads_propagate_nothing() {
                 "{backend:?}: {call:?} propagated"
             );
         }
+    }
+}
+
+// Leases (issue 19), on both backends: each key is a sorted set of lease
+// ids and deadlines, with the latest deadline as its expiry.
+
+const LEASE_KEYS: &[&str] = &["q0", "q1", "q2"];
+const LEASE_IDS: &[&str] = &["j0", "j1", "j2", "j3"];
+
+/// Each lease key's members and scores (ZRANGE WITHSCORES) and PEXPIRETIME.
+fn lease_snapshot(con: &mut Connection, keys: &[&str]) -> Vec<(String, String, i64)> {
+    keys.iter()
+        .map(|k| {
+            let members = show(&cmd_raw(con, &["ZRANGE", k, "0", "-1", "WITHSCORES"]));
+            (k.to_string(), members, pexpiretime(con, k))
+        })
+        .collect()
+}
+
+/// `assert_same` for lease keys.
+fn assert_same_leases(primary: &Server, other: &Server, keys: &[&str], what: &str) {
+    let (mut p, mut o) = (primary.client(), other.client());
+    for _ in 0..20 {
+        let before = lease_snapshot(&mut p, keys);
+        let seen = lease_snapshot(&mut o, keys);
+        if lease_snapshot(&mut p, keys) == before {
+            assert_eq!(seen, before, "{what}");
+            return;
+        }
+    }
+    panic!("{what}: the primary never held still");
+}
+
+/// One random lease call in the module's syntax; `held` are the (key, id)
+/// of the leases the workload got (generated ids included), to release and
+/// extend.
+fn random_lease_call(rng: &mut Rng, held: &[(String, String)]) -> Vec<String> {
+    let mut key = rng.pick(LEASE_KEYS).to_string();
+    let ttl = rng
+        .pick(&["30", "60", "100", "150", "250", "30", "60", "20000"])
+        .to_string();
+    // Mostly one of the latest leases: those are likely still live.
+    let recent = &held[held.len().saturating_sub(8)..];
+    let mut id = rng.pick(LEASE_IDS).to_string();
+    if !recent.is_empty() && rng.pct(70) {
+        (key, id) = recent[rng.below(recent.len())].clone();
+    }
+    let w = |words: &[&str]| -> Vec<String> { words.iter().map(|s| s.to_string()).collect() };
+    match rng.below(100) {
+        0..=29 => {
+            let limit = rng.pick(&["2", "4", "8"]);
+            w(&["RL.ACQUIRE", &key, "LIMIT", limit, "TTL", &ttl])
+        }
+        30..=44 => {
+            let limit = rng.pick(&["1", "2", "4"]);
+            let id = rng.pick(LEASE_IDS);
+            w(&["RL.ACQUIRE", &key, "LIMIT", limit, "TTL", &ttl, "ID", id])
+        }
+        45..=49 => w(&["RL.ACQUIRE", &key, "META", "qm"]),
+        50..=69 => w(&["RL.RELEASE", &key, &id]),
+        70..=89 => w(&["RL.EXTEND", &key, &id, "TTL", &ttl]),
+        _ => w(&["RL.INFLIGHT", &key]),
+    }
+}
+
+#[test]
+fn leases_on_a_replica_and_after_an_aof_restart_hold_the_same_members_scores_and_expiry() {
+    let seed = common::seed("functions_replication leases");
+    for backend in BOTH {
+        let args: Vec<&str> = [QUIET, &["--appendonly", "yes", "--appendfsync", "always"]].concat();
+        let mut primary = backend.start_with(&args);
+        let replica = backend.start();
+        replica.replica_of(&primary);
+        let mut con = primary.client();
+        let r = cmd_raw(&mut con, &["HSET", "qm", "max", "2", "ttl", "150"]);
+        assert_eq!(r, Value::Int(2));
+        let mut rng = Rng::new(seed);
+        let mut held: Vec<(String, String)> = Vec::new();
+        let (mut acquired, mut refused, mut released, mut extended) = (0, 0, 0, 0);
+        for round in 0..6 {
+            for _ in 0..250 {
+                if rng.pct(5) {
+                    sleep(Duration::from_millis(rng.below(80) as u64));
+                }
+                let call = random_lease_call(&mut rng, &held);
+                let words: Vec<&str> = call.iter().map(String::as_str).collect();
+                let reply = backend.raw(&mut con, &words);
+                assert!(
+                    error_text(&reply).is_none(),
+                    "{backend:?} {call:?}: {reply:?}"
+                );
+                match (words[0], &reply) {
+                    ("RL.ACQUIRE", Value::Array(items)) => match &items[..] {
+                        [Value::Int(1), .., Value::BulkString(id)] => {
+                            acquired += 1;
+                            let id = String::from_utf8_lossy(id).into_owned();
+                            held.push((words[1].to_string(), id));
+                        }
+                        [Value::Int(0), .., Value::Nil] => refused += 1,
+                        _ => panic!("{backend:?} {call:?}: {reply:?}"),
+                    },
+                    ("RL.RELEASE", Value::Int(n)) => released += n,
+                    ("RL.EXTEND", Value::Int(n)) => extended += n,
+                    _ => {}
+                }
+            }
+            wait_replica_offset(&primary, &replica);
+            let what = format!(
+                "{backend:?} replica after {} lease calls",
+                250 * (round + 1)
+            );
+            assert_same_leases(&primary, &replica, LEASE_KEYS, &what);
+        }
+        // The workload did all the things it checks.
+        println!("{backend:?}: acquired {acquired}, refused {refused}, released {released}, extended {extended}");
+        assert!(
+            acquired > 150 && refused > 50 && released > 50 && extended > 50,
+            "{backend:?}: acquired {acquired}, refused {refused}, released {released}, extended {extended}"
+        );
+        // Every key holds a lease long after the restart, and one that
+        // ends while the primary is down.
+        for key in LEASE_KEYS {
+            let long = backend.raw(&mut con, &["RL.ACQUIRE", key, "LIMIT", "9", "TTL", "60000"]);
+            assert!(
+                matches!(&long, Value::Array(v) if v[0] == Value::Int(1)),
+                "{long:?}"
+            );
+        }
+        let short = backend.raw(
+            &mut con,
+            &[
+                "RL.ACQUIRE",
+                "q0",
+                "LIMIT",
+                "9",
+                "TTL",
+                "400",
+                "ID",
+                "short",
+            ],
+        );
+        assert!(
+            matches!(&short, Value::Array(v) if v[0] == Value::Int(1)),
+            "{short:?}"
+        );
+        wait_replica_offset(&primary, &replica);
+        let kept = lease_snapshot(&mut con, LEASE_KEYS);
+        assert_same_leases(
+            &primary,
+            &replica,
+            LEASE_KEYS,
+            &format!("{backend:?} replica"),
+        );
+
+        backend.restart(&mut primary);
+        let mut con = primary.client();
+        assert_eq!(
+            lease_snapshot(&mut con, LEASE_KEYS),
+            kept,
+            "{backend:?}: the AOF gave back other leases or expiries"
+        );
+        // The short lease ended while the primary was down (or soon after):
+        // from its deadline on it is not live, and the next write reclaims
+        // it without extending anything.
+        let deadline: i64 = redis::cmd("ZSCORE")
+            .arg("q0")
+            .arg("short")
+            .query(&mut con)
+            .unwrap();
+        while common::server_time_ms(&mut con) < deadline {
+            sleep(Duration::from_millis(20));
+        }
+        let live_before = backend.raw(&mut con, &["RL.INFLIGHT", "q0"]);
+        let expiry_before = pexpiretime(&mut con, "q0");
+        let r = backend.raw(&mut con, &["RL.EXTEND", "q0", "short", "TTL", "60000"]);
+        assert_eq!(r, Value::Int(0), "{backend:?}: extended an expired lease");
+        let gone = cmd_raw(&mut con, &["ZSCORE", "q0", "short"]);
+        assert_eq!(
+            gone,
+            Value::Nil,
+            "{backend:?}: the expired lease was not reclaimed"
+        );
+        assert_eq!(backend.raw(&mut con, &["RL.INFLIGHT", "q0"]), live_before);
+        assert_eq!(pexpiretime(&mut con, "q0"), expiry_before, "{backend:?}");
+    }
+}
+
+#[test]
+fn lease_refusals_reads_and_dead_calls_propagate_nothing() {
+    for backend in BOTH {
+        let primary = backend.start_with(QUIET);
+        let replica = backend.start();
+        replica.replica_of(&primary);
+        let mut con = primary.client();
+        for call in [
+            &["RL.ACQUIRE", "z", "LIMIT", "1", "TTL", "60000", "ID", "a"][..],
+            &["HSET", "zero", "max", "0", "ttl", "1000"],
+            &["HSET", "one", "max", "1", "ttl", "60000"],
+        ] {
+            let r = backend.raw(&mut con, call);
+            assert!(error_text(&r).is_none(), "{backend:?} {call:?}: {r:?}");
+        }
+        wait_replica_offset(&primary, &replica);
+        // RL.INFLIGHT reads on a replica too (rl_inflight is `no-writes`,
+        // FCALL_RO); a write is refused there.
+        let mut on_replica = replica.client();
+        let r = backend.raw(&mut on_replica, &["RL.INFLIGHT", "z"]);
+        assert_eq!(r, Value::Int(1), "{backend:?} on the replica");
+        let r = backend.raw(&mut on_replica, &["RL.RELEASE", "z", "a"]);
+        let err = error_text(&r).unwrap_or_default();
+        assert!(
+            err.starts_with("READONLY "),
+            "{backend:?} on the replica: {r:?}"
+        );
+        let offset = repl_offset(&mut con);
+        let quiet: Vec<Vec<&str>> = vec![
+            vec!["RL.ACQUIRE", "z", "LIMIT", "1", "TTL", "60000"],
+            vec!["RL.ACQUIRE", "z", "LIMIT", "1", "TTL", "60000", "ID", "b"],
+            vec!["RL.ACQUIRE", "z", "META", "one"],
+            vec!["RL.ACQUIRE", "z", "META", "zero"],
+            vec!["RL.ACQUIRE", "free"],
+            vec!["RL.ACQUIRE", "free", "ID", "x", "TTL", "5"],
+            vec!["RL.INFLIGHT", "z"],
+            vec!["RL.INFLIGHT", "missing"],
+            vec!["RL.RELEASE", "z", "nobody"],
+            vec!["RL.RELEASE", "missing", "a"],
+            vec!["RL.EXTEND", "z", "nobody", "TTL", "5000"],
+            vec!["RL.EXTEND", "missing", "a", "TTL", "5000"],
+            vec!["RL.ACQUIRE", "z", "LIMIT", "0", "TTL", "5"],
+            vec!["RL.ACQUIRE", "z", "LIMIT", "1"],
+            vec!["RL.EXTEND", "z", "a", "TTL", "9223372036854775807"],
+        ];
+        for call in &quiet {
+            backend.raw(&mut con, call);
+            assert_eq!(
+                repl_offset(&mut con),
+                offset,
+                "{backend:?}: {call:?} propagated"
+            );
+        }
+        // A refusal that reclaims does propagate, and the replica follows.
+        for call in [
+            &["RL.ACQUIRE", "y", "LIMIT", "2", "TTL", "30", "ID", "old"][..],
+            &[
+                "RL.ACQUIRE",
+                "y",
+                "LIMIT",
+                "2",
+                "TTL",
+                "60000",
+                "ID",
+                "live",
+            ],
+        ] {
+            let r = backend.raw(&mut con, call);
+            assert!(
+                matches!(&r, Value::Array(v) if v[0] == Value::Int(1)),
+                "{r:?}"
+            );
+        }
+        sleep(Duration::from_millis(60));
+        wait_replica_offset(&primary, &replica);
+        let offset = repl_offset(&mut con);
+        let r = backend.raw(&mut con, &["RL.ACQUIRE", "y", "LIMIT", "1", "TTL", "60000"]);
+        assert!(
+            matches!(&r, Value::Array(v) if v[0] == Value::Int(0)),
+            "{r:?}"
+        );
+        assert_ne!(
+            repl_offset(&mut con),
+            offset,
+            "{backend:?}: the reclaim was not propagated"
+        );
+        wait_replica_offset(&primary, &replica);
+        assert_same_leases(
+            &primary,
+            &replica,
+            &["y", "z"],
+            &format!("{backend:?} reclaim"),
+        );
+        let members = show(&cmd_raw(&mut con, &["ZRANGE", "y", "0", "-1"]));
+        assert_eq!(members, "[\"live\"]", "{backend:?}");
     }
 }

@@ -68,11 +68,15 @@ fn functions(con: &mut Connection) -> Vec<String> {
     names
 }
 
-const FUNCTIONS: [&str; 7] = [
+const FUNCTIONS: [&str; 11] = [
+    "rl_acquire",
     "rl_admit",
     "rl_admitall",
+    "rl_extend",
+    "rl_inflight",
     "rl_limit",
     "rl_refund",
+    "rl_release",
     "rl_reset",
     "rl_throttle",
     "rl_ttl",

@@ -55,6 +55,46 @@ export interface Decision {
   readonly error?: unknown;
 }
 
+export interface AcquireOptions {
+  /** Most leases live at once; optional with `meta` (field `max`). No limit at all: unlimited. */
+  limit?: number;
+  /** The lease's time to live in ms; optional with `meta` (field `ttl`). */
+  ttlMs?: number;
+  /** A META hash whose `max` / `ttl` fields apply where no option is given. */
+  meta?: string;
+  /** The lease's id (a job id, say): re-acquiring a live id renews it. Default: the server makes one. */
+  id?: string;
+}
+
+export interface WithLeaseOptions extends AcquireOptions {
+  /** Extend the lease every ttlMs / 3 while fn runs (default true; needs ttlMs). */
+  heartbeat?: boolean;
+}
+
+/** One RL.ACQUIRE answer. */
+export interface Lease {
+  readonly acquired: boolean;
+  /** 0: unlimited (acquired, nothing stored). */
+  readonly limit: number;
+  /** Live leases after the call. */
+  readonly inFlight: number;
+  /** Refused: ms until the earliest live lease ends by itself. Acquired: 0. */
+  readonly retryAfterMs: number;
+  /** The id to release or extend; null when refused. */
+  readonly leaseId: string | null;
+  readonly backend: "module" | "functions";
+}
+
+/** What withLease hands its function. */
+export interface HeldLease {
+  readonly lease: Lease;
+  readonly id: string;
+  /** Aborts, with a LeaseLostError as its reason, once the heartbeat finds the lease gone. */
+  readonly signal: AbortSignal;
+  /** True once the lease is known to be lost. */
+  readonly lost: boolean;
+}
+
 export class Limiter {
   constructor(options: LimiterOptions);
   /** The backend in use; detected on first use and cached per sendCommand. */
@@ -63,6 +103,16 @@ export class Limiter {
   refund(key: string, options: AdmitOptions): Promise<Decision>;
   ttl(key: string, policy: Policy): Promise<number>;
   reset(key: string): Promise<boolean>;
+  /** RL.ACQUIRE: one of `limit` slots for `ttlMs`. */
+  acquire(key: string, options?: AcquireOptions): Promise<Lease>;
+  /** RL.RELEASE: true if the lease was live. */
+  release(key: string, id: string): Promise<boolean>;
+  /** RL.EXTEND: true if the lease was live and now ends ttlMs from now; false: stop. */
+  extend(key: string, id: string, ttlMs: number): Promise<boolean>;
+  /** RL.INFLIGHT: the number of live leases. */
+  inFlight(key: string): Promise<number>;
+  /** Acquire (or throw LeaseRefusedError), heartbeat, run fn, release. */
+  withLease<T>(key: string, options: WithLeaseOptions, fn: (held: HeldLease) => T | Promise<T>): Promise<T>;
 }
 
 export interface HeaderOptions {
@@ -101,3 +151,16 @@ export class ValkeyStore {
 
 export class BackendMissingError extends Error {}
 export class TimeoutError extends Error {}
+
+/** withLease found every slot taken; fn did not run. */
+export class LeaseRefusedError extends Error {
+  readonly key: string;
+  readonly lease: Lease;
+  readonly retryAfterMs: number;
+}
+
+/** The lease stopped being live while its holder ran: its slot may be someone else's. */
+export class LeaseLostError extends Error {
+  readonly key: string;
+  readonly leaseId: string;
+}

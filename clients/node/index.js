@@ -2,7 +2,8 @@
 // per decision, sent through the caller's own client (`sendCommand`), to the
 // module (RL.*) or, where modules are not allowed, to the FUNCTION library
 // (FCALL rl_*); the backend is found on first use and remembered per client.
-// On top of it: `Limiter` (plain API), `ValkeyStore` (express-rate-limit 8
+// On top of it: `Limiter` (plain API, and the concurrency leases: acquire,
+// release, extend, inFlight, withLease), `ValkeyStore` (express-rate-limit 8
 // Store) and `headers()` (the IETF RateLimit header fields).
 "use strict";
 
@@ -36,6 +37,30 @@ class TimeoutError extends Error {
   constructor(ms) {
     super(`valkey-ratelimit: no reply from Valkey within ${ms} ms`);
     this.name = "TimeoutError";
+  }
+}
+
+/** withLease found every slot taken: `fn` did not run. */
+class LeaseRefusedError extends Error {
+  constructor(key, lease) {
+    super(
+      `valkey-ratelimit: lease on ${key} refused: ${lease.inFlight} of ${lease.limit} in flight, ` +
+        `retry after ${lease.retryAfterMs} ms`,
+    );
+    this.name = "LeaseRefusedError";
+    this.key = key;
+    this.lease = lease;
+    this.retryAfterMs = lease.retryAfterMs;
+  }
+}
+
+/** The lease is no longer live (RL.EXTEND or RL.RELEASE answered 0): its slot may be someone else's. */
+class LeaseLostError extends Error {
+  constructor(key, leaseId) {
+    super(`valkey-ratelimit: lease ${leaseId} on ${key} was lost: its slot may be someone else's now`);
+    this.name = "LeaseLostError";
+    this.key = key;
+    this.leaseId = leaseId;
   }
 }
 
@@ -99,6 +124,40 @@ function parseDecision(reply, backend) {
     resetAfterMs,
     backend,
   });
+}
+
+const LEASE_FIELDS = ["acquired", "limit", "in_flight", "retry_after_ms", "lease_id"];
+
+// RL.ACQUIRE reply: a RESP2 array, or the module's RESP3 map.
+function parseLease(reply, backend) {
+  let values;
+  if (Array.isArray(reply)) {
+    values = reply;
+  } else if (reply instanceof Map) {
+    values = LEASE_FIELDS.map((f) => reply.get(f));
+  } else if (reply && typeof reply === "object") {
+    values = LEASE_FIELDS.map((f) => reply[f]);
+  } else {
+    throw new Error(`valkey-ratelimit: unexpected RL.ACQUIRE reply ${String(reply)}`);
+  }
+  if (values.length !== 5) throw new Error(`valkey-ratelimit: unexpected RL.ACQUIRE reply ${String(reply)}`);
+  const [acquired, limit, inFlight, retryAfterMs] = values.slice(0, 4).map(toInt);
+  const id = values[4];
+  return Object.freeze({
+    acquired: acquired === 1,
+    limit,
+    inFlight,
+    retryAfterMs,
+    leaseId: id === null || id === undefined ? null : String(id),
+    backend,
+  });
+}
+
+function checkLeaseId(id) {
+  if (typeof id !== "string" || id === "") {
+    throw new TypeError(`valkey-ratelimit: a lease id must be a non-empty string, got ${String(id)}`);
+  }
+  return id;
 }
 
 function checkInt(name, v, min) {
@@ -293,6 +352,123 @@ class Limiter {
     const { reply } = await this.call("RL.RESET", "rl_reset", false, this.keysOf(key), []);
     return toInt(reply) === 1;
   }
+
+  // Leases. No failure policy here: an unreachable Valkey throws, since no
+  // slot can be promised without it.
+
+  /**
+   * Takes one of `limit` slots on `key` for `ttlMs` (RL.ACQUIRE). `id` names
+   * the lease (a job id; re-acquiring it renews it), else the server makes
+   * one. Refused: `acquired` false, `retryAfterMs` until the earliest lease
+   * ends by itself.
+   */
+  async acquire(key, options = {}) {
+    const args = [];
+    if (options.limit !== undefined && options.limit !== null) {
+      checkInt("limit", options.limit, 1);
+      args.push("LIMIT", String(options.limit));
+    }
+    if (options.ttlMs !== undefined && options.ttlMs !== null) {
+      checkInt("ttlMs", options.ttlMs, 1);
+      args.push("TTL", String(options.ttlMs));
+    }
+    if (options.id !== undefined && options.id !== null) args.push("ID", checkLeaseId(options.id));
+    const { reply, backend } = await this.call("RL.ACQUIRE", "rl_acquire", false, this.keysOf(key, options.meta), args);
+    return parseLease(reply, backend);
+  }
+
+  /** Ends a lease (RL.RELEASE): true if it was live. */
+  async release(key, id) {
+    const { reply } = await this.call("RL.RELEASE", "rl_release", false, this.keysOf(key), [checkLeaseId(id)]);
+    return toInt(reply) === 1;
+  }
+
+  /** Moves a live lease's deadline to now + ttlMs (RL.EXTEND); false: lost, stop. */
+  async extend(key, id, ttlMs) {
+    checkInt("ttlMs", ttlMs, 1);
+    const args = [checkLeaseId(id), "TTL", String(ttlMs)];
+    const { reply } = await this.call("RL.EXTEND", "rl_extend", false, this.keysOf(key), args);
+    return toInt(reply) === 1;
+  }
+
+  /** The number of live leases on `key` (RL.INFLIGHT; reads only). */
+  async inFlight(key) {
+    const { reply } = await this.call("RL.INFLIGHT", "rl_inflight", true, this.keysOf(key), []);
+    return toInt(reply);
+  }
+
+  /**
+   * Runs `fn(held)` under a lease and resolves to its result. Acquires first,
+   * or throws LeaseRefusedError (with `retryAfterMs`) without calling fn.
+   * While fn runs, extends the lease every ttlMs / 3 (`heartbeat: false`:
+   * never); releases it in `finally`. If an extend finds the lease gone,
+   * the beats stop, `held.lost` turns true and `held.signal` aborts with a
+   * LeaseLostError (pass it on to what fn awaits); withLease then throws
+   * LeaseLostError, as it does when the release finds the lease expired.
+   */
+  async withLease(key, options, fn) {
+    const { heartbeat = true, ...acquireOptions } = options || {};
+    if (typeof fn !== "function") throw new TypeError("valkey-ratelimit: withLease needs a function to run");
+    if (heartbeat && (acquireOptions.ttlMs === undefined || acquireOptions.ttlMs === null)) {
+      throw new TypeError("valkey-ratelimit: the heartbeat extends the lease by ttlMs: give ttlMs, or heartbeat: false");
+    }
+    const lease = await this.acquire(key, acquireOptions);
+    if (!lease.acquired) throw new LeaseRefusedError(key, lease);
+    const controller = new AbortController();
+    const held = { lease, id: lease.leaseId, signal: controller.signal, lost: false };
+    const lose = () => {
+      held.lost = true;
+      controller.abort(new LeaseLostError(key, lease.leaseId));
+    };
+    // Unlimited (limit 0): nothing was stored, nothing to keep alive or release.
+    const stored = lease.limit > 0;
+    let timer;
+    if (heartbeat && stored) {
+      let beating = false;
+      timer = setInterval(async () => {
+        if (beating || held.lost) return;
+        beating = true;
+        try {
+          if (!(await this.extend(key, lease.leaseId, acquireOptions.ttlMs))) {
+            clearInterval(timer);
+            lose();
+          }
+        } catch {
+          // Unreachable for now: the next beat tries again.
+        } finally {
+          beating = false;
+        }
+      }, acquireOptions.ttlMs / 3);
+      if (typeof timer.unref === "function") timer.unref();
+    }
+    let result;
+    let failed = false;
+    let failure;
+    try {
+      result = await fn(held);
+    } catch (e) {
+      failed = true;
+      failure = e;
+    }
+    clearInterval(timer);
+    if (stored && !held.lost) {
+      try {
+        if (!(await this.release(key, lease.leaseId))) held.lost = true;
+      } catch (e) {
+        // Never mask fn's own error; the lease ends at its deadline anyway.
+        if (!failed) throw e;
+      }
+    }
+    if (failed && controller.signal.aborted) {
+      // fn failed after the lease was lost, most likely of the abort.
+      const lost = controller.signal.reason;
+      if (failure !== lost) lost.cause = failure;
+      throw lost;
+    }
+    if (failed) throw failure;
+    if (held.lost) throw new LeaseLostError(key, lease.leaseId);
+    return result;
+  }
 }
 
 const ceilSeconds = (ms) => Math.ceil(ms / 1000);
@@ -413,5 +589,7 @@ module.exports = {
   headers,
   BackendMissingError,
   TimeoutError,
+  LeaseRefusedError,
+  LeaseLostError,
   ALGORITHMS,
 };

@@ -114,6 +114,10 @@ const FUNCTIONS: &[(&str, &str, bool)] = &[
     ("RL.REFUND", "rl_refund", false),
     ("RL.RESET", "rl_reset", false),
     ("RL.THROTTLE", "rl_throttle", false),
+    ("RL.ACQUIRE", "rl_acquire", false),
+    ("RL.RELEASE", "rl_release", false),
+    ("RL.EXTEND", "rl_extend", false),
+    ("RL.INFLIGHT", "rl_inflight", true),
 ];
 
 /// A module call as the library takes it: every key a key, so the META hash
@@ -136,7 +140,7 @@ pub fn fcall_form(call: &[&str]) -> Vec<String> {
     let owned = |words: &[&str]| -> Vec<String> { words.iter().map(|w| w.to_string()).collect() };
     match function {
         "rl_admitall" => out.extend(admitall_form(args)),
-        "rl_admit" | "rl_ttl" | "rl_refund" => match args.split_first() {
+        "rl_admit" | "rl_ttl" | "rl_refund" | "rl_acquire" => match args.split_first() {
             None => out.push("0".into()),
             Some((key, options)) => {
                 // Options come in name-value pairs; the first META with a
@@ -157,7 +161,8 @@ pub fn fcall_form(call: &[&str]) -> Vec<String> {
                 }
             }
         },
-        // RL.LIMIT, RL.RESET and RL.THROTTLE take one key, first.
+        // RL.LIMIT, RL.RESET, RL.THROTTLE and the other lease commands
+        // take one key, first.
         _ => match args.split_first() {
             None => out.push("0".into()),
             Some((key, rest)) => {
@@ -434,4 +439,39 @@ pub fn error_text(v: &Value) -> Option<String> {
         }),
         _ => None,
     }
+}
+
+/// Whether `s` is a generated lease id, as the contract's regex
+/// `^[0-9a-f]+-[0-9a-f]{16}$` says.
+pub fn is_generated_id(s: &str) -> bool {
+    let hex = |part: &str| part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    match s.split_once('-') {
+        Some((ms, nonce)) => !ms.is_empty() && hex(ms) && nonce.len() == 16 && hex(nonce),
+        None => false,
+    }
+}
+
+/// `show`'s line with every quoted generated lease id as `"<id>"`: the two
+/// backends generate different ids, in the same form.
+pub fn without_ids(line: &str) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(open) = rest.find('"') {
+        out.push_str(&rest[..=open]);
+        rest = &rest[open + 1..];
+        let close = rest.find('"').unwrap_or(rest.len());
+        let quoted = &rest[..close];
+        out.push_str(if is_generated_id(quoted) {
+            "<id>"
+        } else {
+            quoted
+        });
+        rest = &rest[close..];
+        if let Some(after) = rest.strip_prefix('"') {
+            out.push('"');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }

@@ -23,11 +23,18 @@
 // one interval apart, with up to N waiting. An admitted request told to wait
 // (retryAfterMs > 0) is held that long, then served; only a request that
 // would find the queue full is refused (429).
+//
+// With --lease N the handler caps work in flight instead of its rate: each
+// request runs inside limiter.withLease() on the client's semaphore
+// rl:{<client id>}:inflight (at most N at once, each lease lasting --ttl ms
+// and kept alive by the heartbeat while the work, --work ms, runs), and is
+// released when it ends. A request that finds all N slots taken gets 429
+// with Retry-After: the seconds until the earliest lease would end by itself.
 "use strict";
 
 const { parseArgs } = require("node:util");
 const Valkey = require("iovalkey");
-const { Limiter, headers: rateLimitHeaders } = require("..");
+const { Limiter, LeaseRefusedError, headers: rateLimitHeaders } = require("..");
 
 // The counter's key: rl:{<client id>}:<policy>. The braces are a cluster hash
 // tag, so all keys of one client share a slot (see the Python example).
@@ -94,6 +101,45 @@ async function handleRequest(limiter, clientId, policy) {
   return { status, headers, body: JSON.stringify(body) };
 }
 
+// The client's semaphore: rl:{<client id>}:inflight, in the slot of its limiters.
+function leaseKey(clientId) {
+  if (/[{}]/.test(clientId)) {
+    throw new Error("client id must not contain '{' or '}'");
+  }
+  return `rl:{${clientId}}:inflight`;
+}
+
+// Run one request of clientId under a lease, at most `slots` at once:
+// resolves to {status, headers, body}.
+async function handleLeasedRequest(limiter, clientId, slots, ttlMs, workMs = 0) {
+  const headers = { "Content-Type": "application/json" };
+  let key;
+  try {
+    key = leaseKey(clientId);
+  } catch (e) {
+    return { status: 400, headers, body: JSON.stringify({ error: e.message }) };
+  }
+  try {
+    // Acquired first; extended every ttlMs / 3 while the work runs; released
+    // when it ends, also when it throws.
+    const inFlight = await limiter.withLease(key, { limit: slots, ttlMs }, async (held) => {
+      await sleep(workMs); // the request's work
+      return held.lease.inFlight;
+    });
+    return { status: 200, headers, body: JSON.stringify({ ok: true, client: clientId, in_flight: inFlight }) };
+  } catch (e) {
+    if (!(e instanceof LeaseRefusedError)) throw e;
+    // All slots taken: the earliest lease ends by itself in retryAfterMs (a
+    // holder that finishes first frees its slot sooner).
+    const retry = Math.max(1, Math.ceil(e.retryAfterMs / 1000));
+    return {
+      status: 429,
+      headers: { "Retry-After": String(retry), ...headers },
+      body: JSON.stringify({ error: "too many in flight", retry_after: retry }),
+    };
+  }
+}
+
 const REASONS = { 200: "OK", 400: "Bad Request", 429: "Too Many Requests" };
 
 function formatResponse({ status, headers, body }) {
@@ -138,6 +184,9 @@ async function main() {
       limit: { type: "string", default: "100" },
       window: { type: "string", default: "60" },
       queue: { type: "string" },
+      lease: { type: "string" },
+      ttl: { type: "string", default: "30000" },
+      work: { type: "string", default: "0" },
       requests: { type: "string", short: "n", default: "1" },
     },
   });
@@ -162,7 +211,11 @@ async function main() {
   const limiter = new Limiter({ sendCommand: (...args) => client.call(...args) });
   try {
     for (let i = 0; i < int("requests"); i++) {
-      process.stdout.write(formatResponse(await handleRequest(limiter, values.client, policy)) + "\n");
+      const response =
+        values.lease === undefined
+          ? await handleRequest(limiter, values.client, policy)
+          : await handleLeasedRequest(limiter, values.client, int("lease"), int("ttl"), int("work"));
+      process.stdout.write(formatResponse(response) + "\n");
     }
   } finally {
     await client.quit();
@@ -176,4 +229,4 @@ if (require.main === module) {
   });
 }
 
-module.exports = { handleRequest, limiterKey, formatResponse };
+module.exports = { handleRequest, handleLeasedRequest, limiterKey, leaseKey, formatResponse };

@@ -7,6 +7,10 @@ import {
   ALGORITHMS,
   BackendMissingError,
   Decision,
+  HeldLease,
+  Lease,
+  LeaseLostError,
+  LeaseRefusedError,
   Limiter,
   TimeoutError,
   ValkeyStore,
@@ -39,6 +43,27 @@ async function plain(): Promise<string> {
   return [backend, admitted, fields, ttl, existed, refunded, e, t, ALGORITHMS.join()].join();
 }
 void plain;
+
+async function leases(): Promise<number> {
+  const limiter = new Limiter({ sendCommand: (...args) => client.call(...args) });
+  const lease: Lease = await limiter.acquire("gpu", { limit: 4, ttlMs: 30_000, id: "job-1" });
+  const id: string | null = lease.leaseId;
+  const released: boolean = id !== null && (await limiter.release("gpu", id));
+  const extended: boolean = await limiter.extend("gpu", "job-1", 30_000);
+  const n: number = await limiter.inFlight("gpu");
+  const doubled: number = await limiter.withLease("gpu", { limit: 4, ttlMs: 30_000 }, async (held: HeldLease) => {
+    const signal: AbortSignal = held.signal;
+    return held.lost || signal.aborted ? 0 : held.lease.inFlight * 2;
+  });
+  try {
+    await limiter.withLease("gpu", { meta: "gpu:meta", heartbeat: false }, () => "sync result");
+  } catch (e) {
+    if (e instanceof LeaseRefusedError) return e.retryAfterMs;
+    if (e instanceof LeaseLostError) return e.leaseId.length;
+  }
+  return n + doubled + Number(released) + Number(extended);
+}
+void leases;
 
 // @ts-expect-error: an unknown algorithm is a type error.
 new ValkeyStore({ sendCommand: () => null, algorithm: "cell" });

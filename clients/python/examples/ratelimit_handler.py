@@ -26,12 +26,20 @@ With `--queue N` the policy shapes instead of capping: a leaky bucket
 `--window`, one interval apart, with up to N waiting. An admitted request
 told to wait (`retry_after_ms` > 0) is held that long, then served; only a
 request that would find the queue full is refused (429).
+
+With `--lease N` the handler caps work in flight instead of its rate: each
+request runs inside `limiter.lease(...)` on the client's semaphore
+`rl:{<client id>}:inflight` (at most N at once, each lease lasting `--ttl`
+ms and kept alive by the heartbeat while the work, `--work` ms, runs), and
+is released when it ends. A request that finds all N slots taken gets 429
+with Retry-After: the seconds until the earliest lease would end by itself.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -40,7 +48,7 @@ from typing import Optional
 
 import valkey
 from valkey.cluster import ValkeyCluster
-from valkey_ratelimit import Limiter
+from valkey_ratelimit import LeaseRefused, Limiter
 
 
 @dataclass(frozen=True)
@@ -107,6 +115,36 @@ def handle_request(limiter: Limiter, client_id: str, policy: Policy = Policy()):
     return status, headers, to_json(body)
 
 
+def lease_key(client_id: str) -> str:
+    """The client's semaphore: `rl:{<client id>}:inflight`, in the slot of its limiters."""
+    if "{" in client_id or "}" in client_id:
+        raise ValueError("client id must not contain '{' or '}'")
+    return f"rl:{{{client_id}}}:inflight"
+
+
+def handle_leased_request(limiter: Limiter, client_id: str, slots: int, ttl_ms: int, work_ms: int = 0):
+    """Run one request of `client_id` under a lease, at most `slots` at once:
+    returns (status, headers, body)."""
+    headers = {"Content-Type": "application/json"}
+    try:
+        key = lease_key(client_id)
+    except ValueError as e:
+        return 400, headers, to_json({"error": str(e)})
+    try:
+        # Acquired here; extended every ttl_ms / 3 while the block runs;
+        # released when it ends, also on an exception.
+        with limiter.lease(key, limit=slots, ttl_ms=ttl_ms) as held:
+            time.sleep(work_ms / 1000)  # the request's work
+            body = {"ok": True, "client": client_id, "in_flight": held.lease.in_flight}
+            return 200, headers, to_json(body)
+    except LeaseRefused as e:
+        # All slots taken: the earliest lease ends by itself in retry_after_ms
+        # (a holder that finishes first frees its slot sooner).
+        retry = max(1, math.ceil(e.retry_after_ms / 1000))
+        headers = {"Retry-After": str(retry), **headers}
+        return 429, headers, to_json({"error": "too many in flight", "retry_after": retry})
+
+
 REASONS = {200: "OK", 400: "Bad Request", 429: "Too Many Requests"}
 
 
@@ -127,6 +165,9 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=100, help="requests per window")
     p.add_argument("--window", type=int, default=60, help="window in seconds")
     p.add_argument("--queue", type=int, help="shape as a leaky bucket with this many waiting")
+    p.add_argument("--lease", type=int, help="cap work in flight at this many leases instead")
+    p.add_argument("--ttl", type=int, default=30_000, help="lease time to live in ms (--lease)")
+    p.add_argument("--work", type=int, default=0, help="ms each leased request works (--lease)")
     p.add_argument("-n", "--requests", type=int, default=1, help="how many requests to send")
     args = p.parse_args(argv)
 
@@ -136,7 +177,11 @@ def main(argv=None) -> int:
     limiter = Limiter(client)
     try:
         for _ in range(args.requests):
-            print(format_response(*handle_request(limiter, args.client, policy)), flush=True)
+            if args.lease is not None:
+                response = handle_leased_request(limiter, args.client, args.lease, args.ttl, args.work)
+            else:
+                response = handle_request(limiter, args.client, policy)
+            print(format_response(*response), flush=True)
     finally:
         client.close()
     return 0

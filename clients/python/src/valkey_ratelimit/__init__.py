@@ -5,6 +5,8 @@ allowed, its FUNCTION library (FCALL rl_*).
     Limiter(client)          valkey.Valkey (sync)
     AsyncLimiter(client)     valkey.asyncio.Valkey
     Decision                 the answer, with .headers() (IETF RateLimit fields)
+    Lease                    a lease's answer (limiter.acquire); limiter.lease(...)
+                             is the context manager: LeaseRefused, LeaseLost
     RateLimitMiddleware      ASGI middleware for Starlette / FastAPI (valkey_ratelimit.asgi)
 """
 
@@ -14,6 +16,9 @@ from ._core import (
     QUOTA_EXCEEDED_TYPE,
     BackendMissingError,
     Decision,
+    Lease,
+    LeaseLost,
+    LeaseRefused,
     LimiterTimeout,
 )
 from ._sync import Limiter
@@ -26,6 +31,9 @@ __all__ = [
     "AsyncLimiter",
     "BackendMissingError",
     "Decision",
+    "Lease",
+    "LeaseLost",
+    "LeaseRefused",
     "Limiter",
     "LimiterTimeout",
     "RateLimitMiddleware",

@@ -223,3 +223,97 @@ def check_options(backend: str, failure: str, timeout: Optional[float]) -> None:
 
 
 PROBE_KEY = "valkey-ratelimit:probe"
+
+
+# --- Leases (RL.ACQUIRE / RL.RELEASE / RL.EXTEND / RL.INFLIGHT) -------------
+
+LEASE_FIELDS = ("acquired", "limit", "in_flight", "retry_after_ms", "lease_id")
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One RL.ACQUIRE answer. ``in_flight``: live leases after the call.
+    ``retry_after_ms``: refused, ms until the earliest live lease ends by
+    itself (the soonest a slot can free up); acquired, 0. ``lease_id``: the
+    id to release or extend, None when refused. ``limit`` 0 means unlimited:
+    acquired, and nothing was written (there is nothing to release)."""
+
+    acquired: bool
+    limit: int
+    in_flight: int
+    retry_after_ms: int
+    lease_id: Optional[str]
+    #: "module" or "functions".
+    backend: Optional[str] = None
+
+
+class LeaseRefused(Exception):
+    """``limiter.lease(...)`` found every slot taken: the body did not run.
+    ``retry_after_ms`` is when the earliest live lease ends by itself."""
+
+    def __init__(self, key: str, lease: Lease) -> None:
+        super().__init__(
+            f"lease on {key!r} refused: {lease.in_flight} of {lease.limit} in flight, "
+            f"retry after {lease.retry_after_ms} ms"
+        )
+        self.key = key
+        self.lease = lease
+        self.retry_after_ms = lease.retry_after_ms
+
+
+class LeaseLost(Exception):
+    """The heartbeat found the lease no longer live (RL.EXTEND answered 0):
+    it expired or was removed, and its slot may be someone else's. Raised
+    when the ``with`` block ends, or, under ``async with``, into the block
+    itself, which is cancelled at its next await."""
+
+    def __init__(self, key: str, lease_id: Optional[str]) -> None:
+        super().__init__(f"lease {lease_id!r} on {key!r} was lost: its slot may be someone else's now")
+        self.key = key
+        self.lease_id = lease_id
+
+
+def lease_args(limit: Optional[int], ttl_ms: Optional[int], lease_id: Optional[str]) -> List[str]:
+    """RL.ACQUIRE's options, as both backends take them (META goes in keys)."""
+    args: List[str] = []
+    if limit is not None:
+        args += ["LIMIT", str(_check_int("limit", limit, 1))]
+    if ttl_ms is not None:
+        args += ["TTL", str(_check_int("ttl_ms", ttl_ms, 1))]
+    if lease_id is not None:
+        args += ["ID", check_lease_id(lease_id)]
+    return args
+
+
+def check_lease_id(lease_id: Any) -> str:
+    if not isinstance(lease_id, str) or lease_id == "":
+        raise ValueError(f"lease_id must be a non-empty string, got {lease_id!r}")
+    return lease_id
+
+
+def ttl_arg(ttl_ms: int) -> List[str]:
+    return ["TTL", str(_check_int("ttl_ms", ttl_ms, 1))]
+
+
+def parse_lease(reply: Any, backend: str) -> Lease:
+    """RL.ACQUIRE reply: a RESP2 array or the module's RESP3 map."""
+    if isinstance(reply, dict):
+        by_name = {_text(k): v for k, v in reply.items()}
+        values = [by_name.get(f) for f in LEASE_FIELDS]
+    elif isinstance(reply, (list, tuple)) and len(reply) == 5:
+        values = list(reply)
+    else:
+        raise ValueError(f"unexpected RL.ACQUIRE reply {reply!r}")
+    acquired, limit, in_flight, retry = (to_int(v) for v in values[:4])
+    lease_id = None if values[4] is None else _text(values[4])
+    return Lease(acquired == 1, limit, in_flight, retry, lease_id, backend)
+
+
+def heartbeat_s(ttl_ms: Optional[int], heartbeat: bool) -> Optional[float]:
+    """Seconds between two RL.EXTENDs: a third of the TTL, so that two beats
+    may fail before the lease runs out. None when there is no heartbeat."""
+    if not heartbeat:
+        return None
+    if ttl_ms is None:
+        raise ValueError("the heartbeat extends the lease by ttl_ms: give ttl_ms, or heartbeat=False")
+    return _check_int("ttl_ms", ttl_ms, 1) / 3000

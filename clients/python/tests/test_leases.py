@@ -1,0 +1,346 @@
+"""The lease helpers against a real server: Limiter/AsyncLimiter's
+acquire, release, extend and in_flight, and the context managers
+``with limiter.lease(...)`` / ``async with``, checked against the sorted set
+the server keeps (member = lease id, score = deadline in ms).
+
+    VALKEY_PORT=6379 RL_EXPECT_BACKEND=module python tests/test_leases.py live
+
+``live`` needs a running server with the module (RL_EXPECT_BACKEND=module)
+or with only the FUNCTION library (functions). Prints one ``ok <check>``
+line per check; the first failure raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import re
+import sys
+import threading
+import time
+
+HOST = os.environ.get("VALKEY_HOST", "127.0.0.1")
+PORT = int(os.environ.get("VALKEY_PORT", "6379"))
+GENERATED_ID = re.compile(r"^[0-9a-f]+-[0-9a-f]{16}$")
+
+
+def ok(what: str) -> None:
+    print(f"ok {what}", flush=True)
+
+
+def server_ms(c) -> int:
+    s, us = c.time()
+    return s * 1000 + us // 1000
+
+
+def wait_for(what: str, cond, timeout_s: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+def plain_calls(sync, limiter, expect: str) -> None:
+    from valkey_ratelimit import Lease
+
+    key = "lease:plain"
+    t0 = server_ms(sync)
+    a = limiter.acquire("plain", limit=2, ttl_ms=5000)
+    t1 = server_ms(sync)
+    assert (a.acquired, a.limit, a.in_flight, a.retry_after_ms, a.backend) == (True, 2, 1, 0, expect), a
+    assert GENERATED_ID.match(a.lease_id), a.lease_id
+    deadline = int(sync.zscore(key, a.lease_id))
+    assert t0 + 5000 <= deadline <= t1 + 5000, (t0, deadline, t1)
+    assert sync.pexpiretime(key) == deadline, "the key expires with its latest lease"
+    # Renew by ID: no second slot.
+    b = limiter.acquire("plain", limit=2, ttl_ms=5000, lease_id="job-7")
+    again = limiter.acquire("plain", limit=2, ttl_ms=9000, lease_id="job-7")
+    assert b.acquired and again.acquired and again.lease_id == "job-7" and again.in_flight == 2, again
+    refused = limiter.acquire("plain", limit=2, ttl_ms=5000)
+    assert refused == Lease(False, 2, 2, refused.retry_after_ms, None, expect), refused
+    assert 0 < refused.retry_after_ms <= deadline - t0, refused
+    assert limiter.in_flight("plain") == 2
+    assert limiter.extend("plain", "job-7", 20_000) is True
+    assert int(sync.zscore(key, "job-7")) >= t1 + 20_000 - 1000
+    assert limiter.release("plain", "job-7") is True
+    assert limiter.release("plain", "job-7") is False, "released twice"
+    assert limiter.extend("plain", "job-7", 1000) is False, "extend of a released lease"
+    assert limiter.release("plain", "nobody") is False
+    assert limiter.release("plain", a.lease_id) is True
+    assert limiter.in_flight("plain") == 0 and sync.exists(key) == 0, "no lease left: key gone"
+    ok(f"{expect}: acquire/release/extend/in_flight, renew by id, refusal, key gone at the end")
+
+    # Unlimited: acquired with an id, nothing stored.
+    u = limiter.acquire("free")
+    assert u.acquired and u.limit == 0 and u.in_flight == 0 and u.retry_after_ms == 0, u
+    assert GENERATED_ID.match(u.lease_id), u
+    with limiter.lease("free", ttl_ms=1000) as held:
+        assert held.lease.limit == 0
+    assert sync.exists("lease:free") == 0
+    # Limit and TTL as data: a META hash.
+    sync.hset("lease:meta", mapping={"max": 1, "ttl": 4000})
+    m = limiter.acquire("m", meta="lease:meta")
+    assert m.acquired and m.limit == 1, m
+    assert not limiter.acquire("m", meta="lease:meta").acquired
+    assert limiter.release("m", m.lease_id) is True
+    ok(f"{expect}: unlimited stores nothing; META max/ttl apply")
+
+    # RESP3: the module answers a map, the library an array; both read alike.
+    import valkey
+
+    c3 = valkey.Valkey(host=HOST, port=PORT, protocol=3)
+    from valkey_ratelimit import Limiter
+
+    l3 = Limiter(c3, prefix="lease:")
+    r3 = l3.acquire("resp3", limit=1, ttl_ms=5000, lease_id="x")
+    assert (r3.acquired, r3.limit, r3.in_flight, r3.lease_id) == (True, 1, 1, "x"), r3
+    r3 = l3.acquire("resp3", limit=1, ttl_ms=5000)
+    assert (r3.acquired, r3.lease_id) == (False, None) and r3.retry_after_ms > 0, r3
+    assert l3.release("resp3", "x") is True
+    c3.close()
+    ok(f"{expect}: RESP3 replies read the same")
+
+
+def context_manager(sync, limiter, expect: str) -> None:
+    from valkey_ratelimit import LeaseLost, LeaseRefused
+
+    key = "lease:cm"
+    with limiter.lease("cm", limit=2, ttl_ms=5000) as held:
+        assert held.id and sync.zscore(key, held.id) is not None, "held while the block runs"
+        assert limiter.in_flight("cm") == 1 and not held.lost
+    assert sync.exists(key) == 0, "released on exit"
+    try:
+        with limiter.lease("cm", limit=2, ttl_ms=5000) as held:
+            assert sync.zcard(key) == 1
+            raise KeyError("the work failed")
+    except KeyError:
+        pass
+    assert sync.exists(key) == 0, "released on an exception"
+    ok(f"{expect}: the context manager releases on exit and on an exception")
+
+    # Refusal: the block does not run; retry_after_ms is the holder's deadline.
+    limiter.acquire("busy", limit=1, ttl_ms=4000, lease_id="holder")
+    deadline = int(sync.zscore("lease:busy", "holder"))
+    ran = False
+    t0 = server_ms(sync)
+    try:
+        with limiter.lease("busy", limit=1, ttl_ms=4000):
+            ran = True
+        raise AssertionError("a full semaphore must refuse")
+    except LeaseRefused as e:
+        t1 = server_ms(sync)
+        assert not ran
+        assert deadline - t1 <= e.retry_after_ms <= deadline - t0, (t0, t1, deadline, e.retry_after_ms)
+        assert e.lease.in_flight == 1 and e.lease.limit == 1 and e.lease.lease_id is None
+        retry = e.retry_after_ms
+    assert sync.zcard("lease:busy") == 1
+    ok(f"{expect}: refusal raises LeaseRefused with retry_after_ms {retry} (holder's deadline - now)")
+
+    # Heartbeat: a 300 ms lease lives through 1 s of work.
+    with limiter.lease("hb", limit=1, ttl_ms=300) as held:
+        first = int(sync.zscore("lease:hb", held.id))
+        time.sleep(1.0)
+        assert not held.lost and limiter.in_flight("hb") == 1, "alive past its TTL"
+        later = int(sync.zscore("lease:hb", held.id))
+        assert later > first + 500, (first, later)
+        assert not limiter.acquire("hb", limit=1, ttl_ms=300).acquired, "its slot is still taken"
+    assert sync.exists("lease:hb") == 0
+    # The control: without the heartbeat the same work outlives its lease,
+    # which the release finds out.
+    try:
+        with limiter.lease("nohb", limit=1, ttl_ms=300, heartbeat=False):
+            time.sleep(0.6)
+            assert limiter.in_flight("nohb") == 0, "expired without beats"
+        raise AssertionError("an expired lease must be reported")
+    except LeaseLost:
+        pass
+    ok(f"{expect}: the heartbeat keeps a 300 ms lease alive through 1 s (without it: LeaseLost)")
+
+    # Loss: someone removes the lease; the next beat says so.
+    try:
+        with limiter.lease("lost", limit=1, ttl_ms=300) as held:
+            sync.zrem("lease:lost", held.id)
+            wait_for("the heartbeat to notice", lambda: held.lost)
+            try:
+                held.check()
+                raise AssertionError("check() must raise once lost")
+            except LeaseLost:
+                pass
+        raise AssertionError("leaving a lost lease must raise LeaseLost")
+    except LeaseLost as e:
+        assert e.lease_id == held.id
+    ok(f"{expect}: a lost lease: held.lost, check() and the exit raise LeaseLost")
+
+
+def crowd(limiter, sampler_client, expect: str, holders: int = 20, rounds: int = 8, limit: int = 3) -> None:
+    """``holders`` threads each run ``rounds`` leases of LIMIT ``limit``,
+    holding a few ms; a sampler reads RL.INFLIGHT and ZCARD meanwhile."""
+    from valkey_ratelimit import LeaseRefused
+
+    inside = 0
+    most_inside = 0
+    lock = threading.Lock()
+    done = threading.Event()
+    samples = []
+    refusals = [0]
+
+    def holder() -> None:
+        nonlocal inside, most_inside
+        rng = random.Random()
+        for _ in range(rounds):
+            while True:
+                try:
+                    with limiter.lease("crowd", limit=limit, ttl_ms=5000):
+                        with lock:
+                            inside += 1
+                            most_inside = max(most_inside, inside)
+                        time.sleep(rng.uniform(0.002, 0.008))
+                        with lock:
+                            inside -= 1
+                    break
+                except LeaseRefused as e:
+                    # A release frees a slot long before retry_after_ms (the
+                    # earliest deadline): poll a little instead.
+                    assert 0 < e.retry_after_ms <= 5000
+                    with lock:
+                        refusals[0] += 1
+                    time.sleep(rng.uniform(0.001, 0.004))
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(max(limiter.in_flight("crowd"), sampler_client.zcard("lease:crowd")))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    threads = [threading.Thread(target=holder) for _ in range(holders)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+        assert not t.is_alive(), "a holder hung"
+    done.set()
+    sampler.join()
+    assert max(samples) <= limit, f"sampled in-flight {max(samples)} > {limit}"
+    assert most_inside == limit, f"at most {most_inside} ran at once; the crowd should fill all {limit}"
+    assert refusals[0] > 0
+    assert sampler_client.exists("lease:crowd") == 0, "every lease released"
+    ok(
+        f"{expect}: {holders} threads x {rounds} leases, LIMIT {limit}: {len(samples)} samples, "
+        f"max in flight {max(samples)}, {refusals[0]} refusals"
+    )
+
+
+async def async_checks(expect: str) -> None:
+    import valkey.asyncio
+
+    from valkey_ratelimit import AsyncLimiter, LeaseLost, LeaseRefused
+
+    c = valkey.asyncio.Valkey(host=HOST, port=PORT)
+    limiter = AsyncLimiter(c, prefix="alease:")
+    assert await limiter.backend() == expect
+    async with limiter.lease("cm", limit=1, ttl_ms=5000) as held:
+        assert await c.zscore("alease:cm", held.id) is not None
+    assert await c.exists("alease:cm") == 0
+    try:
+        async with limiter.lease("cm", limit=1, ttl_ms=5000):
+            raise KeyError("the work failed")
+    except KeyError:
+        pass
+    assert await c.exists("alease:cm") == 0
+    a = await limiter.acquire("busy", limit=1, ttl_ms=3000)
+    try:
+        async with limiter.lease("busy", limit=1, ttl_ms=3000):
+            raise AssertionError("must be refused")
+    except LeaseRefused as e:
+        assert 0 < e.retry_after_ms <= 3000
+    assert await limiter.in_flight("busy") == 1
+    assert await limiter.extend("busy", a.lease_id, 3000) is True
+    assert await limiter.release("busy", a.lease_id) is True
+    assert await limiter.release("busy", a.lease_id) is False
+    ok(f"{expect}: async with: releases on exit and exception; refusal; plain calls")
+
+    async with limiter.lease("hb", limit=1, ttl_ms=300) as held:
+        await asyncio.sleep(1.0)
+        assert not held.lost and await limiter.in_flight("hb") == 1
+    assert await c.exists("alease:hb") == 0
+    # Loss cancels the block at its next await.
+    finished = False
+    started = time.monotonic()
+    try:
+        async with limiter.lease("lost", limit=1, ttl_ms=300) as held:
+            await c.zrem("alease:lost", held.id)
+            await asyncio.sleep(5)
+            finished = True
+        raise AssertionError("must raise LeaseLost")
+    except LeaseLost:
+        pass
+    took = time.monotonic() - started
+    assert not finished and took < 2, (finished, took)
+    task = asyncio.current_task()
+    if hasattr(task, "cancelling"):
+        assert task.cancelling() == 0, "our own cancel was undone"
+    await asyncio.sleep(0)  # no stray cancellation left for the caller
+    ok(f"{expect}: async heartbeat keeps the lease; a loss cancels the block (after {took:.2f} s) with LeaseLost")
+
+    inside = 0
+    most = 0
+    samples = []
+    stop = asyncio.Event()
+
+    async def holder() -> None:
+        nonlocal inside, most
+        for _ in range(8):
+            while True:
+                try:
+                    async with limiter.lease("crowd", limit=3, ttl_ms=5000):
+                        inside += 1
+                        most = max(most, inside)
+                        await asyncio.sleep(random.uniform(0.002, 0.008))
+                        inside -= 1
+                    break
+                except LeaseRefused:
+                    await asyncio.sleep(random.uniform(0.001, 0.004))
+
+    async def sampler() -> None:
+        while not stop.is_set():
+            samples.append(await limiter.in_flight("crowd"))
+
+    s = asyncio.ensure_future(sampler())
+    await asyncio.gather(*(holder() for _ in range(20)))
+    stop.set()
+    await s
+    assert max(samples) <= 3 and most == 3, (max(samples), most)
+    assert await c.exists("alease:crowd") == 0
+    ok(f"{expect}: 20 async holders, LIMIT 3: {len(samples)} samples, max in flight {max(samples)}")
+    await c.aclose()
+
+
+def live(expect: str) -> None:
+    import valkey
+
+    from valkey_ratelimit import Limiter
+
+    sync = valkey.Valkey(host=HOST, port=PORT)
+    sync.flushall()
+    limiter = Limiter(sync, prefix="lease:")
+    assert limiter.backend() == expect
+    plain_calls(sync, limiter, expect)
+    context_manager(sync, limiter, expect)
+    crowd(limiter, valkey.Valkey(host=HOST, port=PORT), expect)
+    asyncio.run(async_checks(expect))
+
+
+def main() -> None:
+    phase = sys.argv[1] if len(sys.argv) > 1 else ""
+    if phase == "live":
+        expect = os.environ.get("RL_EXPECT_BACKEND")
+        assert expect in ("module", "functions"), "RL_EXPECT_BACKEND must be module or functions"
+        live(expect)
+    else:
+        sys.exit("usage: test_leases.py live")
+    print(f"PASS python leases {phase}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
