@@ -10,17 +10,22 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use crate::algo::{Algo, State};
+use crate::algo::{Algo, Now, State};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str};
 use crate::plan::{Change, Event, Replicate};
 
 /// The server's time for this call, in ms. It is frozen for the whole of a
 /// command, a MULTI/EXEC or a script, and it is the clock key expiry uses.
+#[allow(dead_code)] // for ms-only callers; the limiters read `now`
 pub fn now_ms() -> i64 {
+    now().ms
+}
+
+/// The server's time for this call, in µs (and its ms), frozen as above.
+pub fn now() -> Now {
     // SAFETY: takes no arguments; valid whenever a command runs.
-    let micros = unsafe { api!(RedisModule_CachedMicroseconds)() };
-    micros / 1000
+    Now::from_us(unsafe { api!(RedisModule_CachedMicroseconds)() })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -108,14 +108,16 @@ pub fn decide(
     cost: i64,
     now_ms: i64,
 ) -> Outcome {
-    let (decision, write) = admit(
-        counter_of(found, now_ms),
-        policy.limit,
-        policy.window_ms,
-        cost,
-        now_ms,
-    );
-    Outcome { decision, write }
+    decide_counter(counter_of(found, now_ms), policy, cost, now_ms)
+}
+
+fn decide_counter(found: Option<Counter>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    let (decision, write) = admit(found, policy.limit, policy.window_ms, cost, now_ms);
+    Outcome {
+        decision,
+        write,
+        reset_at: now_ms.saturating_add(decision.reset_after_ms),
+    }
 }
 
 /// Takes `amount` off the counter (never below 0), keeping its window.
@@ -125,12 +127,13 @@ pub fn refund(
     amount: i64,
     now_ms: i64,
 ) -> Outcome {
-    let peek = |counter| admit(counter, policy.limit, policy.window_ms, 0, now_ms).0;
+    // The decision is the counter after the refund, as a peek sees it.
+    let peek = |counter, write| Outcome {
+        write,
+        ..decide_counter(counter, policy, 0, now_ms)
+    };
     let Some(counter) = counter_of(found, now_ms) else {
-        return Outcome {
-            decision: peek(None),
-            write: Write::Nothing,
-        };
+        return peek(None, Write::Nothing);
     };
     let count = match counter.count {
         c if c <= 0 => c,
@@ -138,10 +141,7 @@ pub fn refund(
     };
     if count == 0 && counter.count > 0 {
         // Refunded to empty: the limiter is gone, as for the other algorithms.
-        return Outcome {
-            decision: peek(None),
-            write: Write::Delete,
-        };
+        return peek(None, Write::Delete);
     }
     // As `admit` reads it: the reset the reply reports.
     let expires_at = window_expiry(counter.expires_at, policy.window_ms, now_ms);
@@ -158,10 +158,7 @@ pub fn refund(
             expires_at,
         }
     };
-    Outcome {
-        decision: peek(Some(after)),
-        write,
-    }
+    peek(Some(after), write)
 }
 
 /// The live counter in a stored state: the server never hands out an
