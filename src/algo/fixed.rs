@@ -1,7 +1,7 @@
 //! Fixed window counter: one integer per window, and the key's expiry is
 //! the reset.
 
-use super::{Decision, Outcome, Policy, State, Write};
+use super::{Decision, Now, Outcome, Policy, State, Write};
 
 /// The counter as found in the keyspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,14 +101,14 @@ fn adoption(adopted: bool, cost: i64, expires_at: Option<i64>) -> Write {
     }
 }
 
-/// `admit` over the common state type.
+/// `admit` over the common state type, at the clock's ms.
 pub fn decide(
     found: Option<(State, Option<i64>)>,
     policy: &Policy,
     cost: i64,
-    now_ms: i64,
+    now: Now,
 ) -> Outcome {
-    decide_counter(counter_of(found, now_ms), policy, cost, now_ms)
+    decide_counter(counter_of(found, now.ms), policy, cost, now.ms)
 }
 
 fn decide_counter(found: Option<Counter>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
@@ -125,8 +125,9 @@ pub fn refund(
     found: Option<(State, Option<i64>)>,
     policy: &Policy,
     amount: i64,
-    now_ms: i64,
+    now: Now,
 ) -> Outcome {
+    let now_ms = now.ms;
     // The decision is the counter after the refund, as a peek sees it.
     let peek = |counter, write| Outcome {
         write,
@@ -251,13 +252,13 @@ mod tests {
     fn a_refund_to_empty_deletes_the_counter() {
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
         let found = Some((State::Fixed { count: 2 }, Some(10_500)));
-        let out = refund(found, &p, 5, 10_000);
+        let out = refund(found, &p, 5, Now::from_ms(10_000));
         assert_eq!(out.write, Write::Delete);
         assert_eq!(
             (out.decision.remaining, out.decision.reset_after_ms),
             (3, 0)
         );
-        let out = refund(found, &p, 1, 10_000);
+        let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(
             out.write,
             Write::State {
@@ -274,7 +275,7 @@ mod tests {
         // to give back, but the expiry is repaired as a refusal repairs it.
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
         let found = Some((State::Fixed { count: 0 }, Some(10_000 + 100 * W)));
-        let out = refund(found, &p, 1, 10_000);
+        let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(
             out.write,
             Write::State {
@@ -284,7 +285,7 @@ mod tests {
         );
         // Within one window: nothing to write.
         let found = Some((State::Fixed { count: 0 }, Some(10_500)));
-        assert_eq!(refund(found, &p, 1, 10_000).write, Write::Nothing);
+        assert_eq!(refund(found, &p, 1, Now::from_ms(10_000)).write, Write::Nothing);
     }
 
     #[test]
@@ -292,7 +293,7 @@ mod tests {
         // Written under a longer window, or before the clock went back.
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
         let found = Some((State::Fixed { count: 5 }, Some(10_000 + 100 * W)));
-        let out = refund(found, &p, 1, 10_000);
+        let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(out.decision.reset_after_ms, W);
         assert_eq!(
             out.write,

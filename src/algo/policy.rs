@@ -73,10 +73,7 @@ pub const ALGORITHMS: [AlgoSpec; 5] = [
         Algo::Fixed,
         c"fixed",
         (false, 1),
-        (
-            |f, p, c, n| fixed::decide(f, p, c, n.ms),
-            |f, p, a, n| fixed::refund(f, p, a, n.ms),
-        ),
+        (fixed::decide, fixed::refund),
     ),
     row(
         Algo::Sliding,
