@@ -285,7 +285,10 @@ mod tests {
         );
         // Within one window: nothing to write.
         let found = Some((State::Fixed { count: 0 }, Some(10_500)));
-        assert_eq!(refund(found, &p, 1, Now::from_ms(10_000)).write, Write::Nothing);
+        assert_eq!(
+            refund(found, &p, 1, Now::from_ms(10_000)).write,
+            Write::Nothing
+        );
     }
 
     #[test]

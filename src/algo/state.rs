@@ -16,7 +16,7 @@
 use crate::error::RlError;
 use crate::num::{format_i64, parse_i64, MAX_DIGITS};
 
-use super::{Algo, NS_PER_MS};
+use super::{div, Algo, NS_PER_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -138,18 +138,18 @@ impl State {
                 put(format_i64(previous, &mut digits));
             }
             State::Token { credit_ns, last_ns } => {
+                // `div` for a time the module wrote (never negative): i128
+                // division is a library call.
+                let ms = match last_ns {
+                    0.. => div(last_ns, NS_PER_MS),
+                    _ => last_ns.div_euclid(NS_PER_MS),
+                };
                 put(b"token:");
                 put(format_i64(clamp(credit_ns), &mut digits));
                 put(b":");
-                put(format_i64(
-                    clamp(last_ns.div_euclid(NS_PER_MS)),
-                    &mut digits,
-                ));
+                put(format_i64(clamp(ms), &mut digits));
                 put(b":");
-                put(format_i64(
-                    clamp(last_ns.rem_euclid(NS_PER_MS)),
-                    &mut digits,
-                ));
+                put(format_i64(clamp(last_ns - ms * NS_PER_MS), &mut digits));
             }
             State::Gcra { tat_ns } => {
                 put(b"gcra:");
