@@ -28,8 +28,8 @@ structure: options -> policy -> stored state -> algorithm -> write -> reply.
 
 Numbers: Lua numbers are doubles, exact for integers below 2^53. Absolute
 ns times (about 1.8e18) are read and written as ms plus a 6-digit ns
-remainder, and the arithmetic is on spans relative to now, so the module's
-state round-trips exactly. Everything else must stay below 2^53 (see
+remainder, and the arithmetic is on spans relative to now (itself a ms and
+the ns into it), so the module's state round-trips exactly. Everything else must stay below 2^53 (see
 `exact_policy` and STATE_BEYOND_DOUBLES); beyond that the call is refused
 with an ERR that says so, never answered with a rounded number.
 
@@ -50,10 +50,10 @@ local I64_MIN_DIGITS = '9223372036854775808'
 -- Above every i64 as a double (2^63), for the module's overflow checks.
 local I64_LIMIT = 9223372036854775807
 
--- Times are ms (the clock, the windows, every expiry); the buckets' state
--- is ns. The time is read in `clock` and turned into ns only in `ns_after`
--- and `ns_at`: a switch to µs resolution (for the buckets' ns arithmetic,
--- as the module's clock allows) changes those three functions.
+-- Times are ms (the windows, every expiry) and ns (the buckets' state).
+-- The clock is read in µs, as the module reads it (`limiter_clock`): `now.ms` for
+-- the windows, plus `now.sub`, the ns into that ms, for the buckets, whose
+-- absolute times are only ever formed in `ns_after`, `ns_at` and `ms_at`.
 local NS_PER_MS = 1000000
 local NS_PER_S = 1000000000
 
@@ -91,18 +91,35 @@ local function parse_i64(s)
 end
 
 -- An absolute ns time given as decimal digits, as the span (ns) from
--- `now_ms`: exact while the span is below 2^53, and beyond it never on the
+-- `now`: exact while the span is below 2^53, and beyond it never on the
 -- wrong side of any bound below 2^53. A negative time is long past.
-local function ns_after(digits, now_ms)
+local function ns_after(digits, now)
   if string.byte(digits, 1) == 45 then return -I64_LIMIT end -- '-'
-  if #digits <= 6 then return tonumber(digits) - now_ms * NS_PER_MS end
-  return (tonumber(string.sub(digits, 1, -7)) - now_ms) * NS_PER_MS + tonumber(string.sub(digits, -6))
+  if #digits <= 6 then return tonumber(digits) - now.ms * NS_PER_MS - now.sub end
+  return (tonumber(string.sub(digits, 1, -7)) - now.ms) * NS_PER_MS
+    + (tonumber(string.sub(digits, -6)) - now.sub)
 end
 
--- The decimal digits of the absolute ns time `span_ns` after `now_ms`.
-local function ns_at(now_ms, span_ns)
+-- The absolute ns time `span_ns` (>= 0, below 2^53) after `now`, as its ms
+-- and the ns into that ms; the span is split before `now.sub` is added, so
+-- nothing passes 2^53.
+local function split_at(now, span_ns)
   local ms = fdiv(span_ns, NS_PER_MS)
-  return string.format('%d%06d', now_ms + ms, span_ns - ms * NS_PER_MS)
+  local into = span_ns - ms * NS_PER_MS + now.sub
+  if into >= NS_PER_MS then ms, into = ms + 1, into - NS_PER_MS end
+  return now.ms + ms, into
+end
+
+-- Its decimal digits.
+local function ns_at(now, span_ns)
+  return string.format('%d%06d', split_at(now, span_ns))
+end
+
+-- That time in ms, rounded up: a key expiring then outlives it.
+local function ms_at(now, span_ns)
+  local ms, into = split_at(now, span_ns)
+  if into > 0 then return ms + 1 end
+  return ms
 end
 
 ---------------------------------------------------------------- errors
@@ -137,12 +154,25 @@ end
 
 ---------------------------------------------------------------- time
 
+-- The server's time for this call, read once: frozen for the whole script
+-- and MULTI/EXEC, the clock of key expiry and of the module. Its ms, and
+-- the ns into that ms (whole µs).
+local function server_time()
+  local t = server.call('TIME')
+  return tonumber(t[1]), tonumber(t[2])
+end
+
+local function limiter_clock()
+  local s, us = server_time()
+  local ms = fdiv(us, 1000)
+  return {ms = s * 1000 + ms, sub = (us - ms * 1000) * 1000}
+end
+
 -- The server's time for this call in ms, read once: frozen for the whole
 -- script and MULTI/EXEC, the clock of key expiry and of the module. Also
 -- in µs (below 2^53 until the year 2255), for generated lease ids.
 local function clock()
-  local t = server.call('TIME')
-  local s, us = tonumber(t[1]), tonumber(t[2])
+  local s, us = server_time()
   return s * 1000 + fdiv(us, 1000), s * 1000000 + us
 end
 
@@ -304,11 +334,18 @@ local function bucket(algo, limit, window, burst)
   return interval, slots * interval
 end
 
+-- Every absolute ns time from the ms `now_ms` to `span_ns` after it fits
+-- an i64 (src/algo/policy.rs `fits_ns`).
+local function fits_ns(now_ms, span_ns)
+  return (now_ms + 1) * NS_PER_MS - 1 + span_ns <= I64_LIMIT
+end
+
 -- The module's checks (src/commands.rs `Resolved::policy`, src/algo/policy.rs
 -- `Policy::new`). They fail only beyond 2^53, where doubles round: there the
 -- library may name another of these errors than the module would, but it
 -- answers an error either way (`exact_policy` refuses what passes).
-local function module_policy_checks(r, now)
+local function module_policy_checks(r, clock_now)
+  local now = clock_now.ms
   if r.window == nil then
     fail('ERR a limit is set but no window: give WINDOW or set field \'duration\' in the META hash')
   end
@@ -326,14 +363,15 @@ local function module_policy_checks(r, now)
     fits = now + 2 * r.window < I64_LIMIT
   else
     local _, capacity = bucket(r.algo, r.limit, r.window, r.burst or r.limit)
-    fits = now * NS_PER_MS + capacity <= I64_LIMIT
+    fits = fits_ns(now, capacity)
   end
   if not fits then fail('ERR the policy is too large: its times overflow the clock') end
 end
 
 -- The library's own check: every quantity the policy's arithmetic makes
 -- stays below 2^53 (docs/managed-valkey.md states the range).
-local function exact_policy(p, now)
+local function exact_policy(p, clock_now)
+  local now = clock_now.ms
   local ok
   if p.algo == 'fixed' then
     ok = p.limit <= EXACT and now + p.window <= EXACT
@@ -383,10 +421,18 @@ local function decode(algo, raw, now)
     return {start = s, current = c, previous = p}
   end
   if algo == 'token' then
-    local c, last = string.match(raw, '^token:([^:]*):([^:]*)$')
-    local credit, last_ms = parse_i64(c), parse_i64(last)
-    if not (credit and last_ms) or credit < 0 then bad_state(algo) end
-    return {credit = credit, last = last_ms}
+    -- The last refill's ms and the ns into it; without them (a build that
+    -- read the clock in ms wrote that form), the start of the ms.
+    local c, last, into = string.match(raw, '^token:([^:]*):([^:]*):([^:]*)$')
+    if c == nil then
+      c, last = string.match(raw, '^token:([^:]*):([^:]*)$')
+      into = '0'
+    end
+    local credit, last_ms, last_sub = parse_i64(c), parse_i64(last), parse_i64(into)
+    if not (credit and last_ms and last_sub) or credit < 0 or last_sub < 0 or last_sub >= NS_PER_MS then
+      bad_state(algo)
+    end
+    return {credit = credit, last = last_ms, last_sub = last_sub}
   end
   -- gcra, leaky: one absolute ns time.
   local tat = string.match(raw, '^' .. algo .. ':([^:]*)$')
@@ -423,17 +469,17 @@ end
 
 -- The one write a real refusal that wrote nothing else may make
 -- (src/algo/mod.rs `refusal_repair`): the state must live until the reset
--- the refusal reports; a spent key without a TTL is deleted. `at` is the
--- key's expiry (`expiry_of`).
-local function refusal_repair(reset_ms, at, now)
-  local needed = now + reset_ms
+-- the refusal reports, which ends at `reset_at` (absolute ms, rounded up);
+-- a spent key without a TTL is deleted. `at` is the key's expiry
+-- (`expiry_of`).
+local function refusal_repair(reset_ms, reset_at, at)
   if reset_ms == 0 then
     if at == -1 then return {delete = true} end
     return nil
   end
-  if at >= 0 and at >= needed then return nil end
+  if at >= 0 and at >= reset_at then return nil end
   if at == -2 then return nil end
-  return {at = needed}
+  return {at = reset_at}
 end
 
 local function decision(admitted, limit, remaining, retry, reset)
@@ -608,12 +654,20 @@ end
 -- Token bucket (src/algo/token.rs): credit in ns, refilled continuously.
 local function token_credit(state, p, now)
   if not state then return nil end
-  local elapsed = math.max(now - state.last, 0)
-  return math.min(math.max(state.credit + elapsed * NS_PER_MS, 0), p.capacity)
+  local elapsed = math.max((now.ms - state.last) * NS_PER_MS + (now.sub - state.last_sub), 0)
+  return math.min(math.max(state.credit + elapsed, 0), p.capacity)
 end
 
+-- When a bucket holding `level` now is full again (absolute ms, rounded up).
+local function token_full_at(level, p, now) return ms_at(now, p.capacity - level) end
+
 local function token_stored(level, p, now)
-  return {value = string.format('token:%d:%d', level, now), at = now + ceil_ms(p.capacity - level)}
+  return {value = string.format('token:%d:%d:%d', level, now.ms, now.sub), at = token_full_at(level, p, now)}
+end
+
+-- A last refill after now (a clock that went back, a hand-written value).
+local function token_from_the_future(state, now)
+  return state.last > now.ms or (state.last == now.ms and state.last_sub > now.sub)
 end
 
 local function token_admit(state, p, cost, now)
@@ -623,15 +677,15 @@ local function token_admit(state, p, cost, now)
   if admitted then
     local write = nil
     if cost > 0 then write = token_stored(p.capacity - x, p, now) end
-    return decision(true, p.burst, room(p, x), 0, ceil_ms(x)), write
+    return decision(true, p.burst, room(p, x), 0, ceil_ms(x)), write, ms_at(now, x)
   end
   local retry = -1
   if x ~= nil then retry = ceil_ms(x) end
   local write = nil
-  if cost > 0 and state and state.last > now then -- a last refill in the future
+  if cost > 0 and state and token_from_the_future(state, now) then
     if level == p.capacity then write = {delete = true} else write = token_stored(level, p, now) end
   end
-  return decision(false, p.burst, room(p, debt), retry, ceil_ms(debt)), write
+  return decision(false, p.burst, room(p, debt), retry, ceil_ms(debt)), write, token_full_at(level, p, now)
 end
 
 local function token_refund(state, p, amount, now)
@@ -642,14 +696,14 @@ local function token_refund(state, p, amount, now)
   if level ~= p.capacity then
     if after == p.capacity then write = {delete = true} else write = token_stored(after, p, now) end
   end
-  return (token_admit({credit = after, last = now}, p, 0, now)), write
+  return (token_admit({credit = after, last = now.ms, last_sub = now.sub}, p, 0, now)), write
 end
 
 -- GCRA and the leaky queue (src/algo/gcra.rs `Schedule`): the state is one
 -- absolute ns time; its span after now is the debt, clamped to the bucket.
 -- The state `debt` ns ahead of now, expiring when the debt is paid.
 local function schedule_stored(algo, debt, now)
-  return {value = algo .. ':' .. ns_at(now, debt), at = now + ceil_ms(debt)}
+  return {value = algo .. ':' .. ns_at(now, debt), at = ms_at(now, debt)}
 end
 
 local function schedule_admit(algo, state, p, cost, now)
@@ -662,14 +716,15 @@ local function schedule_admit(algo, state, p, cost, now)
     local write = nil
     if cost > 0 then write = schedule_stored(algo, x, now) end
     -- Never more than the burst (the leaky queue's head is not waiting).
-    return decision(true, p.burst, math.min(room(p, x), p.burst), retry, ceil_ms(x)), write
+    return decision(true, p.burst, math.min(room(p, x), p.burst), retry, ceil_ms(x)), write, ms_at(now, x)
   end
   local retry = -1
   if x ~= nil then retry = ceil_ms(x) end
   local write = nil
   -- Beyond a full bucket: written back clamped, so it drains.
   if cost > 0 and ahead > p.capacity then write = schedule_stored(algo, debt, now) end
-  return decision(false, p.burst, math.min(room(p, debt), p.burst), retry, ceil_ms(debt)), write
+  return decision(false, p.burst, math.min(room(p, debt), p.burst), retry, ceil_ms(debt)), write,
+    ms_at(now, debt)
 end
 
 local function schedule_refund(algo, state, p, amount, now)
@@ -687,14 +742,19 @@ end
 
 ---------------------------------------------------------------- dispatch
 
+-- Each returns the decision, the write and when the reset it reports ends
+-- (absolute ms, rounded up). The windows read the clock's ms.
 local ADMIT = {
-  sliding = sliding_admit,
+  sliding = function(s, p, c, n)
+    local d, write = sliding_admit(s, p, c, n.ms)
+    return d, write, n.ms + d[5]
+  end,
   token = token_admit,
   gcra = function(s, p, c, n) return schedule_admit('gcra', s, p, c, n) end,
   leaky = function(s, p, c, n) return schedule_admit('leaky', s, p, c, n) end,
 }
 local REFUND = {
-  sliding = sliding_refund,
+  sliding = function(s, p, a, n) return sliding_refund(s, p, a, n.ms) end,
   token = token_refund,
   gcra = function(s, p, c, n) return schedule_refund('gcra', s, p, c, n) end,
   leaky = function(s, p, c, n) return schedule_refund('leaky', s, p, c, n) end,
@@ -713,10 +773,10 @@ end
 -- Decides one call on one limiter (src/algo/mod.rs `admit`): the decision
 -- and the write. A real refusal that writes nothing else makes the repair.
 local function admit(key, state, p, cost, now)
-  if p.algo == 'fixed' then return fixed_admit(state, p, cost, now) end
-  local d, write = ADMIT[p.algo](state, p, cost, now)
+  if p.algo == 'fixed' then return fixed_admit(state, p, cost, now.ms) end
+  local d, write, reset_at = ADMIT[p.algo](state, p, cost, now)
   if d[1] == 0 and cost > 0 and write == nil and state ~= nil then
-    write = refusal_repair(d[5], expiry_of(key), now)
+    write = refusal_repair(d[5], reset_at, expiry_of(key))
   end
   return d, write
 end
@@ -724,10 +784,10 @@ end
 local function refund(state, p, amount, now)
   if amount == 0 then
     -- A peek: no write, even where a real call would normalise the state.
-    if p.algo == 'fixed' then return (fixed_admit(state, p, 0, now)), nil end
+    if p.algo == 'fixed' then return (fixed_admit(state, p, 0, now.ms)), nil end
     return (ADMIT[p.algo](state, p, 0, now)), nil
   end
-  if p.algo == 'fixed' then return fixed_refund(state, p, amount, now) end
+  if p.algo == 'fixed' then return fixed_refund(state, p, amount, now.ms) end
   return REFUND[p.algo](state, p, amount, now)
 end
 
@@ -788,7 +848,7 @@ end
 local function update_limiter(keys, args, command, decide)
   local key, metakey = limiter_keys(keys, args, command)
   local opts = parse_options(args, ADMIT_OPTIONS, metakey)
-  local now = clock()
+  local now = limiter_clock()
   local p = make_policy(opts, metakey, now)
   if p == nil then return named(DECISION_FIELDS, UNLIMITED, opts.FORMAT) end
   local state = read_limiter(key, p, now)
@@ -811,7 +871,7 @@ end
 local function rl_ttl(keys, args)
   local key, metakey = limiter_keys(keys, args, 'RL.TTL')
   local opts = parse_options(args, POLICY_OPTIONS, metakey)
-  local now = clock()
+  local now = limiter_clock()
   local r = resolve(opts, metakey)
   if r == nil then return 0 end
   if r.algo == 'fixed' and r.window == nil then
@@ -820,14 +880,14 @@ local function rl_ttl(keys, args)
     if raw == nil then return 0 end
     local count = decode('fixed', raw, now).count
     local at = expiry_of(key)
-    if at >= 0 and at > now and count >= r.limit then return at - now end
+    if at >= 0 and at > now.ms and count >= r.limit then return at - now.ms end
     return 0
   end
   local p = policy_of(r, now)
   local state = read_limiter(key, p, now)
   local d
   if p.algo == 'fixed' then
-    d = fixed_admit(state, p, 1, now)
+    d = fixed_admit(state, p, 1, now.ms)
   else
     d = ADMIT[p.algo](state, p, 1, now)
   end
@@ -868,19 +928,19 @@ local function rl_throttle(keys, args)
   local period = int_arg(args[3], 'period', 1)
   local quantity = 1
   if n == 4 then quantity = int_arg(args[4], 'quantity', 0) end
-  local now = clock()
+  local now = limiter_clock()
   -- The meter, with the module's checks, then the library's range.
   local interval = math.floor(period * NS_PER_S / count)
   if period * NS_PER_S <= EXACT then interval = fdiv(period * NS_PER_S, count) end
   if interval == 0 then
     fail('ERR count_per_period is too large: more than one request per ns')
   end
-  if now * NS_PER_MS + interval > I64_LIMIT then
+  if not fits_ns(now.ms, interval) then
     fail('ERR period is too large: ' .. PAST_THE_CLOCK)
   end
   local limit = max_burst + 1
   local tolerance = interval * limit
-  if now * NS_PER_MS + tolerance > I64_LIMIT then
+  if not fits_ns(now.ms, tolerance) then
     fail('ERR max_burst is too large: ' .. PAST_THE_CLOCK)
   end
   if period * NS_PER_S > EXACT or tolerance > EXACT then fail(BEYOND_DOUBLES) end
@@ -905,7 +965,7 @@ local function rl_throttle(keys, args)
       allowed = true
       ttl = new
       if quantity > 0 then
-        write = {value = 'gcra:' .. ns_at(now, new), at = now + ceil_ms(new)}
+        write = {value = 'gcra:' .. ns_at(now, new), at = ms_at(now, new)}
       end
     else
       wait = new - tolerance
@@ -914,9 +974,9 @@ local function rl_throttle(keys, args)
   if not allowed and quantity > 0 then
     if ahead ~= nil and ahead > tolerance then
       -- Beyond the tolerance: written back clamped, so it drains.
-      write = {value = 'gcra:' .. ns_at(now, ttl), at = now + ceil_ms(ttl)}
+      write = {value = 'gcra:' .. ns_at(now, ttl), at = ms_at(now, ttl)}
     elseif raw ~= nil then
-      write = refusal_repair(ceil_ms(ttl), expiry_of(key), now)
+      write = refusal_repair(ceil_ms(ttl), ms_at(now, ttl), expiry_of(key))
     end
   end
   apply(key, write)
@@ -995,7 +1055,7 @@ local function rl_admitall(keys, args)
   for i = n + 1, #keys do if not named_metas[keys[i]] then unused = unused + 1 end end
   if unused > 0 then fail('ERR one POLICY per key is needed: ' .. (n + unused) .. ' keys, ' .. n .. ' policies') end
   cost = cost or 1
-  local now = clock()
+  local now = limiter_clock()
   -- Every policy is resolved before any state is read.
   local members = {}
   for i = 1, n do

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicPtr, Ordering};
 
 use redis_module::raw;
 
-use crate::algo::{Algo, State};
+use crate::algo::{Algo, Now, State};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str};
 use crate::plan::{Change, Event, Replicate};
@@ -20,10 +20,15 @@ pub use leases::execute_leases;
 
 /// The server's time for this call, in ms. It is frozen for the whole of a
 /// command, a MULTI/EXEC or a script, and it is the clock key expiry uses.
+/// Leases need no finer time; the limiters read `now`.
 pub fn now_ms() -> i64 {
+    now().ms
+}
+
+/// The server's time for this call, in µs (and its ms), frozen as above.
+pub fn now() -> Now {
     // SAFETY: takes no arguments; valid whenever a command runs.
-    let micros = unsafe { api!(RedisModule_CachedMicroseconds)() };
-    micros / 1000
+    Now::from_us(unsafe { api!(RedisModule_CachedMicroseconds)() })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,7 +5,8 @@
 //!
 //! Calls whose expectations depend on the clock run inside one MULTI/EXEC
 //! together with TIME: the server's time is frozen for the whole
-//! transaction, so TIME there is exactly the `now` the module used.
+//! transaction, so TIME there is exactly the `now` the module used. The
+//! windows read it in ms, the buckets in µs (`timed_us`).
 
 #[macro_use]
 mod common;
@@ -15,12 +16,31 @@ use std::time::Duration;
 
 use common::{
     ceil_ms, cmd_err, cmd_ints, cmd_raw, exec, get, int, ints, pttl, raw_state, repl_offset,
-    server_time_ms, snapshot, text, timed, wait_replica_offset, Server, QUIET,
+    server_time_ms, snapshot, text, timed, timed_us, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 use serial_test::serial;
 
 const NS_PER_MS: i128 = 1_000_000;
+
+/// The clock (µs) in ns.
+fn ns(now_us: i64) -> i128 {
+    i128::from(now_us) * 1_000
+}
+
+/// The key expiry of a state `span_ns` after `now_us`: that time, rounded
+/// up to the ms.
+fn expiry(now_us: i64, span_ns: i128) -> i64 {
+    let at = ns(now_us) + span_ns;
+    ((at + NS_PER_MS - 1) / NS_PER_MS) as i64
+}
+
+/// A token bucket's value: the credit, the last refill's ms and the ns
+/// into it.
+fn token_value(credit: i128, now_us: i64) -> String {
+    let (ms, us) = (now_us.div_euclid(1_000), now_us.rem_euclid(1_000));
+    format!("token:{credit}:{ms}:{}", us * 1_000)
+}
 
 // ---------------------------------------------------------------------------
 // Talking to the server
@@ -165,11 +185,10 @@ impl Meter {
         }
     }
 
-    /// The debt (ns) a bucket whose debt runs out at `tat` holds at `now`.
-    fn debt(&self, tat: Option<i128>, now: i64) -> i128 {
-        tat.map_or(0, |t| {
-            (t - i128::from(now) * NS_PER_MS).clamp(0, self.capacity)
-        })
+    /// The debt (ns) a bucket whose debt runs out at `tat` holds at
+    /// `now_us`.
+    fn debt(&self, tat: Option<i128>, now_us: i64) -> i128 {
+        tat.map_or(0, |t| (t - ns(now_us)).clamp(0, self.capacity))
     }
 
     /// The reply to `cost` with `debt` in the bucket, and the debt after.
@@ -210,13 +229,12 @@ impl Kind {
         }
     }
 
-    /// The stored value for `debt` written at `now`.
-    fn encode(self, meter: &Meter, debt: i128, now: i64) -> String {
-        let now_ns = i128::from(now) * NS_PER_MS;
+    /// The stored value for `debt` written at `now_us`.
+    fn encode(self, meter: &Meter, debt: i128, now_us: i64) -> String {
         match self {
-            Kind::Token => format!("token:{}:{now}", meter.capacity - debt),
-            Kind::Gcra => format!("gcra:{}", now_ns + debt),
-            Kind::Leaky => format!("leaky:{}", now_ns + debt),
+            Kind::Token => token_value(meter.capacity - debt, now_us),
+            Kind::Gcra => format!("gcra:{}", ns(now_us) + debt),
+            Kind::Leaky => format!("leaky:{}", ns(now_us) + debt),
         }
     }
 }
@@ -621,7 +639,7 @@ fn token_bucket_spends_refills_and_stores_its_credit() {
     // 10 per 10 s: one token a second; 3 at most.
     let opts = bucket_opts(Kind::Token, 10, 10_000, 3);
     let admit = with(c!["RL.ADMIT", "t"], &opts);
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             admit.clone(),
@@ -638,13 +656,17 @@ fn token_bucket_spends_refills_and_stores_its_credit() {
     assert_eq!(ints(&r[2]), [1, 3, 0, 0, 3000]);
     assert_eq!(ints(&r[3]), [0, 3, 0, 1000, 3000]);
     assert_eq!(int(&r[4]), 1000);
-    assert_eq!(text(&r[5]).unwrap(), format!("token:0:{now}"));
-    assert_eq!(int(&r[6]), now + 3000, "expires when full again");
+    assert_eq!(text(&r[5]).unwrap(), token_value(0, now));
+    assert_eq!(
+        int(&r[6]),
+        expiry(now, 3_000 * NS_PER_MS),
+        "expires when full again"
+    );
 
-    // Later: refilled continuously, to the ns.
+    // Later: refilled continuously, to the µs.
     let meter = Meter::new(10, 10_000, 3, false);
-    let tat = Some(i128::from(now) * NS_PER_MS + meter.capacity);
-    let (later, r) = timed(
+    let tat = Some(ns(now) + meter.capacity);
+    let (later, r) = timed_us(
         &mut con,
         &[
             admit.clone(),
@@ -654,15 +676,17 @@ fn token_bucket_spends_refills_and_stores_its_credit() {
     );
     let debt = meter.debt(tat, later);
     let (want, after) = meter.decide(debt, 1);
-    assert_eq!(ints(&r[0]).to_vec(), want, "{} ms later", later - now);
-    if later - now < 1000 {
-        assert_eq!(want[..4], [0, 3, 0, 1000 - (later - now)]);
+    assert_eq!(ints(&r[0]).to_vec(), want, "{} µs later", later - now);
+    if later - now < 1_000_000 {
+        let wait = ceil_ms(1_000 * NS_PER_MS - ns(later - now));
+        assert_eq!(want[..4], [0, 3, 0, wait]);
     }
     assert_eq!(int(&r[1]), meter.decide(after, 1).0[3].max(0));
 
-    // A bucket left alone for long is full, never more than full.
+    // A bucket left alone for long is full, never more than full (its
+    // value in the form builds with a ms clock wrote).
     let now0 = server_time_ms(&mut con);
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             c!["SET", "t", format!("token:0:{}", now0 - 60_000)],
@@ -673,14 +697,14 @@ fn token_bucket_spends_refills_and_stores_its_credit() {
     );
     assert_eq!(ints(&r[1]), [1, 3, 3, 0, 0]);
     assert_eq!(ints(&r[2]), [1, 3, 0, 0, 3000]);
-    assert_eq!(text(&r[3]).unwrap(), format!("token:0:{now}"));
+    assert_eq!(text(&r[3]).unwrap(), token_value(0, now));
 }
 
 #[test]
 fn token_burst_defaults_to_the_limit_and_is_validated() {
     let server = Server::start();
     let mut con = server.client();
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             c!["RL.ADMIT", "t", "ALGO", "token", "LIMIT", 5, "WINDOW", 10_000],
@@ -688,7 +712,7 @@ fn token_burst_defaults_to_the_limit_and_is_validated() {
         ],
     );
     assert_eq!(ints(&r[0]), [1, 5, 4, 0, 2000]);
-    assert_eq!(text(&r[1]).unwrap(), format!("token:8000000000:{now}"));
+    assert_eq!(text(&r[1]).unwrap(), token_value(8_000_000_000, now));
     for algo in ["token", "gcra"] {
         let err = cmd_err(
             &mut con,
@@ -716,7 +740,7 @@ fn token_lowering_the_burst_caps_the_tokens_at_once() {
     let mut con = server.client();
     let wide = bucket_opts(Kind::Token, 10, 10_000, 10);
     let narrow = bucket_opts(Kind::Token, 10, 10_000, 3);
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             with(with(c!["RL.ADMIT", "t"], &wide), c!["COST", 2]),
@@ -734,8 +758,12 @@ fn token_lowering_the_burst_caps_the_tokens_at_once() {
         "8 tokens, capped to the new burst of 3"
     );
     assert_eq!(ints(&r[2]), [1, 3, 2, 0, 1000]);
-    assert_eq!(text(&r[3]).unwrap(), format!("token:2000000000:{now}"));
-    assert_eq!(int(&r[4]), now + 1000, "full again under the new burst");
+    assert_eq!(text(&r[3]).unwrap(), token_value(2_000_000_000, now));
+    assert_eq!(
+        int(&r[4]),
+        expiry(now, 1_000 * NS_PER_MS),
+        "full again under the new burst"
+    );
     // Raising the burst again does not bring the capped tokens back.
     assert_eq!(ints(&r[5]), [1, 10, 2, 0, 8000]);
 
@@ -749,6 +777,98 @@ fn token_lowering_the_burst_caps_the_tokens_at_once() {
     assert_eq!(ints(&r[0])[..3], [1, 3, 0]);
 }
 
+/// One token every 100 µs, one at most, hammered by pipelined calls: each
+/// call is a command of its own, so the server's clock moves between them.
+/// Each admission's time, to the µs, is read back from the state it wrote.
+/// A clock read in ms refills once per ms: it admits at most once in any
+/// one ms, so its admissions number no more than the distinct ms they fall
+/// in. Read in µs, the bucket refills every 100 µs and admits several times
+/// a ms while the server is busy. Both bounds come from the server's own
+/// times, whatever the machine's load (a loaded server idles between
+/// batches, which only spreads the admissions out): never faster than the
+/// rate, and well beyond what a ms clock allows.
+#[test]
+fn buckets_refill_to_the_microsecond() {
+    let server = Server::start();
+    let mut con = server.client();
+    let cases: [(&str, Vec<String>); 3] = [
+        (
+            "token",
+            with(
+                c!["RL.ADMIT", "us"],
+                bucket_opts(Kind::Token, 10_000, 1_000, 1),
+            ),
+        ),
+        (
+            "gcra",
+            with(
+                c!["RL.ADMIT", "us"],
+                bucket_opts(Kind::Gcra, 10_000, 1_000, 1),
+            ),
+        ),
+        // max_burst 0: one request of tolerance, 10,000 per second.
+        ("throttle", c!["RL.THROTTLE", "us", 0, 10_000, 1]),
+    ];
+    let interval = 100_000; // ns
+    for (what, call) in cases {
+        let _: () = con.del("us").unwrap();
+        let mut batch = vec![c!["TIME"]];
+        for _ in 0..2_000 {
+            batch.push(call.clone());
+            batch.push(c!["GET", "us"]);
+        }
+        batch.push(c!["TIME"]);
+        // The time (ns) of every admission, from the state it wrote.
+        let mut admitted: Vec<i128> = Vec::new();
+        let mut busy_us = 0;
+        while busy_us < 50_000 {
+            let replies = common::pipeline(&mut con, &batch).expect("pipeline");
+            let n = replies.len();
+            busy_us += common::time_us(&replies[n - 1]) - common::time_us(&replies[0]);
+            for pair in replies[1..n - 1].chunks(2) {
+                let r = ints(&pair[0]);
+                // RL.THROTTLE answers `limited`, the others `admitted`.
+                if (r[0] == 1) == (what == "throttle") {
+                    continue;
+                }
+                let value = text(&pair[1]).expect("an admission writes its state");
+                let fields: Vec<i128> = value
+                    .split(':')
+                    .skip(1)
+                    .map(|f| f.parse().unwrap())
+                    .collect();
+                admitted.push(match fields[..] {
+                    // token:0:<ms>:<ns into it>: the bucket emptied then.
+                    [0, ms, into] => ms * NS_PER_MS + into,
+                    // gcra:<tat>: one interval after the admission.
+                    [tat] => tat - interval,
+                    _ => panic!("{what}: {value}"),
+                });
+            }
+        }
+        for pair in admitted.windows(2) {
+            assert!(
+                pair[1] - pair[0] >= interval,
+                "{what}: admitted at {} and {} ns: faster than one per 100 µs",
+                pair[0],
+                pair[1]
+            );
+        }
+        let mut ms: Vec<i128> = admitted.iter().map(|t| t / NS_PER_MS).collect();
+        ms.dedup();
+        let (count, ms_clock_ceiling) = (admitted.len(), ms.len());
+        eprintln!(
+            "{what}: {count} admitted within {ms_clock_ceiling} distinct ms \
+             over {busy_us} µs of calls"
+        );
+        assert!(
+            count >= ms_clock_ceiling + (ms_clock_ceiling / 4).max(20),
+            "{what}: {count} admitted within {ms_clock_ceiling} distinct ms: \
+             hardly more than a ms clock allows ({ms_clock_ceiling})"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------
 // GCRA
 // ---------------------------------------------------------------------------
@@ -759,7 +879,7 @@ fn gcra_stores_one_arrival_time_and_refunds_against_it() {
     let mut con = server.client();
     let opts = bucket_opts(Kind::Gcra, 10, 10_000, 3);
     let admit = with(c!["RL.ADMIT", "g"], &opts);
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             with(admit.clone(), c!["COST", 2]),
@@ -776,13 +896,13 @@ fn gcra_stores_one_arrival_time_and_refunds_against_it() {
             c!["EXISTS", "g"],
         ],
     );
-    let now_ns = i128::from(now) * NS_PER_MS;
+    let now_ns = ns(now);
     assert_eq!(ints(&r[0]), [1, 3, 1, 0, 2000]);
     assert_eq!(
         text(&r[1]).unwrap(),
         format!("gcra:{}", now_ns + 2_000_000_000)
     );
-    assert_eq!(int(&r[2]), now + 2000);
+    assert_eq!(int(&r[2]), expiry(now, 2_000_000_000));
     assert_eq!(ints(&r[3]), [1, 3, 0, 0, 3000]);
     assert_eq!(ints(&r[4]), [0, 3, 0, 1000, 3000]);
     assert_eq!(
@@ -796,7 +916,7 @@ fn gcra_stores_one_arrival_time_and_refunds_against_it() {
         text(&r[8]).unwrap(),
         format!("gcra:{}", now_ns + 2_000_000_000)
     );
-    assert_eq!(int(&r[9]), now + 2000);
+    assert_eq!(int(&r[9]), expiry(now, 2_000_000_000));
     assert_eq!(ints(&r[10]), [1, 3, 3, 0, 0]);
     assert_eq!(int(&r[11]), 0, "empty: deleted");
 
@@ -848,7 +968,7 @@ fn gcra_answers_exactly_like_the_token_bucket() {
         }
         cmds.push(c!["PEXPIRETIME", "tk"]);
         cmds.push(c!["PEXPIRETIME", "gk"]);
-        let (now, r) = timed(&mut con, &cmds);
+        let (now, r) = timed_us(&mut con, &cmds);
         let mut debt = meter.debt(tat, now);
         for (i, &cost) in costs.iter().enumerate() {
             let (t, g) = (ints(&r[2 * i]), ints(&r[2 * i + 1]));
@@ -857,7 +977,7 @@ fn gcra_answers_exactly_like_the_token_bucket() {
             assert_eq!(t.to_vec(), want, "round {round}, call {i}, cost {cost}");
             if want[0] == 1 && cost > 0 {
                 admitted += 1;
-                tat = Some(i128::from(now) * NS_PER_MS + after);
+                tat = Some(ns(now) + after);
             } else if want[0] == 0 {
                 refused += 1;
             }
@@ -899,7 +1019,12 @@ fn buckets_match_the_model_on_crafted_states() {
                 Kind::Token => {
                     let credit = rng.below(cap_ms * 2 + 1) as i128 * NS_PER_MS / 2;
                     let last = now0 - rng.below(cap_ms * 2) + rng.below(3);
-                    format!("token:{credit}:{last}")
+                    // Both forms: with the ns into the ms, and without
+                    // (what builds with a ms clock wrote).
+                    match rng.below(2) {
+                        0 => format!("token:{credit}:{last}"),
+                        _ => format!("token:{credit}:{last}:{}", rng.below(1_000_000)),
+                    }
                 }
                 Kind::Gcra | Kind::Leaky => {
                     let tat = now0_ns
@@ -933,14 +1058,21 @@ fn buckets_match_the_model_on_crafted_states() {
         cmds.push(with(c!["RL.TTL", key], &opts));
         cmds.push(c!["GET", key]);
         cmds.push(c!["PEXPIRETIME", key]);
-        let (now, r) = timed(&mut con, &cmds);
+        let (now, r) = timed_us(&mut con, &cmds);
 
+        // A token bucket's credit and last refill (ns).
+        let token_parts = |s: &str| {
+            let parts: Vec<i128> = s.split(':').skip(1).map(|p| p.parse().unwrap()).collect();
+            (
+                parts[0],
+                parts[1] * NS_PER_MS + parts.get(2).copied().unwrap_or(0),
+            )
+        };
         let debt_at_start = match (&stored, kind) {
             (None, _) => 0,
             (Some(s), Kind::Token) => {
-                let mut parts = s.split(':').skip(1).map(|p| p.parse::<i128>().unwrap());
-                let (credit, last) = (parts.next().unwrap(), parts.next().unwrap());
-                let refill = (i128::from(now) - last).max(0) * NS_PER_MS;
+                let (credit, last) = token_parts(s);
+                let refill = (ns(now) - last).max(0);
                 meter.capacity - (credit + refill).min(meter.capacity)
             }
             (Some(s), _) => meter.debt(Some(s.split(':').nth(1).unwrap().parse().unwrap()), now),
@@ -949,10 +1081,10 @@ fn buckets_match_the_model_on_crafted_states() {
         // the future (token) is written back by the first real refusal.
         let beyond_at_start = match (&stored, kind) {
             (None, _) => false,
-            (Some(s), Kind::Token) => s.split(':').nth(2).unwrap().parse::<i64>().unwrap() > now,
+            (Some(s), Kind::Token) => token_parts(s).1 > ns(now),
             (Some(s), _) => {
                 let tat: i128 = s.split(':').nth(1).unwrap().parse().unwrap();
-                tat - i128::from(now) * NS_PER_MS > meter.capacity
+                tat - ns(now) > meter.capacity
             }
         };
         let what = format!(
@@ -981,7 +1113,7 @@ fn buckets_match_the_model_on_crafted_states() {
                 let value = kind.encode(&meter, refunded, now);
                 assert_eq!(
                     stored_back,
-                    (Some(value), now + peek[4]),
+                    (Some(value), expiry(now, refunded)),
                     "refund {amount}: {what}"
                 );
                 seen[6] += 1;
@@ -995,13 +1127,13 @@ fn buckets_match_the_model_on_crafted_states() {
             let (want, after) = meter.decide(debt, cost);
             assert_eq!(ints(&r[5 + i]).to_vec(), want, "call {i}: {what}");
             if want[0] == 1 && cost > 0 {
-                written = Some((Some(kind.encode(&meter, after, now)), now + want[4]));
+                written = Some((Some(kind.encode(&meter, after, now)), expiry(now, after)));
                 beyond = false;
             } else if want[0] == 0 && cost > 0 && beyond {
                 // Written back as it stands; a full token bucket is no state.
                 written = match (kind, debt) {
                     (Kind::Token, 0) => Some((None, -2)),
-                    _ => Some((Some(kind.encode(&meter, debt, now)), now + want[4])),
+                    _ => Some((Some(kind.encode(&meter, debt, now)), expiry(now, debt))),
                 };
                 beyond = false;
             } else if want[0] == 0 && cost > 0 && want[4] == 0 {
@@ -1014,9 +1146,10 @@ fn buckets_match_the_model_on_crafted_states() {
                 // A state that would expire before its reset (a crafted one
                 // has no TTL) is given that expiry by a real refusal.
                 let unset = if stored.is_some() { -1 } else { -2 };
+                // It ends when the debt is paid, rounded up to the ms.
                 let (value, at) = written.clone().unwrap_or((stored.clone(), unset));
-                if at < now + want[4] {
-                    written = Some((value, now + want[4]));
+                if at < expiry(now, debt) {
+                    written = Some((value, expiry(now, debt)));
                 }
             }
             seen[match (want[0], cost, want[3]) {
@@ -1063,7 +1196,7 @@ fn leaky_bucket_delays_queued_requests_and_refuses_beyond_the_queue() {
         let opts = bucket_opts(Kind::Leaky, 10, window, 2);
         let admit = with(c!["RL.ADMIT", key], &opts);
         let ttl = with(c!["RL.TTL", key], &opts);
-        let (now, r) = timed(
+        let (now, r) = timed_us(
             &mut con,
             &[
                 ttl.clone(),
@@ -1092,9 +1225,9 @@ fn leaky_bucket_delays_queued_requests_and_refuses_beyond_the_queue() {
             [1, 2, 0, 3 * i, 3 * i],
             "a peek: the wait, no slot"
         );
-        let drained = i128::from(now + 3 * i) * NS_PER_MS;
+        let drained = ns(now) + i128::from(3 * i) * NS_PER_MS;
         assert_eq!(text(&r[8]).unwrap(), format!("leaky:{drained}"));
-        assert_eq!(int(&r[9]), now + 3 * i);
+        assert_eq!(int(&r[9]), expiry(now, i128::from(3 * i) * NS_PER_MS));
         assert_eq!(
             ints(&r[10]),
             [0, 2, 0, -1, 3 * i],
@@ -1125,7 +1258,7 @@ fn leaky_refund_shortens_the_queue() {
     let mut con = server.client();
     let opts = bucket_opts(Kind::Leaky, 10, 10_000, 3);
     let admit = with(c!["RL.ADMIT", "q"], &opts);
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             with(admit.clone(), c!["COST", 3]),
@@ -1145,9 +1278,9 @@ fn leaky_refund_shortens_the_queue() {
     assert_eq!(ints(&r[3]), [1, 3, 3, 1000, 1000]);
     assert_eq!(
         text(&r[4]).unwrap(),
-        format!("leaky:{}", i128::from(now + 1000) * NS_PER_MS)
+        format!("leaky:{}", ns(now) + 1_000 * NS_PER_MS)
     );
-    assert_eq!(int(&r[5]), now + 1000);
+    assert_eq!(int(&r[5]), expiry(now, 1_000 * NS_PER_MS));
     assert_eq!(ints(&r[6]), [1, 3, 3, 0, 0]);
     assert_eq!(int(&r[7]), 0);
 }
@@ -1383,7 +1516,7 @@ fn meta_hashes_choose_the_algorithm_and_burst_and_inline_options_win() {
             ],
         )
         .unwrap();
-    let (now, r) = timed(
+    let (now_us, r) = timed_us(
         &mut con,
         &[
             c!["RL.ADMIT", "a", "META", "m:token"],
@@ -1399,11 +1532,11 @@ fn meta_hashes_choose_the_algorithm_and_burst_and_inline_options_win() {
         ],
     );
     assert_eq!(ints(&r[0]), [1, 3, 2, 0, 1000]);
-    assert_eq!(text(&r[1]).unwrap(), format!("token:2000000000:{now}"));
+    assert_eq!(text(&r[1]).unwrap(), token_value(2_000_000_000, now_us));
     assert_eq!(ints(&r[2]), [1, 3, 2, 0, 1000]);
     assert_eq!(ints(&r[3]), [1, 5, 4, 0, 1000]);
     assert_eq!(ints(&r[4]), [1, 3, 3, 0, 1000], "leaky: 3 may wait");
-    let w = 10_000;
+    let (now, w) = (now_us.div_euclid(1_000), 10_000);
     let left = now - now.rem_euclid(w) + w - now;
     assert_eq!(
         ints(&r[5]),
@@ -1783,15 +1916,36 @@ fn a_refused_state_lives_until_the_reset_it_reports() {
 
     for (key, policy) in [("t", &slow), ("s", &sliding)] {
         let call = with(c!["RL.ADMIT", key], policy);
-        let (now, r) = timed(&mut con, &[call.clone(), c!["PEXPIRETIME", key]]);
-        let refused = ints(&r[0]);
+        let (now_us, r) = timed_us(
+            &mut con,
+            &[c!["GET", key], call.clone(), c!["PEXPIRETIME", key]],
+        );
+        let refused = ints(&r[1]);
         assert_eq!(refused[0], 0, "{key}: {refused:?}");
         assert!(refused[4] > 500, "{key}: {refused:?}");
-        assert_eq!(int(&r[1]), now + refused[4], "{key}: lives until its reset");
+        // The reset ends when the state is spent: the window at its ms; the
+        // bucket when its debt is paid, to the µs, rounded up to the ms (a
+        // ms later than now + reset when the clock is between two ms).
+        let lives_until = match key {
+            "t" => {
+                let value = text(&r[0]).unwrap();
+                let parts: Vec<i128> = value
+                    .split(':')
+                    .skip(1)
+                    .map(|p| p.parse().unwrap())
+                    .collect();
+                let (credit, last) = (parts[0], parts[1] * NS_PER_MS + parts[2]);
+                let capacity = 1_000 * NS_PER_MS;
+                let level = (credit + (ns(now_us) - last).max(0)).min(capacity);
+                expiry(now_us, capacity - level)
+            }
+            _ => now_us.div_euclid(1_000) + refused[4],
+        };
+        assert_eq!(int(&r[2]), lives_until, "{key}: lives until its reset");
         // A second refusal has nothing more to write.
         let (_, r) = timed(&mut con, &[call.clone(), c!["PEXPIRETIME", key]]);
         assert_eq!(ints(&r[0])[0], 0);
-        assert_eq!(int(&r[1]), now + refused[4]);
+        assert_eq!(int(&r[1]), lives_until);
     }
     // Past the old policy's expiry, both still refuse, as they said.
     sleep(Duration::from_millis(200));

@@ -332,7 +332,7 @@ fn every_algorithm_agrees_on_fresh_and_crafted_state() {
         let p = policy(algo);
         let state = |ns: &str| {
             if algo == "token" {
-                format!("token:{ns}:{{ms-120}}")
+                format!("token:{ns}:{{at-120}}")
             } else {
                 format!("gcra:{{ns+{ns}}}")
             }
@@ -666,7 +666,8 @@ fn foreign_and_malformed_stored_values_agree() {
         "99999999999999999999",
         "",
         "token:abc:1",
-        "token:1:{ms+0}:9",
+        "token:1:{ms+0}:1000000",
+        "token:1:{ms+0}:0:9",
         "token:-5:{ms-10}",
         "gcra:",
         "gcra:-1",
@@ -1105,7 +1106,7 @@ fn random_call_sequences_agree() {
         let crafted = [
             ("f0", "2"),
             ("s0", "sliding:{win 100-100}:2:1"),
-            ("t0", "token:400000000:{ms-90}"),
+            ("t0", "token:400000000:{at-90}"),
             ("g0", "gcra:{ns+250000000}"),
             ("l0", "leaky:{ns+150000000}"),
             ("t", "gcra:{ns+1500000000}"),

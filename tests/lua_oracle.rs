@@ -7,10 +7,11 @@
 //! Time: each step is one MULTI/EXEC holding the library's FCALL, the
 //! module's call, and GET and PEXPIRETIME of every key both touched. Inside
 //! a transaction the server's clock is frozen, for `TIME` in a function as
-//! for the module's cached clock, so both decide at the same millisecond
+//! for the module's cached clock, so both decide at the same microsecond
 //! (`server_time_is_frozen_inside_multi_exec` checks this). Real sleeps
-//! between steps move the clock on, so refills, sliding windows and expiry
-//! are exercised; the timings vary from run to run, the comparison stays
+//! between steps (some shorter than a ms, and policies refilling every
+//! 500 µs) move the clock on, so refills, sliding windows and expiry are
+//! exercised; the timings vary from run to run, the comparison stays
 //! exact.
 
 mod common;
@@ -343,9 +344,11 @@ impl Oracle {
     }
 }
 
-/// Sleeps between calls (ms): often none, so bursts hit the limit, and
-/// sometimes a fraction of an interval up to a few intervals.
-const SLEEPS_MS: [u64; 12] = [0, 0, 0, 0, 0, 3, 11, 29, 60, 97, 150, 260];
+/// Sleeps between calls (µs): often none, so bursts hit the limit, and
+/// sometimes a fraction of an interval (of a ms, too) up to a few intervals.
+const SLEEPS_US: [u64; 15] = [
+    0, 0, 0, 0, 0, 150, 420, 730, 3_000, 11_000, 29_000, 60_000, 97_000, 150_000, 260_000,
+];
 
 /// The module's call for one cost.
 type Build = dyn Fn(i64) -> Vec<String>;
@@ -377,7 +380,7 @@ fn run_sequence(
         }
         let cost = rng.below(max_cost as usize + 1) as i64;
         oracle.call(label, &build(cost), cost);
-        sleep(Duration::from_millis(rng.pick(&SLEEPS_MS)));
+        sleep(Duration::from_micros(rng.pick(&SLEEPS_US)));
     }
     // Start the next policy from a fresh limiter.
     oracle.both(&["DEL", "K1"]);
@@ -584,19 +587,27 @@ fn sliding_window_agrees() {
 
 #[test]
 fn token_bucket_agrees() {
-    // Intervals of 200 ms, 333.333334 ms (not a whole ms) and 125 ms.
+    // Intervals of 200 ms, 333.333334 ms (not a whole ms), 125 ms and
+    // 500 µs (refilled between two calls in the same ms).
     let events = vec![
         (6, persist()),
         (12, set("token:0:9000000000000")), // last refill in the future
         (16, set("token:999999999999999:0")),
         (20, set("junk")),
         (21, del()),
+        (24, set("token:0:9000000000000:999000")),
         (30, set("token:5:1")),
+        (32, set("token:5:1:250000")),
         (34, persist()),
     ];
     check_algorithm(
         "token",
-        &[(5, 1000, Some(3)), (3, 1000, Some(2)), (4, 500, None)],
+        &[
+            (5, 1000, Some(3)),
+            (3, 1000, Some(2)),
+            (4, 500, None),
+            (2000, 1000, Some(2)),
+        ],
         &events,
     );
 }
@@ -605,17 +616,28 @@ fn token_bucket_agrees() {
 fn gcra_agrees() {
     check_algorithm(
         "gcra",
-        &[(5, 1000, Some(3)), (3, 1000, Some(2)), (4, 500, None)],
+        &[
+            (5, 1000, Some(3)),
+            (3, 1000, Some(2)),
+            (4, 500, None),
+            (2000, 1000, Some(2)),
+        ],
         &edge_events("gcra"),
     );
 }
 
 #[test]
 fn leaky_bucket_agrees() {
-    // Queue of 3, of 2 with a 333.333334 ms interval, and none at all.
+    // Queue of 3, of 2 with a 333.333334 ms interval, none at all, and one
+    // draining every 500 µs.
     let seen = check_algorithm(
         "leaky",
-        &[(5, 1000, Some(3)), (3, 1000, Some(2)), (4, 500, Some(0))],
+        &[
+            (5, 1000, Some(3)),
+            (3, 1000, Some(2)),
+            (4, 500, Some(0)),
+            (2000, 1000, Some(2)),
+        ],
         &edge_events("leaky"),
     );
     assert!(seen.delayed > 0, "no admitted call had to wait: {seen:?}");
@@ -625,8 +647,11 @@ fn leaky_bucket_agrees() {
 fn throttle_agrees() {
     let server = Server::start();
     let mut oracle = Oracle::new(&server);
-    // (max_burst, count, period_s): 100 ms and 333.333333 ms intervals.
-    for (n, (max_burst, count, period)) in [(2i64, 10i64, 1i64), (4, 3, 1)].into_iter().enumerate()
+    // (max_burst, count, period_s): 100 ms, 333.333333 ms and 500 µs
+    // intervals.
+    for (n, (max_burst, count, period)) in [(2i64, 10i64, 1i64), (4, 3, 1), (2, 2000, 1)]
+        .into_iter()
+        .enumerate()
     {
         let build = move |q: i64| {
             let mut module = words(&["RL.THROTTLE", "K1"]);
@@ -802,6 +827,7 @@ fn random_calls_agree() {
         "junk",
         "sliding:0:3:9",
         "token:0:9000000000000",
+        "token:0:9000000000000:999000",
         "gcra:-5",
         "leaky:9223372036854775807",
         "gcra:1",
@@ -907,7 +933,8 @@ fn random_calls_agree() {
         }
         match rng.below(20) {
             0..=13 => {}
-            14..=18 => sleep(Duration::from_millis(1 + rng.below(4) as u64)),
+            14..=16 => sleep(Duration::from_millis(1 + rng.below(4) as u64)),
+            17..=18 => sleep(Duration::from_micros(50 + rng.below(900) as u64)),
             _ => sleep(Duration::from_millis(10 + rng.below(40) as u64)),
         }
     }
@@ -949,6 +976,14 @@ fn crafted_state_agrees() {
         "token:9223372036854775807:-9223372036854775808",
         "token:5:1",
         "token:-1:5",
+        "token:5:1:999999",
+        "token:0:1764000000000:500000",
+        "token:0:9223372036854775807:999999",
+        "token:9223372036854775807:-9223372036854775808:0",
+        "token:5:1:1000000",
+        "token:5:1:-1",
+        "token:5:1:2:3",
+        "token:5:1:",
         "gcra:0",
         "gcra:-9223372036854775808",
         "gcra:9223372036854775807",

@@ -4,14 +4,14 @@
 //!
 //! Calls whose expectations depend on the clock run inside one MULTI/EXEC
 //! together with TIME (or inside one script): the server's time is frozen
-//! there, so TIME is exactly the `now` the module used.
+//! there, so TIME is exactly the `now` the module used, to the µs.
 
 #[macro_use]
 mod common;
 
 use common::{
     assert_refused_naming, ceil_ms, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
-    server_time_ms, snapshot, text, timed, wait_replica_offset, Server, QUIET,
+    server_time_ms, snapshot, text, timed, timed_us, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 
@@ -22,21 +22,32 @@ fn throttle(key: &str, burst: i64, count: i64, period: i64, quantity: i64) -> Ve
     c!["RL.THROTTLE", key, burst, count, period, quantity]
 }
 
+/// The clock (µs) in ns.
+fn ns(now_us: i64) -> i128 {
+    i128::from(now_us) * 1_000
+}
+
+/// The ms an absolute ns time falls in, rounded up: a key expiring then
+/// outlives it.
+fn ms_at(at_ns: i128) -> i64 {
+    ceil_ms(at_ns)
+}
+
 fn ceil_s(ns: i128) -> i64 {
     ((ns.max(0) + NS_PER_S - 1) / NS_PER_S) as i64
 }
 
-/// CL.THROTTLE's GCRA as redis-cell documents it, in ns: the reply and the
-/// new theoretical arrival time when one is stored.
+/// CL.THROTTLE's GCRA as redis-cell documents it, in ns, at `now_us`: the
+/// reply and the new theoretical arrival time when one is stored.
 fn model(
     tat: Option<i128>,
     (max_burst, count, period): (i64, i64, i64),
     quantity: i64,
-    now: i64,
+    now_us: i64,
 ) -> ([i64; 5], Option<i128>) {
     let interval = i128::from(period) * NS_PER_S / i128::from(count);
     let tolerance = interval * i128::from(max_burst + 1);
-    let now = i128::from(now) * NS_PER_MS;
+    let now = ns(now_us);
     let tat = tat.unwrap_or(now).clamp(now, now + tolerance);
     let increment = i128::from(quantity) * interval;
     let new_tat = tat + increment;
@@ -60,7 +71,7 @@ fn model(
 fn follows_the_cl_throttle_reference_sequence() {
     let server = Server::start();
     let mut con = server.client();
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             throttle("t", 4, 1, 1, 6),
@@ -83,15 +94,15 @@ fn follows_the_cl_throttle_reference_sequence() {
     assert_eq!(ints(&r[5]), [0, 5, 0, -1, 5]);
     assert_eq!(ints(&r[6]), [1, 5, 0, 1, 5]);
     assert_eq!(ints(&r[7]), [1, 5, 0, 1, 5], "quantity defaults to 1");
-    let tat = i128::from(now) * NS_PER_MS + 5 * NS_PER_S;
+    let tat = ns(now) + 5 * NS_PER_S;
     assert_eq!(text(&r[8]).unwrap(), format!("gcra:{tat}"));
-    assert_eq!(int(&r[9]), now + 5_000, "expires when the bucket is empty");
+    assert_eq!(int(&r[9]), ms_at(tat), "expires when the bucket is empty");
 
     // The reference goes on 3 s later: stand in for the wait by moving the
     // stored arrival time 3 s back.
     let now0 = server_time_ms(&mut con);
     let moved = i128::from(now0) * NS_PER_MS + 2 * NS_PER_S;
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             c!["SET", "t", format!("gcra:{moved}")],
@@ -108,7 +119,7 @@ fn follows_the_cl_throttle_reference_sequence() {
         assert_eq!(ints(&r[1 + i]).to_vec(), want, "call {i}, quantity {q}");
         tat = next.or(tat);
     }
-    if now - now0 < 1_000 {
+    if now / 1_000 - now0 < 1_000 {
         assert_eq!(ints(&r[1]), [0, 5, 2, -1, 3]);
         assert_eq!(ints(&r[2]), [0, 5, 2, -1, 3]);
         assert_eq!(ints(&r[3]), [0, 5, 0, -1, 5]);
@@ -121,7 +132,7 @@ fn times_are_rounded_up_to_whole_seconds() {
     let server = Server::start();
     let mut con = server.client();
     // 3 per 10 s: one every 3.33 s; no burst beyond the one.
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             throttle("t", 0, 3, 10, 1),
@@ -133,7 +144,7 @@ fn times_are_rounded_up_to_whole_seconds() {
     assert_eq!(ints(&r[1]), [1, 1, 0, 4, 4]);
     assert_eq!(
         int(&r[2]),
-        now + 3_334,
+        ms_at(ns(now) + 3_333_333_333),
         "the key's expiry is in ms, rounded up"
     );
 }
@@ -149,7 +160,7 @@ fn quantity_zero_peeks_and_writes_nothing() {
     assert!(!con.exists::<_, bool>("t").unwrap());
     cmd_ints(&mut con, &["RL.THROTTLE", "t", "4", "1", "10", "3"]);
     let before = (dump(&mut con, "t"), pexpiretime(&mut con, "t"));
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             throttle("t", 4, 1, 10, 0),
@@ -179,9 +190,9 @@ fn redis_cells_own_integer_state_is_read() {
         .query(&mut con)
         .unwrap();
     let before = (dump(&mut con, "cell"), pexpiretime(&mut con, "cell"));
-    let (now, r) = timed(&mut con, &[throttle("cell", 4, 1, 1, 0)]);
+    let (now, r) = timed_us(&mut con, &[throttle("cell", 4, 1, 1, 0)]);
     assert_eq!(ints(&r[0]).to_vec(), model(Some(tat), (4, 1, 1), 0, now).0);
-    if now - now0 < 1_000 {
+    if now / 1_000 - now0 < 1_000 {
         assert_eq!(ints(&r[0]), [0, 5, 2, -1, 3]);
     }
     assert_eq!(
@@ -189,7 +200,7 @@ fn redis_cells_own_integer_state_is_read() {
         before,
         "a peek leaves redis-cell's value as it was"
     );
-    let (now, r) = timed(
+    let (now, r) = timed_us(
         &mut con,
         &[
             throttle("cell", 4, 1, 1, 1),
@@ -201,11 +212,7 @@ fn redis_cells_own_integer_state_is_read() {
     assert_eq!(ints(&r[0]).to_vec(), want);
     let next = next.expect("admitted");
     assert_eq!(text(&r[1]).unwrap(), format!("gcra:{next}"));
-    assert_eq!(
-        int(&r[2]),
-        now + ceil_ms(next - i128::from(now) * NS_PER_MS),
-        "the expiry follows the new state"
-    );
+    assert_eq!(int(&r[2]), ms_at(next), "the expiry follows the new state");
     // A TAT in the past (or 0) is an empty bucket; one far ahead is clamped.
     for (value, want) in [
         ("0", [0, 5, 4, -1, 1]),
@@ -252,7 +259,7 @@ fn very_high_rates_still_limit() {
     let calls: Vec<Vec<String>> = (0..6002)
         .map(|_| throttle("fast", 6000, 6000, 1, 1))
         .collect();
-    let (now, r) = timed(&mut con, &calls);
+    let (now, r) = timed_us(&mut con, &calls);
     let mut tat = None;
     for (i, reply) in r.iter().enumerate() {
         let (want, next) = model(tat, params, 1, now);
@@ -492,7 +499,7 @@ fn a_limited_call_gives_foreign_state_the_expiry_of_its_reset() {
         let _: () = set.query(&mut con).unwrap();
     }
     for (key, value, _) in &keys {
-        let (now, r) = timed(
+        let (_, r) = timed(
             &mut con,
             &[
                 throttle(key, 0, 1, 10, 1),
@@ -502,11 +509,7 @@ fn a_limited_call_gives_foreign_state_the_expiry_of_its_reset() {
         );
         assert_eq!(ints(&r[0])[0], 1, "{key}: limited");
         assert_eq!(text(&r[1]).as_deref(), Some(value.as_str()), "{key}");
-        assert_eq!(
-            int(&r[2]),
-            now + ceil_ms(tat - i128::from(now) * NS_PER_MS),
-            "{key}: expires at its TAT"
-        );
+        assert_eq!(int(&r[2]), ms_at(tat), "{key}: expires at its TAT");
     }
     // A peek still writes nothing.
     let _: () = con.set("peeked", tat.to_string()).unwrap();

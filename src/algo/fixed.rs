@@ -1,7 +1,7 @@
 //! Fixed window counter: one integer per window, and the key's expiry is
 //! the reset.
 
-use super::{Decision, Outcome, Policy, State, Write};
+use super::{Decision, Now, Outcome, Policy, State, Write};
 
 /// The counter as found in the keyspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,21 +101,23 @@ fn adoption(adopted: bool, cost: i64, expires_at: Option<i64>) -> Write {
     }
 }
 
-/// `admit` over the common state type.
+/// `admit` over the common state type, at the clock's ms.
 pub fn decide(
     found: Option<(State, Option<i64>)>,
     policy: &Policy,
     cost: i64,
-    now_ms: i64,
+    now: Now,
 ) -> Outcome {
-    let (decision, write) = admit(
-        counter_of(found, now_ms),
-        policy.limit,
-        policy.window_ms,
-        cost,
-        now_ms,
-    );
-    Outcome { decision, write }
+    decide_counter(counter_of(found, now.ms), policy, cost, now.ms)
+}
+
+fn decide_counter(found: Option<Counter>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    let (decision, write) = admit(found, policy.limit, policy.window_ms, cost, now_ms);
+    Outcome {
+        decision,
+        write,
+        reset_at: now_ms.saturating_add(decision.reset_after_ms),
+    }
 }
 
 /// Takes `amount` off the counter (never below 0), keeping its window.
@@ -123,14 +125,16 @@ pub fn refund(
     found: Option<(State, Option<i64>)>,
     policy: &Policy,
     amount: i64,
-    now_ms: i64,
+    now: Now,
 ) -> Outcome {
-    let peek = |counter| admit(counter, policy.limit, policy.window_ms, 0, now_ms).0;
+    let now_ms = now.ms;
+    // The decision is the counter after the refund, as a peek sees it.
+    let peek = |counter, write| Outcome {
+        write,
+        ..decide_counter(counter, policy, 0, now_ms)
+    };
     let Some(counter) = counter_of(found, now_ms) else {
-        return Outcome {
-            decision: peek(None),
-            write: Write::Nothing,
-        };
+        return peek(None, Write::Nothing);
     };
     let count = match counter.count {
         c if c <= 0 => c,
@@ -138,10 +142,7 @@ pub fn refund(
     };
     if count == 0 && counter.count > 0 {
         // Refunded to empty: the limiter is gone, as for the other algorithms.
-        return Outcome {
-            decision: peek(None),
-            write: Write::Delete,
-        };
+        return peek(None, Write::Delete);
     }
     // As `admit` reads it: the reset the reply reports.
     let expires_at = window_expiry(counter.expires_at, policy.window_ms, now_ms);
@@ -158,10 +159,7 @@ pub fn refund(
             expires_at,
         }
     };
-    Outcome {
-        decision: peek(Some(after)),
-        write,
-    }
+    peek(Some(after), write)
 }
 
 /// The live counter in a stored state: the server never hands out an
@@ -254,13 +252,13 @@ mod tests {
     fn a_refund_to_empty_deletes_the_counter() {
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
         let found = Some((State::Fixed { count: 2 }, Some(10_500)));
-        let out = refund(found, &p, 5, 10_000);
+        let out = refund(found, &p, 5, Now::from_ms(10_000));
         assert_eq!(out.write, Write::Delete);
         assert_eq!(
             (out.decision.remaining, out.decision.reset_after_ms),
             (3, 0)
         );
-        let out = refund(found, &p, 1, 10_000);
+        let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(
             out.write,
             Write::State {
@@ -277,7 +275,7 @@ mod tests {
         // to give back, but the expiry is repaired as a refusal repairs it.
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
         let found = Some((State::Fixed { count: 0 }, Some(10_000 + 100 * W)));
-        let out = refund(found, &p, 1, 10_000);
+        let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(
             out.write,
             Write::State {
@@ -287,7 +285,10 @@ mod tests {
         );
         // Within one window: nothing to write.
         let found = Some((State::Fixed { count: 0 }, Some(10_500)));
-        assert_eq!(refund(found, &p, 1, 10_000).write, Write::Nothing);
+        assert_eq!(
+            refund(found, &p, 1, Now::from_ms(10_000)).write,
+            Write::Nothing
+        );
     }
 
     #[test]
@@ -295,7 +296,7 @@ mod tests {
         // Written under a longer window, or before the clock went back.
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
         let found = Some((State::Fixed { count: 5 }, Some(10_000 + 100 * W)));
-        let out = refund(found, &p, 1, 10_000);
+        let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(out.decision.reset_after_ms, W);
         assert_eq!(
             out.write,

@@ -3,7 +3,7 @@
 //! is how far ahead of the sustained rate the limiter has been used, and a
 //! request is admitted while the debt it leaves fits the bucket.
 
-use super::{ceil_ms, div, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+use super::{ceil_ms, div, ns_of_us, Decision, Outcome, Policy, State, Write};
 
 /// The debt (ns) a stored TAT leaves at `now_ns`, never below 0 and never
 /// beyond `capacity`: a policy change applies to existing state at once.
@@ -90,14 +90,14 @@ const GCRA: Schedule = Schedule {
 };
 
 impl Schedule {
-    pub fn admit(&self, state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    pub fn admit(&self, state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
         let meter = Meter::of(policy);
-        let now_ns = i128::from(now_ms) * NS_PER_MS;
+        let now_ns = ns_of_us(now_us);
         let tat = (self.read)(state);
         let debt = debt(tat, now_ns, meter.capacity);
         let store = |debt: i128| Write::State {
             state: (self.make)(now_ns + debt),
-            expires_at: now_ms + ceil_ms(debt),
+            expires_at: ceil_ms(now_ns + debt),
         };
         // Never more than the burst (the leaky queue's head is not waiting).
         let room = |debt: i128| meter.room(debt).min(policy.burst);
@@ -115,6 +115,7 @@ impl Schedule {
                 } else {
                     Write::Nothing
                 },
+                reset_at: ceil_ms(now_ns + after),
             },
             Verdict::Refuse { wait } => Outcome {
                 decision: Decision {
@@ -128,6 +129,7 @@ impl Schedule {
                     true => store(debt),
                     false => Write::Nothing,
                 },
+                reset_at: ceil_ms(now_ns + debt),
             },
         }
     }
@@ -137,10 +139,10 @@ impl Schedule {
         state: Option<State>,
         policy: &Policy,
         amount: i64,
-        now_ms: i64,
+        now_us: i64,
     ) -> Outcome {
         let meter = Meter::of(policy);
-        let now_ns = i128::from(now_ms) * NS_PER_MS;
+        let now_ns = ns_of_us(now_us);
         let tat = (self.read)(state);
         let before = debt(tat, now_ns, meter.capacity);
         let after = meter.forgive(before, amount);
@@ -151,41 +153,47 @@ impl Schedule {
             (Some(_), 0) => Write::Delete,
             (Some(_), _) => Write::State {
                 state: (self.make)(now_ns + after),
-                expires_at: now_ms + ceil_ms(after),
+                expires_at: ceil_ms(now_ns + after),
             },
         };
         let peek_state = (after > 0).then(|| (self.make)(now_ns + after));
         Outcome {
-            decision: self.admit(peek_state, policy, 0, now_ms).decision,
             write,
+            ..self.admit(peek_state, policy, 0, now_us)
         }
     }
 }
 
-pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    GCRA.admit(state, policy, cost, now_ms)
+pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
+    GCRA.admit(state, policy, cost, now_us)
 }
 
-pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
-    GCRA.refund(state, policy, amount, now_ms)
+pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
+    GCRA.refund(state, policy, amount, now_us)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::Algo;
+    use crate::algo::{Algo, NS_PER_MS};
+
+    /// The clock (µs) at `t` ms.
+    fn ms(t: i64) -> i64 {
+        t * 1_000
+    }
 
     fn policy(limit: i64, window_ms: i64, burst: i64) -> Policy {
         Policy::new(Algo::Gcra, limit, window_ms, Some(burst), 0).unwrap()
     }
 
-    /// Runs calls at the given times, threading the state; returns decisions.
+    /// Runs calls at the given times (ms), threading the state; returns
+    /// decisions.
     fn run(p: &Policy, calls: &[(i64, i64)]) -> Vec<Decision> {
         let mut state = None;
         calls
             .iter()
             .map(|&(now, cost)| {
-                let out = admit(state, p, cost, now);
+                let out = admit(state, p, cost, ms(now));
                 if let Write::State { state: s, .. } = out.write {
                     state = Some(s);
                 }
@@ -225,7 +233,7 @@ mod tests {
         let future = State::Gcra {
             tat_ns: i128::from(i64::MAX),
         };
-        let out = admit(Some(future), &p, 1, 1_000);
+        let out = admit(Some(future), &p, 1, ms(1_000));
         assert!(!out.decision.admitted);
         assert_eq!(
             out.decision.retry_after_ms, 100,
@@ -239,7 +247,7 @@ mod tests {
         let future = Some(State::Gcra {
             tat_ns: i128::from(i64::MAX),
         });
-        let out = admit(future, &p, 1, 1_000);
+        let out = admit(future, &p, 1, ms(1_000));
         assert!(!out.decision.admitted);
         let Write::State { state, expires_at } = out.write else {
             panic!("{:?}", out.write)
@@ -252,11 +260,11 @@ mod tests {
         );
         assert_eq!(expires_at, 1_300);
         assert!(
-            admit(Some(state), &p, 1, 1_100).decision.admitted,
+            admit(Some(state), &p, 1, ms(1_100)).decision.admitted,
             "drains from there"
         );
         assert_eq!(
-            admit(future, &p, 0, 1_000).write,
+            admit(future, &p, 0, ms(1_000)).write,
             Write::Nothing,
             "a peek never writes"
         );
@@ -265,7 +273,7 @@ mod tests {
     #[test]
     fn refund_gives_back_and_deletes_when_empty() {
         let p = policy(10, 1_000, 3);
-        let out = admit(None, &p, 2, 0);
+        let out = admit(None, &p, 2, ms(0));
         let Write::State { state, .. } = out.write else {
             panic!()
         };
@@ -274,5 +282,49 @@ mod tests {
         assert!(matches!(back.write, Write::State { .. }));
         assert_eq!(refund(Some(state), &p, 5, 0).write, Write::Delete);
         assert_eq!(refund(None, &p, 5, 0).write, Write::Nothing);
+    }
+
+    /// 4 per ms, burst 2: the TAT moves by 250 µs per request, from the
+    /// µs the call came, and the key expires at the end of that TAT's ms.
+    #[test]
+    fn arrival_times_are_kept_to_the_microsecond() {
+        let p = policy(4_000, 1_000, 2);
+        let start = ms(1_764_000_000_000) + 600;
+        let start_ns = i128::from(start) * 1_000;
+        let first = admit(None, &p, 2, start);
+        let Write::State { state, expires_at } = first.write else {
+            panic!("{:?}", first.write)
+        };
+        assert_eq!(
+            state,
+            State::Gcra {
+                tat_ns: start_ns + 500_000
+            }
+        );
+        assert_eq!(expires_at, 1_764_000_000_002, "full at .100 of the next ms");
+        assert_eq!(first.reset_at, expires_at);
+        // Debt 500 µs: a third fits once 250 µs are paid.
+        let early = admit(Some(state), &p, 1, start + 249);
+        assert_eq!(
+            (early.decision.admitted, early.decision.retry_after_ms),
+            (false, 1)
+        );
+        assert_eq!(early.reset_at, 1_764_000_000_002);
+        assert!(admit(Some(state), &p, 1, start + 250).decision.admitted);
+        // The leaky queue tells the delay from the µs too: 500 µs ahead.
+        let leaky = Policy::new(Algo::Leaky, 4_000, 1_000, Some(2), 0).unwrap();
+        let queued = super::super::leaky::admit(
+            Some(State::Leaky {
+                tat_ns: start_ns + 500_000,
+            }),
+            &leaky,
+            1,
+            start + 100,
+        );
+        assert_eq!(
+            (queued.decision.admitted, queued.decision.retry_after_ms),
+            (true, 1),
+            "400 µs, rounded up"
+        );
     }
 }

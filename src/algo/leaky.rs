@@ -20,18 +20,18 @@ const LEAKY: Schedule = Schedule {
     tells_delay: true,
 };
 
-pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    LEAKY.admit(state, policy, cost, now_ms)
+pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
+    LEAKY.admit(state, policy, cost, now_us)
 }
 
-pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
-    LEAKY.refund(state, policy, amount, now_ms)
+pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
+    LEAKY.refund(state, policy, amount, now_us)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::{Algo, Write, NS_PER_MS};
+    use crate::algo::{Algo, Write, NS_PER_US};
     use proptest::prelude::*;
 
     fn policy(limit: i64, window_ms: i64, queue: i64) -> Policy {
@@ -77,7 +77,7 @@ mod tests {
         let Write::State { state, .. } = first.write else {
             panic!()
         };
-        let second = admit(Some(state), &p, 1, 30);
+        let second = admit(Some(state), &p, 1, 30_000);
         assert_eq!(
             (second.decision.admitted, second.decision.retry_after_ms),
             (false, 70)
@@ -92,11 +92,12 @@ mod tests {
             limit in 1i64..50,
             window_ms in 1i64..3_000,
             queue in 0i64..10,
-            steps in proptest::collection::vec(0i64..40, 1..150),
+            steps in proptest::collection::vec(0i64..40_000, 1..150),
         ) {
             let p = policy(limit, window_ms, queue);
             let interval = p.interval_ns();
-            let (mut now, mut state, mut last_start): (i64, Option<State>, Option<i128>) = (5_000, None, None);
+            // µs, from 5 ms on.
+            let (mut now, mut state, mut last_start): (i64, Option<State>, Option<i128>) = (5_000_000, None, None);
             for step in steps {
                 now += step;
                 let out = admit(state, &p, 1, now);
@@ -106,7 +107,7 @@ mod tests {
                     if let Some(prev) = last_start {
                         prop_assert!(start - prev >= interval, "{} then {}", prev, start);
                     }
-                    prop_assert!(start >= i128::from(now) * NS_PER_MS);
+                    prop_assert!(start >= i128::from(now) * NS_PER_US);
                     last_start = Some(start);
                     state = Some(s);
                 }

@@ -3,7 +3,8 @@
 //! property tests and fuzzing reach every line directly.
 //!
 //! Times in state are absolute server time (ms, or ns where a rate needs
-//! sub-millisecond precision), so replicas, AOF and RDB agree.
+//! sub-millisecond precision), so replicas, AOF and RDB agree. The clock is
+//! read in µs (`Now`): the windows see its ms, the buckets its µs.
 
 pub mod fixed;
 pub mod gcra;
@@ -66,9 +67,45 @@ pub enum Write {
 pub struct Outcome {
     pub decision: Decision,
     pub write: Write,
+    /// When the limiter is back to its full budget, in absolute ms rounded
+    /// up: how long a refusal's state must live. The reset above is the
+    /// same span rounded on its own, which can end a ms earlier than this
+    /// when the clock is between two ms.
+    pub reset_at: i64,
 }
 
 pub const NS_PER_MS: i128 = 1_000_000;
+pub const NS_PER_US: i128 = 1_000;
+
+/// The server's time for one call, read once: the windows and every key
+/// expiry count in its ms, the buckets in its µs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Now {
+    pub ms: i64,
+    pub us: i64,
+}
+
+impl Now {
+    pub fn from_us(us: i64) -> Now {
+        Now {
+            ms: us.div_euclid(1_000),
+            us,
+        }
+    }
+
+    /// The start of the ms `ms` (tests, and callers with only a ms clock).
+    pub fn from_ms(ms: i64) -> Now {
+        Now {
+            ms,
+            us: ms.saturating_mul(1_000),
+        }
+    }
+}
+
+/// `now_us` in ns.
+pub fn ns_of_us(now_us: i64) -> i128 {
+    i128::from(now_us) * NS_PER_US
+}
 
 /// `a / b` exactly as i128 division gives it, in one machine division when
 /// both fit a u64 (the usual case): i128 division is a library call.
@@ -81,7 +118,8 @@ pub fn div(a: i128, b: i128) -> i128 {
 }
 
 /// A non-negative span in ns, rounded up to whole ms, so that a caller who
-/// waits that long is never early.
+/// waits that long is never early; an absolute ns time, rounded up to the
+/// ms, so that a key expiring then outlives it.
 pub fn ceil_ms(ns: i128) -> i64 {
     let ms = div(ns.max(0) + NS_PER_MS - 1, NS_PER_MS);
     i64::try_from(ms).unwrap_or(i64::MAX)
@@ -92,26 +130,26 @@ pub type Found = Option<(State, Option<i64>)>;
 
 /// One algorithm's admit or refund: the state found, the policy, the cost
 /// (or amount) and the time in; the decision and the write out.
-pub type Decide = fn(Found, &Policy, i64, i64) -> Outcome;
+pub type Decide = fn(Found, &Policy, i64, Now) -> Outcome;
 
 /// Decides one call for any algorithm. `found` is the decoded state and the
 /// key's absolute expiry (`None`: no TTL). `policy` is validated for `now`.
-pub fn admit(found: Found, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    (policy.algo.spec().admit)(found, policy, cost, now_ms)
+pub fn admit(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
+    (policy.algo.spec().admit)(found, policy, cost, now)
 }
 
 /// An admit of an algorithm that keeps its own times in its state (every
 /// one but the fixed window, whose reset is the key's expiry), with the
-/// refusal repair below.
+/// refusal repair below. `now` is in the algorithm's unit (ms or µs).
 pub(crate) fn with_repair(
     decide: fn(Option<State>, &Policy, i64, i64) -> Outcome,
     found: Found,
     policy: &Policy,
     cost: i64,
-    now_ms: i64,
+    now: i64,
 ) -> Outcome {
-    let outcome = decide(found.map(|f| f.0), policy, cost, now_ms);
-    outcome_outlives_its_reset(outcome, found.map(|f| f.1), cost, now_ms)
+    let outcome = decide(found.map(|f| f.0), policy, cost, now);
+    outcome_outlives_its_reset(outcome, found.map(|f| f.1), cost)
 }
 
 /// A refusal tells the caller when the limiter is full again; the state
@@ -122,51 +160,43 @@ pub(crate) fn with_repair(
 /// because the cost can never fit) is deleted instead, as its expiry would
 /// have, so that no limiter key is left without one. `expiry` is the key's:
 /// `None` without a key, `Some(None)` for a key without a TTL.
-fn outcome_outlives_its_reset(
-    outcome: Outcome,
-    expiry: Option<Option<i64>>,
-    cost: i64,
-    now_ms: i64,
-) -> Outcome {
+fn outcome_outlives_its_reset(outcome: Outcome, expiry: Option<Option<i64>>, cost: i64) -> Outcome {
     let d = outcome.decision;
     if d.admitted || cost == 0 || outcome.write != Write::Nothing {
         return outcome;
     }
     Outcome {
-        write: refusal_repair(d.reset_after_ms, expiry, now_ms),
+        write: refusal_repair(d.reset_after_ms, outcome.reset_at, expiry),
         ..outcome
     }
 }
 
 /// The one write a real refusal that wrote nothing else can make, given the
-/// reset it reports (ms) and the key's expiry (see above).
-pub(crate) fn refusal_repair(reset_ms: i64, expiry: Option<Option<i64>>, now_ms: i64) -> Write {
-    let needed = now_ms.saturating_add(reset_ms);
+/// reset it reports (ms), when that reset ends (absolute ms, rounded up)
+/// and the key's expiry (see above).
+pub(crate) fn refusal_repair(reset_ms: i64, reset_at: i64, expiry: Option<Option<i64>>) -> Write {
     match (reset_ms, expiry) {
         (0, Some(None)) => Write::Delete,
         (0, _) => Write::Nothing,
-        (_, Some(Some(at))) if at >= needed => Write::Nothing,
-        _ => Write::Expiry { expires_at: needed },
+        (_, Some(Some(at))) if at >= reset_at => Write::Nothing,
+        _ => Write::Expiry {
+            expires_at: reset_at,
+        },
     }
 }
 
 /// Gives back `amount` of consumption; never below empty. The decision is
 /// the state after the refund, as a peek sees it.
-pub fn refund(
-    found: Option<(State, Option<i64>)>,
-    policy: &Policy,
-    amount: i64,
-    now_ms: i64,
-) -> Outcome {
+pub fn refund(found: Found, policy: &Policy, amount: i64, now: Now) -> Outcome {
     if amount == 0 {
         // Refunding nothing is a peek: no write, nothing propagated, even
         // where a real call would normalise the state.
         return Outcome {
             write: Write::Nothing,
-            ..admit(found, policy, 0, now_ms)
+            ..admit(found, policy, 0, now)
         };
     }
-    (policy.algo.spec().refund)(found, policy, amount, now_ms)
+    (policy.algo.spec().refund)(found, policy, amount, now)
 }
 
 #[cfg(test)]
@@ -183,9 +213,9 @@ mod tests {
                 current: c,
                 previous: p,
             }),
-            (0i64.., any::<i64>()).prop_map(|(c, l)| State::Token {
+            (0i64.., any::<i64>(), 0i64..1_000_000).prop_map(|(c, l, n)| State::Token {
                 credit_ns: i128::from(c),
-                last_ms: l,
+                last_ns: i128::from(l) * NS_PER_MS + i128::from(n),
             }),
             any::<i64>().prop_map(|t| State::Gcra {
                 tat_ns: i128::from(t)
@@ -215,7 +245,7 @@ mod tests {
                 Algo::Token,
                 State::Token {
                     credit_ns: 0,
-                    last_ms: 0,
+                    last_ns: 0,
                 },
             ),
             (Algo::Gcra, State::Gcra { tat_ns: 0 }),
@@ -224,7 +254,7 @@ mod tests {
         for (algo, state) in spent {
             let policy = Policy::new(algo, 5, 1_000, Some(5), now).unwrap();
             let never = 1_000;
-            let out = admit(Some((state, None)), &policy, never, now);
+            let out = admit(Some((state, None)), &policy, never, Now::from_ms(now));
             let d = out.decision;
             assert_eq!(
                 (d.admitted, d.retry_after_ms, d.reset_after_ms),
@@ -233,8 +263,14 @@ mod tests {
             assert_eq!(out.write, Write::Delete, "{algo:?}");
             // With a TTL it vanishes by itself; without a key there is
             // nothing to delete; a peek never writes.
-            let with_ttl = admit(Some((state, Some(now + 5))), &policy, never, now);
+            let with_ttl = admit(
+                Some((state, Some(now + 5))),
+                &policy,
+                never,
+                Now::from_ms(now),
+            );
             assert_eq!(with_ttl.write, Write::Nothing, "{algo:?}");
+            let now = Now::from_ms(now);
             assert_eq!(admit(None, &policy, never, now).write, Write::Nothing);
             let peek = admit(Some((state, None)), &policy, 0, now);
             assert_eq!(peek.write, Write::Nothing, "{algo:?}");
@@ -251,10 +287,11 @@ mod tests {
             window in prop_oneof![1i64..100_000, 1i64..=i64::MAX],
             burst in proptest::option::of(prop_oneof![0i64..1_000, 0i64..=i64::MAX]),
             cost in prop_oneof![0i64..20, 0i64..=i64::MAX],
-            now in 0i64..=4_000_000_000_000i64,
+            now_us in 0i64..=4_000_000_000_000_000i64,
             state in proptest::option::of((any_state(), proptest::option::of(any::<i64>()))),
         ) {
-            let Ok(policy) = Policy::new(algo, limit, window, burst, now) else {
+            let now = Now::from_us(now_us);
+            let Ok(policy) = Policy::new(algo, limit, window, burst, now.ms) else {
                 return Ok(()); // refused with an error: nothing to decide
             };
             for out in [admit(state, &policy, cost, now), refund(state, &policy, cost, now)] {
@@ -263,7 +300,7 @@ mod tests {
                 prop_assert!(d.retry_after_ms >= -1);
                 prop_assert!(d.reset_after_ms >= 0);
                 if let Write::State { state: written, expires_at } = out.write {
-                    prop_assert!(expires_at > now, "{written:?} expires at {expires_at} <= {now}");
+                    prop_assert!(expires_at > now.ms, "{written:?} expires at {expires_at} <= {now:?}");
                     let mut buf = [0u8; state::MAX_LEN];
                     let bytes = written.encode(&mut buf).to_vec();
                     prop_assert_eq!(State::decode(algo, &bytes), Ok(written));
@@ -277,10 +314,11 @@ mod tests {
             algo in proptest::sample::select(Algo::ALL.to_vec()),
             limit in 1i64..1_000,
             burst in proptest::option::of(0i64..1_000),
-            now in 0i64..=4_000_000_000_000i64,
+            now_us in 0i64..=4_000_000_000_000_000i64,
             state in proptest::option::of((any_state(), proptest::option::of(any::<i64>()))),
         ) {
-            let Ok(policy) = Policy::new(algo, limit, 60_000, burst, now) else {
+            let now = Now::from_us(now_us);
+            let Ok(policy) = Policy::new(algo, limit, 60_000, burst, now.ms) else {
                 return Ok(());
             };
             let out = refund(state, &policy, 0, now);
@@ -308,7 +346,7 @@ mod tests {
                 if state.is_none() {
                     used = 0;
                 }
-                let out = admit(state, &policy, cost, now);
+                let out = admit(state, &policy, cost, Now::from_ms(now));
                 if out.decision.admitted {
                     used += cost;
                 } else {

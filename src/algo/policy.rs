@@ -55,17 +55,19 @@ const fn row(
 }
 
 /// `refund` of an algorithm that reads only the state, not the key's expiry.
+/// `now` is in the algorithm's unit (ms or µs).
 pub(super) fn with_state(
     refund: fn(Option<State>, &Policy, i64, i64) -> Outcome,
     found: Found,
     policy: &Policy,
     amount: i64,
-    now_ms: i64,
+    now: i64,
 ) -> Outcome {
-    refund(found.map(|f| f.0), policy, amount, now_ms)
+    refund(found.map(|f| f.0), policy, amount, now)
 }
 
 /// Every algorithm, in `Algo` order: adding one is its file and a row here.
+/// The windows read the clock's ms, the buckets its µs.
 pub const ALGORITHMS: [AlgoSpec; 5] = [
     row(
         Algo::Fixed,
@@ -78,8 +80,8 @@ pub const ALGORITHMS: [AlgoSpec; 5] = [
         c"sliding",
         (false, 1),
         (
-            |f, p, c, n| with_repair(sliding::admit, f, p, c, n),
-            |f, p, a, n| with_state(sliding::refund, f, p, a, n),
+            |f, p, c, n| with_repair(sliding::admit, f, p, c, n.ms),
+            |f, p, a, n| with_state(sliding::refund, f, p, a, n.ms),
         ),
     ),
     row(
@@ -87,8 +89,8 @@ pub const ALGORITHMS: [AlgoSpec; 5] = [
         c"token",
         (true, 1),
         (
-            |f, p, c, n| with_repair(token::admit, f, p, c, n),
-            |f, p, a, n| with_state(token::refund, f, p, a, n),
+            |f, p, c, n| with_repair(token::admit, f, p, c, n.us),
+            |f, p, a, n| with_state(token::refund, f, p, a, n.us),
         ),
     ),
     row(
@@ -96,8 +98,8 @@ pub const ALGORITHMS: [AlgoSpec; 5] = [
         c"gcra",
         (true, 1),
         (
-            |f, p, c, n| with_repair(gcra::admit, f, p, c, n),
-            |f, p, a, n| with_state(gcra::refund, f, p, a, n),
+            |f, p, c, n| with_repair(gcra::admit, f, p, c, n.us),
+            |f, p, a, n| with_state(gcra::refund, f, p, a, n.us),
         ),
     ),
     row(
@@ -105,8 +107,8 @@ pub const ALGORITHMS: [AlgoSpec; 5] = [
         c"leaky",
         (true, 0),
         (
-            |f, p, c, n| with_repair(leaky::admit, f, p, c, n),
-            |f, p, a, n| with_state(leaky::refund, f, p, a, n),
+            |f, p, c, n| with_repair(leaky::admit, f, p, c, n.us),
+            |f, p, a, n| with_state(leaky::refund, f, p, a, n.us),
         ),
     ),
 ];
@@ -263,9 +265,10 @@ fn fits_ms(now_ms: i64, span_ms: i128) -> bool {
     i128::from(now_ms) + span_ms < i128::from(i64::MAX)
 }
 
-/// `now + span_ns`, and every absolute ns time in between, fits an i64.
+/// `now + span_ns`, and every absolute ns time in between, fits an i64,
+/// wherever in the ms `now_ms` the clock's µs are.
 pub fn fits_ns(now_ms: i64, span_ns: i128) -> bool {
-    i128::from(now_ms) * NS_PER_MS + span_ns <= i128::from(i64::MAX)
+    (i128::from(now_ms) + 1) * NS_PER_MS - 1 + span_ns <= i128::from(i64::MAX)
 }
 
 #[cfg(test)]

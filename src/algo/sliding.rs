@@ -129,13 +129,14 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
         } else {
             v.wait(current, previous, cost)
         };
+        let reset = v.reset(current, previous);
         return Outcome {
             decision: Decision {
                 admitted: false,
                 limit: policy.limit,
                 remaining: v.room(current, previous),
                 retry_after_ms: retry,
-                reset_after_ms: v.reset(current, previous),
+                reset_after_ms: reset,
             },
             // Read as now's window, a future one is written back as such
             // by a real call, or it would be read so again next window.
@@ -143,17 +144,20 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 true => stored(start, current, previous, policy.window_ms),
                 false => Write::Nothing,
             },
+            reset_at: now_ms + reset,
         };
     }
     let after = current + cost;
+    let reset = v.reset(after, previous);
     Outcome {
         decision: Decision {
             admitted: true,
             limit: policy.limit,
             remaining: v.room(after, previous),
             retry_after_ms: 0,
-            reset_after_ms: v.reset(after, previous),
+            reset_after_ms: reset,
         },
+        reset_at: now_ms + reset,
         write: match cost {
             0 => Write::Nothing,
             _ => Write::State {
@@ -184,8 +188,8 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
         true => stored(start, after, previous, policy.window_ms),
     };
     Outcome {
-        decision: admit(Some(next), policy, 0, now_ms).decision,
         write,
+        ..admit(Some(next), policy, 0, now_ms)
     }
 }
 

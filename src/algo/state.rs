@@ -4,14 +4,19 @@
 //! |---|---|
 //! | fixed   | `<count>` (a plain integer, shared with INCR clients) |
 //! | sliding | `sliding:<window_start_ms>:<current_count>:<previous_count>` |
-//! | token   | `token:<credit_ns>:<last_refill_ms>` |
+//! | token   | `token:<credit_ns>:<last_refill_ms>:<last_refill_ns_into_that_ms>` |
 //! | gcra    | `gcra:<theoretical_arrival_time_ns>` |
 //! | leaky   | `leaky:<queue_drained_at_ns>` |
+//!
+//! The token bucket's last refill is a ms and the ns into it (0 to 999,999;
+//! the clock gives µs). Builds that read the clock in ms wrote the ms
+//! alone, `token:<credit_ns>:<last_refill_ms>`: that form still reads, as
+//! the start of that ms, and is written back in the new one.
 
 use crate::error::RlError;
 use crate::num::{format_i64, parse_i64, MAX_DIGITS};
 
-use super::Algo;
+use super::{div, Algo, NS_PER_MS};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum State {
@@ -25,7 +30,8 @@ pub enum State {
     },
     Token {
         credit_ns: i128,
-        last_ms: i64,
+        /// The last refill, absolute ns.
+        last_ns: i128,
     },
     Gcra {
         tat_ns: i128,
@@ -35,7 +41,8 @@ pub enum State {
     },
 }
 
-/// Longest encoding: "sliding:" and three i64 with separators.
+/// Longest encoding: "sliding:" and three i64 with separators ("token:",
+/// two i64 and six digits are shorter).
 pub const MAX_LEN: usize = 8 + 3 * 20 + 2;
 
 impl State {
@@ -79,12 +86,17 @@ impl State {
             }
             Algo::Token => {
                 let (credit, last_ms) = (next()?, next()?);
-                if credit < 0 {
+                // Absent in the old form: the start of that ms.
+                let into_ms = match fields.next() {
+                    None => 0,
+                    Some(field) => parse_i64(field)?,
+                };
+                if credit < 0 || !(0..1_000_000).contains(&into_ms) {
                     return None;
                 }
                 State::Token {
                     credit_ns: i128::from(credit),
-                    last_ms,
+                    last_ns: i128::from(last_ms) * NS_PER_MS + i128::from(into_ms),
                 }
             }
             Algo::Gcra => State::Gcra {
@@ -125,11 +137,19 @@ impl State {
                 put(b":");
                 put(format_i64(previous, &mut digits));
             }
-            State::Token { credit_ns, last_ms } => {
+            State::Token { credit_ns, last_ns } => {
+                // `div` for a time the module wrote (never negative): i128
+                // division is a library call.
+                let ms = match last_ns {
+                    0.. => div(last_ns, NS_PER_MS),
+                    _ => last_ns.div_euclid(NS_PER_MS),
+                };
                 put(b"token:");
                 put(format_i64(clamp(credit_ns), &mut digits));
                 put(b":");
-                put(format_i64(last_ms, &mut digits));
+                put(format_i64(clamp(ms), &mut digits));
+                put(b":");
+                put(format_i64(clamp(last_ns - ms * NS_PER_MS), &mut digits));
             }
             State::Gcra { tat_ns } => {
                 put(b"gcra:");
@@ -165,7 +185,14 @@ mod tests {
                 Algo::Token,
                 State::Token {
                     credit_ns: 5_000_000,
-                    last_ms: 1_764_000_000_123,
+                    last_ns: 1_764_000_000_123_456_000,
+                },
+            ),
+            (
+                Algo::Token,
+                State::Token {
+                    credit_ns: 0,
+                    last_ns: -1_000_001,
                 },
             ),
             (
@@ -207,6 +234,11 @@ mod tests {
             b"sliding:1:2:3:4",
             b"sliding:-1:2:3",
             b"token:-5:1",
+            b"token:5:1:1000000",
+            b"token:5:1:-1",
+            b"token:5:1:01",
+            b"token:5:1:2:3",
+            b"token:5:1:",
             b"gcra:",
             b"gcra:x",
         ] {
@@ -218,6 +250,39 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn reads_the_token_form_without_the_ns_into_the_ms_as_that_ms() {
+        let old = State::decode(Algo::Token, b"token:7:1764000000123");
+        let new = State::decode(Algo::Token, b"token:7:1764000000123:0");
+        let want = State::Token {
+            credit_ns: 7,
+            last_ns: 1_764_000_000_123 * NS_PER_MS,
+        };
+        assert_eq!((old, new), (Ok(want), Ok(want)));
+        let extremes = State::decode(
+            Algo::Token,
+            b"token:9223372036854775807:-9223372036854775808",
+        );
+        assert_eq!(
+            extremes,
+            Ok(State::Token {
+                credit_ns: i128::from(i64::MAX),
+                last_ns: i128::from(i64::MIN) * NS_PER_MS,
+            })
+        );
+        let mut buf = [0u8; MAX_LEN];
+        let written = want.encode(&mut buf);
+        assert_eq!(
+            written, b"token:7:1764000000123:0",
+            "written in the new form"
+        );
+        let within = State::Token {
+            credit_ns: 7,
+            last_ns: 1_764_000_000_123 * NS_PER_MS + 456_000,
+        };
+        assert_eq!(within.encode(&mut buf), b"token:7:1764000000123:456000");
     }
 
     proptest! {

@@ -3,7 +3,7 @@
 //! checked arithmetic, ns precision whatever the rate, absolute expiry, and
 //! `quantity 0` as a pure peek. State is the same `gcra:<tat_ns>` string.
 
-use super::{div, State, Write, NS_PER_MS};
+use super::{ceil_ms, div, ns_of_us, Now, State, Write};
 use crate::error::RlError;
 
 const NS_PER_S: i128 = 1_000_000_000;
@@ -86,15 +86,15 @@ fn ceil_s(ns: i128) -> i64 {
     i64::try_from(s).unwrap_or(i64::MAX)
 }
 
-/// Decides one call. `found` is the stored state and the key's absolute
-/// expiry (`None`: no TTL), as for `algo::admit`.
+/// Decides one call at `now` (its µs). `found` is the stored state and the
+/// key's absolute expiry (`None`: no TTL), as for `algo::admit`.
 pub fn throttle(
     found: Option<(State, Option<i64>)>,
     meter: &Meter,
     quantity: i64,
-    now_ms: i64,
+    now: Now,
 ) -> (Reply, Write) {
-    let now = i128::from(now_ms) * NS_PER_MS;
+    let now = ns_of_us(now.us);
     let stored = match found {
         Some((State::Gcra { tat_ns }, _)) => Some(tat_ns),
         _ => None,
@@ -112,7 +112,7 @@ pub fn throttle(
                 0 => Write::Nothing,
                 _ => Write::State {
                     state: State::Gcra { tat_ns: new_tat },
-                    expires_at: now_ms + super::ceil_ms(new_tat - now),
+                    expires_at: ceil_ms(new_tat),
                 },
             };
             (new_tat - now, write)
@@ -122,7 +122,7 @@ pub fn throttle(
         None if quantity > 0 && super::gcra::beyond(stored, now, meter.tolerance) => {
             let write = Write::State {
                 state: State::Gcra { tat_ns: tat },
-                expires_at: now_ms + super::ceil_ms(tat - now),
+                expires_at: ceil_ms(tat),
             };
             (tat - now, write)
         }
@@ -136,7 +136,7 @@ pub fn throttle(
     // refusals still write nothing.
     let write = match write {
         Write::Nothing if allowed.is_none() && quantity > 0 => {
-            super::refusal_repair(super::ceil_ms(ttl), found.map(|f| f.1), now_ms)
+            super::refusal_repair(ceil_ms(ttl), ceil_ms(now + ttl), found.map(|f| f.1))
         }
         write => write,
     };
@@ -156,7 +156,7 @@ pub fn throttle(
         remaining: i64::try_from(remaining).unwrap_or(i64::MAX),
         retry_after_s: wait.map_or(-1, ceil_s),
         reset_after_s: ceil_s(ttl),
-        retry_after_ms: wait.map_or(-1, super::ceil_ms),
+        retry_after_ms: wait.map_or(-1, ceil_ms),
     };
     (reply, write)
 }
@@ -164,6 +164,7 @@ pub fn throttle(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::NS_PER_MS;
 
     /// redis-cell's own table: limit 5 (max_burst 4), 1 per second.
     #[test]
@@ -202,7 +203,7 @@ mod tests {
                     state = None;
                 }
             }
-            let (reply, write) = throttle(state, &meter, quantity, now);
+            let (reply, write) = throttle(state, &meter, quantity, Now::from_ms(now));
             assert_eq!(
                 (
                     reply.limited,
@@ -238,7 +239,7 @@ mod tests {
         let mut state = None;
         let mut limited = 0;
         for _ in 0..7_000 {
-            let (reply, write) = throttle(state, &meter, 1, 1_000);
+            let (reply, write) = throttle(state, &meter, 1, Now::from_ms(1_000));
             limited += i32::from(reply.limited);
             if let Write::State {
                 state: s,
@@ -275,16 +276,21 @@ mod tests {
             // Never allowed: still a refusal the state must outlive.
             (None, 5, needed),
         ] {
-            let (reply, write) = throttle(Some((gcra, expires_at)), &meter, quantity, 1_000);
+            let (reply, write) = throttle(
+                Some((gcra, expires_at)),
+                &meter,
+                quantity,
+                Now::from_ms(1_000),
+            );
             assert_eq!(reply.limited, quantity > 0, "a peek passes");
             assert_eq!(write, want, "{expires_at:?} quantity {quantity}");
         }
         // A TAT already past is no debt: nothing to keep. Without a TTL the
         // key is deleted, as its expiry would have; with one, left to it.
         let past = State::Gcra { tat_ns: 0 };
-        let (reply, write) = throttle(Some((past, None)), &meter, 5, 1_000);
+        let (reply, write) = throttle(Some((past, None)), &meter, 5, Now::from_ms(1_000));
         assert_eq!((reply.limited, write), (true, Write::Delete));
-        let (_, write) = throttle(Some((past, Some(1_005))), &meter, 5, 1_000);
+        let (_, write) = throttle(Some((past, Some(1_005))), &meter, 5, Now::from_ms(1_000));
         assert_eq!(write, Write::Nothing);
     }
 
@@ -309,10 +315,53 @@ mod tests {
             "a state beyond the ns clock"
         );
         let m = p(10, 1, 1).unwrap();
-        let (reply, write) = throttle(None, &m, i64::MAX, 0);
+        let (reply, write) = throttle(None, &m, i64::MAX, Now::from_ms(0));
         assert_eq!(
             (reply.limited, reply.retry_after_s, write),
             (true, -1, Write::Nothing)
+        );
+    }
+
+    /// 4,000 per second, no burst: a request every 250 µs, told from the
+    /// µs of the call. A foreign TAT between two ms is repaired with an
+    /// expiry at the end of its ms, never earlier.
+    #[test]
+    fn times_are_kept_to_the_microsecond() {
+        let meter = Params {
+            max_burst: 0,
+            count: 4_000,
+            period_s: 1,
+        }
+        .meter(1_764_000_000_000)
+        .unwrap();
+        let start = Now::from_us(1_764_000_000_000_600);
+        let (first, write) = throttle(None, &meter, 1, start);
+        assert!(!first.limited);
+        let tat = i128::from(start.us) * 1_000 + 250_000;
+        assert_eq!(
+            write,
+            Write::State {
+                state: State::Gcra { tat_ns: tat },
+                expires_at: 1_764_000_000_001,
+            }
+        );
+        let found = Some((State::Gcra { tat_ns: tat }, Some(1_764_000_000_001)));
+        let at = |us: i64| throttle(found, &meter, 1, Now::from_us(start.us + us));
+        assert!(at(249).0.limited, "1 µs early");
+        assert_eq!(at(249).0.retry_after_ms, 1);
+        assert!(!at(250).0.limited);
+        // Without a TTL, the refusal gives the key the end of the TAT's ms.
+        let (_, repair) = throttle(
+            Some((State::Gcra { tat_ns: tat }, None)),
+            &meter,
+            1,
+            Now::from_us(start.us + 100),
+        );
+        assert_eq!(
+            repair,
+            Write::Expiry {
+                expires_at: 1_764_000_000_001
+            }
         );
     }
 }

@@ -1,42 +1,50 @@
 //! Token bucket: `burst` tokens at most, refilled continuously at `limit`
 //! per window; a request spends `cost` tokens. The level is kept as credit
 //! in ns (tokens times the emission interval), so refill is exact integer
-//! arithmetic and the decisions equal GCRA's on any timeline.
+//! arithmetic and the decisions equal GCRA's on any timeline. The clock is
+//! read in µs, so a high rate refills every µs, not in 1 ms steps.
 
 use super::gcra::{Meter, Verdict};
-use super::{ceil_ms, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+use super::{ceil_ms, ns_of_us, Decision, Outcome, Policy, State, Write};
 
-/// Credit (ns) at `now_ms`: the stored level plus the refill since, capped
+/// Credit (ns) at `now_ns`: the stored level plus the refill since, capped
 /// at a full bucket. A clock that went backwards refills nothing.
-fn credit(state: Option<State>, now_ms: i64, capacity: i128) -> Option<i128> {
+fn credit(state: Option<State>, now_ns: i128, capacity: i128) -> Option<i128> {
     match state {
-        Some(State::Token { credit_ns, last_ms }) => {
-            let elapsed = i128::from(now_ms.saturating_sub(last_ms).max(0)) * NS_PER_MS;
+        Some(State::Token { credit_ns, last_ns }) => {
+            let elapsed = (now_ns - last_ns).max(0);
             Some(credit_ns.saturating_add(elapsed).clamp(0, capacity))
         }
         _ => None,
     }
 }
 
-fn stored(credit_ns: i128, now_ms: i64, capacity: i128) -> Write {
+/// When a bucket holding `credit_ns` at `now_ns` is full again (absolute
+/// ms, rounded up): its key's expiry.
+fn full_at(credit_ns: i128, now_ns: i128, capacity: i128) -> i64 {
+    ceil_ms(now_ns + capacity - credit_ns)
+}
+
+fn stored(credit_ns: i128, now_ns: i128, capacity: i128) -> Write {
     Write::State {
         state: State::Token {
             credit_ns,
-            last_ms: now_ms,
+            last_ns: now_ns,
         },
-        expires_at: now_ms + ceil_ms(capacity - credit_ns),
+        expires_at: full_at(credit_ns, now_ns, capacity),
     }
 }
 
 /// A last refill in the future (a clock that went back, a hand-written
 /// value) would refill nothing until then: a real call restamps it to now.
-fn from_the_future(state: Option<State>, now_ms: i64) -> bool {
-    matches!(state, Some(State::Token { last_ms, .. }) if last_ms > now_ms)
+fn from_the_future(state: Option<State>, now_ns: i128) -> bool {
+    matches!(state, Some(State::Token { last_ns, .. }) if last_ns > now_ns)
 }
 
-pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
+    let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);
-    let level = credit(state, now_ms, meter.capacity).unwrap_or(meter.capacity);
+    let level = credit(state, now_ns, meter.capacity).unwrap_or(meter.capacity);
     // A missing token is a unit of debt: the meter reasons in debt.
     let debt = meter.capacity - level;
     match meter.judge(debt, cost) {
@@ -50,8 +58,9 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
             },
             write: match cost {
                 0 => Write::Nothing,
-                _ => stored(meter.capacity - after, now_ms, meter.capacity),
+                _ => stored(meter.capacity - after, now_ns, meter.capacity),
             },
+            reset_at: ceil_ms(now_ns + after),
         },
         Verdict::Refuse { wait } => Outcome {
             decision: Decision {
@@ -62,24 +71,26 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
                 reset_after_ms: ceil_ms(debt),
             },
             write: match (
-                cost > 0 && from_the_future(state, now_ms),
+                cost > 0 && from_the_future(state, now_ns),
                 level == meter.capacity,
             ) {
                 (false, _) => Write::Nothing,
                 // A full bucket is no state at all.
                 (true, true) => Write::Delete,
-                (true, false) => stored(level, now_ms, meter.capacity),
+                (true, false) => stored(level, now_ns, meter.capacity),
             },
+            reset_at: full_at(level, now_ns, meter.capacity),
         },
     }
 }
 
-pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
+pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
+    let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);
-    let Some(level) = credit(state, now_ms, meter.capacity) else {
+    let Some(level) = credit(state, now_ns, meter.capacity) else {
         return Outcome {
-            decision: admit(None, policy, 0, now_ms).decision,
             write: Write::Nothing,
+            ..admit(None, policy, 0, now_us)
         };
     };
     let after = meter.capacity - meter.forgive(meter.capacity - level, amount);
@@ -87,26 +98,31 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
         // A full bucket has nothing to take back: no write.
         (true, _) => Write::Nothing,
         (false, true) => Write::Delete,
-        (false, false) => stored(after, now_ms, meter.capacity),
+        (false, false) => stored(after, now_ns, meter.capacity),
     };
     let peek_state = State::Token {
         credit_ns: after,
-        last_ms: now_ms,
+        last_ns: now_ns,
     };
     Outcome {
-        decision: admit(Some(peek_state), policy, 0, now_ms).decision,
         write,
+        ..admit(Some(peek_state), policy, 0, now_us)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::{gcra, Algo};
+    use crate::algo::{gcra, Algo, NS_PER_MS};
     use proptest::prelude::*;
 
     fn policy(algo: Algo, limit: i64, window_ms: i64, burst: i64) -> Policy {
         Policy::new(algo, limit, window_ms, Some(burst), 0).unwrap()
+    }
+
+    /// The clock (µs) at `t` ms.
+    fn ms(t: i64) -> i64 {
+        t * 1_000
     }
 
     #[test]
@@ -114,15 +130,15 @@ mod tests {
         for algo in [Algo::Token, Algo::Gcra] {
             let p = policy(algo, 4, 1_000, 2);
             // One taken at 0; by 1000 the bucket is full again.
-            let taken = match admit_any(None, &p, 1, 0).write {
+            let taken = match admit_any(None, &p, 1, ms(0)).write {
                 Write::State { state, .. } => Some(state),
                 other => panic!("{other:?}"),
             };
-            let out = refund_any(taken, &p, 1, 1_000);
+            let out = refund_any(taken, &p, 1, ms(1_000));
             assert_eq!(out.write, Write::Nothing, "{algo:?}");
             assert_eq!(out.decision.remaining, 2, "{algo:?}");
             // With some debt left, it is written.
-            assert_ne!(refund_any(taken, &p, 1, 100).write, Write::Nothing);
+            assert_ne!(refund_any(taken, &p, 1, ms(100)).write, Write::Nothing);
         }
     }
 
@@ -143,7 +159,7 @@ mod tests {
     #[test]
     fn refills_continuously_up_to_the_burst() {
         let p = policy(Algo::Token, 4, 1_000, 2);
-        let first = admit(None, &p, 2, 0);
+        let first = admit(None, &p, 2, ms(0));
         assert_eq!(
             (first.decision.admitted, first.decision.remaining),
             (true, 0)
@@ -152,14 +168,14 @@ mod tests {
             panic!()
         };
         assert_eq!(expires_at, 500, "full again after two intervals of 250 ms");
-        let early = admit(Some(state), &p, 1, 100);
+        let early = admit(Some(state), &p, 1, ms(100));
         assert_eq!(
             (early.decision.admitted, early.decision.retry_after_ms),
             (false, 150)
         );
-        let later = admit(Some(state), &p, 1, 250);
+        let later = admit(Some(state), &p, 1, ms(250));
         assert!(later.decision.admitted);
-        let much_later = admit(Some(state), &p, 0, 10_000);
+        let much_later = admit(Some(state), &p, 0, ms(10_000));
         assert_eq!(
             much_later.decision.remaining, 2,
             "never more than the burst"
@@ -171,9 +187,9 @@ mod tests {
         let p = policy(Algo::Token, 4, 1_000, 2);
         let stuck = Some(State::Token {
             credit_ns: 0,
-            last_ms: i64::MAX,
+            last_ns: i128::from(i64::MAX) * NS_PER_MS,
         });
-        let out = admit(stuck, &p, 1, 1_000);
+        let out = admit(stuck, &p, 1, ms(1_000));
         assert!(!out.decision.admitted);
         let Write::State { state, .. } = out.write else {
             panic!("{:?}", out.write)
@@ -182,62 +198,124 @@ mod tests {
             state,
             State::Token {
                 credit_ns: 0,
-                last_ms: 1_000
+                last_ns: 1_000 * NS_PER_MS
             }
         );
         assert!(
-            admit(Some(state), &p, 1, 1_250).decision.admitted,
+            admit(Some(state), &p, 1, ms(1_250)).decision.admitted,
             "refills from now on"
         );
     }
 
+    /// 4 per ms, one at most: a token every 250 µs. The clock's µs count,
+    /// so the bucket refills within a ms, which a ms clock never showed.
+    #[test]
+    fn refills_after_250_microseconds() {
+        let p = policy(Algo::Token, 4_000, 1_000, 1);
+        let start = ms(1_764_000_000_000) + 600;
+        let first = admit(None, &p, 1, start);
+        assert!(first.decision.admitted);
+        let Write::State { state, expires_at } = first.write else {
+            panic!("{:?}", first.write)
+        };
+        assert_eq!(
+            state,
+            State::Token {
+                credit_ns: 0,
+                last_ns: i128::from(start) * 1_000,
+            }
+        );
+        // Full at .850 of the ms: the key lives to the end of that ms.
+        assert_eq!(expires_at, 1_764_000_000_001);
+        assert_eq!(first.decision.reset_after_ms, 1);
+        let early = admit(Some(state), &p, 1, start + 249);
+        assert_eq!(
+            (early.decision.admitted, early.decision.retry_after_ms),
+            (false, 1),
+            "1 µs short, rounded up to a ms"
+        );
+        assert_eq!(early.write, Write::Nothing);
+        let on_time = admit(Some(state), &p, 1, start + 250);
+        assert!(on_time.decision.admitted, "refilled after 250 µs");
+        let Write::State { state, expires_at } = on_time.write else {
+            panic!("{:?}", on_time.write)
+        };
+        // Taken at .850 of the ms, full again at .100 of the next.
+        assert_eq!(expires_at, 1_764_000_000_002);
+        // Probed every 50 µs for 1.5 ms more: one token every 250 µs.
+        let mut state = Some(state);
+        let mut admitted = 0;
+        for step in 1..=30 {
+            let out = admit(state, &p, 1, start + 250 + step * 50);
+            if out.decision.admitted {
+                admitted += 1;
+            }
+            if let Write::State { state: s, .. } = out.write {
+                state = Some(s);
+            }
+        }
+        assert_eq!(admitted, 6, "six intervals of 250 µs in 1,500 µs");
+    }
+
+    /// A state written by a build with a ms clock (no ns into the ms) reads
+    /// as the start of that ms.
+    #[test]
+    fn the_old_form_refills_from_the_start_of_its_ms() {
+        let p = policy(Algo::Token, 4_000, 1_000, 1);
+        let old = State::decode(Algo::Token, b"token:0:1764000000000").unwrap();
+        let at = |us| admit(Some(old), &p, 1, ms(1_764_000_000_000) + us);
+        assert!(!at(249).decision.admitted);
+        assert!(at(250).decision.admitted);
+    }
+
     proptest! {
-        /// With the same parameters, token and gcra agree on any timeline.
+        /// With the same parameters, token and gcra agree on any timeline
+        /// (steps in µs).
         #[test]
         fn agrees_with_gcra(
             limit in 1i64..50,
             window_ms in 1i64..5_000,
             burst in 1i64..20,
-            calls in proptest::collection::vec((0i64..400, 0i64..25), 1..60),
+            calls in proptest::collection::vec((0i64..400_000, 0i64..25), 1..60),
         ) {
             let token_policy = policy(Algo::Token, limit, window_ms, burst);
             let gcra_policy = policy(Algo::Gcra, limit, window_ms, burst);
-            let (mut now, mut token_state, mut gcra_state) = (1_764_000_000_000i64, None, None);
+            let (mut now, mut token_state, mut gcra_state) = (ms(1_764_000_000_000), None, None);
+            let mut expires_at = i64::MAX;
             for (step, cost) in calls {
                 now += step;
+                // The server expires both keys at the same moment.
+                if expires_at <= now.div_euclid(1_000) {
+                    token_state = None;
+                    gcra_state = None;
+                }
                 let t = admit(token_state, &token_policy, cost, now);
                 let g = gcra::admit(gcra_state, &gcra_policy, cost, now);
                 prop_assert_eq!(t.decision, g.decision);
+                prop_assert_eq!(t.reset_at, g.reset_at);
                 match (t.write, g.write) {
                     (Write::State { state: ts, expires_at: te }, Write::State { state: gs, expires_at: ge }) => {
                         prop_assert_eq!(te, ge, "same expiry");
                         token_state = Some(ts);
                         gcra_state = Some(gs);
+                        expires_at = te;
                     }
                     (Write::Nothing, Write::Nothing) => {}
                     other => prop_assert!(false, "writes differ: {:?}", other),
                 }
-                // The server expires both keys at the same moment.
-                if let (Some(State::Token { credit_ns, last_ms }), true) = (token_state, true) {
-                    let full_at = last_ms + ceil_ms(token_policy.capacity_ns().unwrap() - credit_ns);
-                    if full_at <= now {
-                        token_state = None;
-                        gcra_state = None;
-                    }
-                }
             }
         }
 
-        /// Admitted <= burst + rate x elapsed, for any arrivals.
+        /// Admitted <= burst + rate x elapsed, for any arrivals (in µs).
         #[test]
         fn never_beyond_burst_plus_rate(
             limit in 1i64..20,
             window_ms in 1i64..2_000,
             burst in 1i64..10,
-            steps in proptest::collection::vec(0i64..50, 1..200),
+            steps in proptest::collection::vec(0i64..50_000, 1..200),
         ) {
             let p = policy(Algo::Token, limit, window_ms, burst);
-            let start = 1_000_000i64;
+            let start = ms(1_000_000);
             let (mut now, mut state, mut admitted) = (start, None, 0i128);
             for step in steps {
                 now += step;
@@ -248,9 +326,30 @@ mod tests {
                 if let Write::State { state: s, .. } = out.write {
                     state = Some(s);
                 }
-                let elapsed = i128::from(now - start);
-                let bound = i128::from(burst) + elapsed * i128::from(limit) / i128::from(window_ms);
+                let elapsed_us = i128::from(now - start);
+                let bound = i128::from(burst) + elapsed_us * i128::from(limit) / (i128::from(window_ms) * 1_000);
                 prop_assert!(admitted <= bound, "{admitted} > {bound}");
+            }
+        }
+
+        /// A key expires no earlier than its state is full again, and no
+        /// later than the end of that ms.
+        #[test]
+        fn expires_in_the_ms_the_bucket_is_full(
+            limit in 1i64..5_000,
+            window_ms in 1i64..2_000,
+            burst in 1i64..10,
+            cost in 1i64..10,
+            at_us in 0i64..1_000_000,
+        ) {
+            let p = policy(Algo::Token, limit, window_ms, burst);
+            let now = ms(1_764_000_000_000) + at_us;
+            if let Write::State { state: State::Token { credit_ns, last_ns }, expires_at } =
+                admit(None, &p, cost, now).write
+            {
+                let full_ns = last_ns + p.capacity_ns().unwrap() - credit_ns;
+                prop_assert!(i128::from(expires_at) * NS_PER_MS >= full_ns);
+                prop_assert!(i128::from(expires_at - 1) * NS_PER_MS < full_ns);
             }
         }
     }

@@ -16,11 +16,11 @@ use crate::{config, plan, reply, stats};
 pub fn admit_all(call: &Call) -> Result<(), RlError> {
     let ctx = call.ctx;
     let request = AdmitAll::parse(call.args)?;
-    let now = store::now_ms();
+    let now = store::now();
     let mut limiters = Vec::with_capacity(request.keys);
     for (i, opts) in request.policies.iter().enumerate() {
         let policy = resolve(ctx, call.argv, opts)?
-            .map(|r| r.policy(now))
+            .map(|r| r.policy(now.ms))
             .transpose()?;
         limiters.push((call.argv[2 + i], policy));
     }
@@ -34,6 +34,7 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
                 outcome: Outcome {
                     decision: Decision::UNLIMITED,
                     write: Write::Nothing,
+                    reset_at: now.ms,
                 },
             });
             continue;

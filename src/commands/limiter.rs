@@ -70,9 +70,9 @@ struct Updated {
 /// `None`: the limiter has no limit.
 fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
     let opts = parse_options(call.args, 2, ADMIT_OPTIONS)?;
-    let now = store::now_ms();
+    let now = store::now();
     let Some(policy) = resolve(call.ctx, call.argv, &opts)?
-        .map(|r| r.policy(now))
+        .map(|r| r.policy(now.ms))
         .transpose()?
     else {
         return Ok(None);
@@ -94,7 +94,7 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 pub fn ttl(call: &Call) -> Result<(), RlError> {
     let opts = parse_options(call.args, 2, POLICY)?;
-    let now = store::now_ms();
+    let now = store::now();
     let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
         reply::int(call.ctx, 0);
         return Ok(());
@@ -103,12 +103,12 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
     // window; given one, foreign state reads as RL.ADMIT reads it.
     let policy = match (resolved.algo, resolved.window) {
         (Algo::Fixed, None) => None,
-        _ => Some(resolved.policy(now)?),
+        _ => Some(resolved.policy(now.ms)?),
     };
     let key = Key::read(call.ctx, call.argv[1]);
     let found = key.read_state(resolved.algo)?;
     let backoff = match policy {
-        None => fixed::backoff(fixed::counter_of(found, now), resolved.limit, now),
+        None => fixed::backoff(fixed::counter_of(found, now.ms), resolved.limit, now.ms),
         // The wait a request of cost 1 would be told now (a leaky queue's
         // delay included).
         Some(policy) => algo::admit(found, &policy, 1, now)

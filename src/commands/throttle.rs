@@ -13,8 +13,8 @@ use crate::store::{self, Key};
 
 pub fn throttle(call: &Call) -> Result<(), RlError> {
     let (params, quantity) = args::throttle(call.args)?;
-    let now = store::now_ms();
-    let meter = params.meter(now)?;
+    let now = store::now();
+    let meter = params.meter(now.ms)?;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
     let found = match key.read_string()? {

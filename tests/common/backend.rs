@@ -222,10 +222,11 @@ pub fn start_without_module(extra: &[&str]) -> Server {
 pub enum Step {
     /// A call, translated for the backend.
     Call(Vec<String>),
-    /// `SET key value`, the value's `{ms+N}`, `{ns+N}` and `{win W+k}`
-    /// fields resolved against the frozen `now` (ms; ns; the start of the
-    /// W-aligned window k windows from now's), with an expiry `pxat` ms
-    /// from now, or none.
+    /// `SET key value`, the value's `{ms+N}`, `{ns+N}`, `{at+N}` and
+    /// `{win W+k}` fields resolved against the frozen `now` (ms; ns, from
+    /// the clock's µs; N ms from now's µs as a ms and the ns into it, a
+    /// token bucket's last refill; the start of the W-aligned window k
+    /// windows from now's), with an expiry `pxat` ms from now, or none.
     Seed {
         key: String,
         value: String,
@@ -258,13 +259,19 @@ pub fn seed(key: &str, value: &str, pxat: Option<i64>) -> Step {
 const SEED_SCRIPT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local function ns(off)
+local sub = (tonumber(t[2]) % 1000) * 1000
+-- now (µs) + off ns, as its ms and the ns into that ms
+local function split(off)
   local q = math.floor(off / 1000000)
-  return string.format('%d%06d', now + q, off - q * 1000000)
+  local into = off - q * 1000000 + sub
+  if into >= 1000000 then q, into = q + 1, into - 1000000 end
+  return now + q, into
 end
+local function ns(off) return string.format('%d%06d', split(off)) end
 local v = string.gsub(ARGV[1], '{(%a+)([^}]*)}', function(kind, arg)
   if kind == 'ms' then return string.format('%d', now + tonumber(arg)) end
   if kind == 'ns' then return ns(tonumber(arg)) end
+  if kind == 'at' then return string.format('%d:%d', split(tonumber(arg) * 1000000)) end
   if kind == 'win' then
     local w, k = string.match(arg, '^%s*(%d+)%s*([-+]%d+)$')
     w, k = tonumber(w), tonumber(k)
@@ -278,12 +285,49 @@ return redis.call('SET', KEYS[1], v, 'PXAT', now + tonumber(ARGV[2]))
 
 /// What a scenario did on one backend, with every absolute time relative
 /// to the frozen `now`: comparable across servers.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Transcript {
     /// One line per call step: the reply in `show` form.
     pub replies: Vec<String>,
     /// Per watched key: `key type value expiry`, value and expiry relative.
     pub state: Vec<String>,
+    /// Per watched key holding a token bucket: its expiry, in ms from now's
+    /// ms (the line ends `~now+K`).
+    pub token_expiry: Vec<Option<i64>>,
+    /// The ns into its ms the clock stood at (whole µs).
+    pub phase: i64,
+}
+
+/// Equal transcripts: the same replies and state lines, but for a token
+/// bucket's expiry. That is the ms its state ends in (the end of its debt
+/// after its last refill, both to the µs), so it depends on where in its ms
+/// each server's clock stood, and the bucket's capacity, which would pin it,
+/// is the policy's. Two servers agree when some end fits both: with now at
+/// phase p, expiring K ms on says the end is in (K - 1, K] ms - p after now.
+impl PartialEq for Transcript {
+    fn eq(&self, other: &Transcript) -> bool {
+        let ends = |k: i64, phase: i64| (k * 1_000_000 - phase - 1_000_000, k * 1_000_000 - phase);
+        let line = |a: &str, b: &str, ka: Option<i64>, kb: Option<i64>| match (ka, kb) {
+            (Some(ka), Some(kb)) => {
+                let (a_lo, a_hi) = ends(ka, self.phase);
+                let (b_lo, b_hi) = ends(kb, other.phase);
+                a.rsplit_once(' ').map(|x| x.0) == b.rsplit_once(' ').map(|x| x.0)
+                    && a_lo < b_hi
+                    && b_lo < a_hi
+            }
+            _ => a == b,
+        };
+        self.replies == other.replies
+            && self.state.len() == other.state.len()
+            && (0..self.state.len()).all(|i| {
+                line(
+                    &self.state[i],
+                    &other.state[i],
+                    self.token_expiry[i],
+                    other.token_expiry[i],
+                )
+            })
+    }
 }
 
 /// Runs `steps` on `backend` in one MULTI/EXEC after TIME, followed by the
@@ -332,7 +376,8 @@ pub fn run_scenario(
             {}
         }
         let mut replies = exec_pipelined(con, &cmds);
-        let now = super::time_ms(&replies.remove(0));
+        let now_us = super::time_us(&replies.remove(0));
+        let now = now_us.div_euclid(1_000);
         if pin.is_some_and(|(period, phase)| now.rem_euclid(period) != phase) {
             continue;
         }
@@ -340,6 +385,8 @@ pub fn run_scenario(
         let mut out = Transcript {
             replies: Vec::new(),
             state: Vec::new(),
+            token_expiry: Vec::new(),
+            phase: now_us.rem_euclid(1_000) * 1_000,
         };
         for (step, reply) in steps.iter().zip(steps_part) {
             match step {
@@ -350,14 +397,31 @@ pub fn run_scenario(
             }
         }
         for (key, parts) in keys.iter().zip(state_part.chunks(3)) {
-            let value = match &parts[1] {
-                Value::BulkString(b) => relative(&String::from_utf8_lossy(b), now),
-                other => show(other),
+            let raw = match &parts[1] {
+                Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                _ => None,
             };
+            let value = match &raw {
+                Some(raw) => relative(raw, now_us),
+                None => show(&parts[1]),
+            };
+            // A bucket's times in ns follow the µs of the clock, which
+            // differ from server to server, and so does the ms its key
+            // expires in: said as what it must be where the value tells (the
+            // end of the ms its time falls in), else compared as `eq` says.
+            let token = raw.as_deref().is_some_and(|v| v.starts_with("token:"));
             let expiry = match &parts[2] {
+                Value::Int(t) if raw.as_deref().and_then(bucket_end) == Some(*t) => {
+                    "at the end of its time's ms".to_string()
+                }
+                Value::Int(t) if *t >= 0 && token => format!("~now{:+}", t - now),
                 Value::Int(t) if *t >= 0 => format!("now{:+}", t - now),
                 other => show(other),
             };
+            out.token_expiry.push(match &parts[2] {
+                Value::Int(t) if *t >= 0 && token => Some(t - now),
+                _ => None,
+            });
             out.state
                 .push(format!("{key} {} {value} {expiry}", show(&parts[0])));
         }
@@ -386,11 +450,27 @@ fn exec_pipelined(con: &mut Connection, cmds: &[Vec<String>]) -> Vec<Value> {
     }
 }
 
+/// The ms a GCRA or leaky state's time (ns) falls in, rounded up: its key's
+/// expiry. RL.THROTTLE's state may be a bare ns integer.
+fn bucket_end(value: &str) -> Option<i64> {
+    let tat = ["gcra:", "leaky:", ""]
+        .iter()
+        .find_map(|prefix| value.strip_prefix(prefix)?.parse::<i128>().ok())?;
+    i64::try_from((tat + 999_999).div_euclid(1_000_000)).ok()
+}
+
 /// A stored value with its time fields (colon-separated integers within
-/// ~115 days of `now`, in ms or in ns) written relative to `now`.
-pub fn relative(value: &str, now_ms: i64) -> String {
-    let now_ms = i128::from(now_ms);
-    let now_ns = now_ms * 1_000_000;
+/// ~115 days of `now`, in ms or in ns) written relative to `now` (µs); a
+/// token bucket's last refill, a ms and the ns into it, as one ns time.
+pub fn relative(value: &str, now_us: i64) -> String {
+    let now_ms = i128::from(now_us.div_euclid(1_000));
+    let now_ns = i128::from(now_us) * 1_000;
+    let fields: Vec<&str> = value.split(':').collect();
+    if let ["token", credit, ms, into] = fields[..] {
+        if let (Ok(ms), Ok(into @ 0..=999_999)) = (ms.parse::<i128>(), into.parse::<i128>()) {
+            return format!("token:{credit}:ns{:+}", ms * 1_000_000 + into - now_ns);
+        }
+    }
     value
         .split(':')
         .map(|field| match field.parse::<i128>() {

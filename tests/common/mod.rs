@@ -568,6 +568,14 @@ pub fn time_ms(v: &redis::Value) -> i64 {
     }
 }
 
+/// A TIME reply, in µs: the clock the module's buckets read.
+pub fn time_us(v: &redis::Value) -> i64 {
+    match v {
+        redis::Value::Array(parts) => bulk_i64(&parts[0]) * 1_000_000 + bulk_i64(&parts[1]),
+        other => panic!("TIME replied {other:?}"),
+    }
+}
+
 pub fn server_time_ms(con: &mut redis::Connection) -> i64 {
     time_ms(&cmd_raw(con, &["TIME"]))
 }
@@ -884,6 +892,15 @@ pub fn timed(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<red
     all.extend_from_slice(cmds);
     let mut replies = exec(con, &all);
     let now = time_ms(&replies.remove(0));
+    (now, replies)
+}
+
+/// `timed`, with the time in µs.
+pub fn timed_us(con: &mut redis::Connection, cmds: &[Vec<String>]) -> (i64, Vec<redis::Value>) {
+    let mut all = vec![vec!["TIME".to_string()]];
+    all.extend_from_slice(cmds);
+    let mut replies = exec(con, &all);
+    let now = time_us(&replies.remove(0));
     (now, replies)
 }
 
