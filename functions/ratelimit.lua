@@ -1094,8 +1094,8 @@ end
 
 -- The key's leases, in ZRANGE order (by deadline): ZRANGE's flat reply
 -- with each score turned into its deadline in place (lease i: id at
--- [2i - 1], deadline at [2i]; in place, as a copy would cost as much as the
--- reading), `n` leases, `first` the first live one (n + 1 when none is).
+-- [2i - 1], deadline at [2i]; copying them into tables of their own cost
+-- a third more), `n` leases, `first` the first live one (n + 1 when none is).
 -- Every score is checked before anything is written.
 local function read_leases(key, now)
   local flat = server.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
