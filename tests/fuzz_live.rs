@@ -24,6 +24,11 @@ const COMMANDS: &[&str] = &[
     "rl.admit",
     "Rl.AdmitAll",
     "rl.throttle",
+    "RL.ACQUIRE",
+    "RL.RELEASE",
+    "RL.EXTEND",
+    "RL.INFLIGHT",
+    "rl.acquire",
 ];
 
 /// The keys an accepted call may legitimately write: the counters of the
@@ -31,7 +36,8 @@ const COMMANDS: &[&str] = &[
 fn counter_keys(c: &Call) -> &[Vec<u8>] {
     let name = String::from_utf8_lossy(&c[0]).to_ascii_uppercase();
     match name.as_str() {
-        "RL.ADMIT" | "RL.REFUND" | "RL.RESET" | "RL.THROTTLE" => &c[1..c.len().min(2)],
+        "RL.ADMIT" | "RL.REFUND" | "RL.RESET" | "RL.THROTTLE" | "RL.ACQUIRE" | "RL.RELEASE"
+        | "RL.EXTEND" => &c[1..c.len().min(2)],
         "RL.ADMITALL" => {
             let n = c
                 .get(1)
@@ -46,7 +52,7 @@ fn counter_keys(c: &Call) -> &[Vec<u8>] {
 
 const OPTIONS: &[&str] = &[
     "ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "POLICY", "algo", "limit", "window",
-    "burst", "meta", "cost", "policy",
+    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id",
 ];
 
 const UNKNOWN_OPTIONS: &[&str] = &[
@@ -141,6 +147,8 @@ const SENTINELS: &[&str] = &[
     "s:weird:sliding",
     "s:weird:empty",
     "s:weird:neg",
+    "s:lease",
+    "s:badlease",
 ];
 
 fn setup(con: &mut Connection) {
@@ -200,6 +208,17 @@ fn setup(con: &mut Connection) {
         vec!["SET", "s:weird:sliding", "sliding:1:2", "PX", "600000"],
         vec!["SET", "s:weird:empty", ""],
         vec!["SET", "s:weird:neg", "-5"],
+        vec![
+            "RL.ACQUIRE",
+            "s:lease",
+            "LIMIT",
+            "2",
+            "TTL",
+            "600000",
+            "ID",
+            "job",
+        ],
+        vec!["ZADD", "s:badlease", "1.5", "x"],
     ];
     for c in cmds {
         let v = common::cmd_raw(con, &c);
@@ -290,7 +309,32 @@ fn template(rng: &mut Rng) -> Call {
                 policy(rng, &mut c);
             }
         }
-        "RL.LIMIT" | "RL.RESET" => c.push(key(rng)),
+        "RL.LIMIT" | "RL.RESET" | "RL.INFLIGHT" => c.push(key(rng)),
+        "RL.ACQUIRE" => {
+            c.push(key(rng));
+            if rng.pct(80) {
+                c.extend([b("LIMIT"), b(rng.pick(&NUMBERS[..5]))]);
+            }
+            if rng.pct(80) {
+                c.extend([b("TTL"), b(rng.pick(&["1", "1000", "60000"]))]);
+            }
+            if rng.pct(30) {
+                c.extend([
+                    b("META"),
+                    b(rng.pick(&["s:meta", "s:badmeta", "s:list", "z:m"])),
+                ]);
+            }
+            if rng.pct(40) {
+                c.extend([b("ID"), b(rng.pick(&["job", "x", ""]))]);
+            }
+        }
+        "RL.RELEASE" => c.extend([key(rng), b(rng.pick(&["job", "x", ""]))]),
+        "RL.EXTEND" => c.extend([
+            key(rng),
+            b(rng.pick(&["job", "x", ""])),
+            b("TTL"),
+            b(rng.pick(&NUMBERS[..8])),
+        ]),
         _ => {
             c.push(key(rng));
             for _ in 0..3 + rng.below(2) {

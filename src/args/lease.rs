@@ -64,6 +64,7 @@ pub fn acquire_keys(args: &[&[u8]], key: impl FnMut(usize, bool)) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     fn words(line: &str) -> Vec<&[u8]> {
         line.split(' ').map(str::as_bytes).collect()
@@ -117,5 +118,31 @@ mod tests {
             Err(RlError::BadValue("lease-id", NON_EMPTY))
         );
         assert_eq!(release(&words("RL.RELEASE k job")), Ok(&b"job"[..]));
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_and_keeps_values_in_range(words in proptest::collection::vec(
+            prop_oneof![
+                Just(b"LIMIT".to_vec()), Just(b"ttl".to_vec()), Just(b"META".to_vec()),
+                Just(b"id".to_vec()), Just(b"0".to_vec()), Just(b"-1".to_vec()),
+                Just(Vec::new()),
+                proptest::collection::vec(any::<u8>(), 0..10),
+            ], 0..10)) {
+            let args: Vec<&[u8]> = words.iter().map(|w| w.as_slice()).collect();
+            if let Ok(o) = acquire(&args) {
+                prop_assert!(o.limit.is_none_or(|v| v >= 1));
+                prop_assert!(o.ttl.is_none_or(|v| v >= 1));
+                prop_assert!(o.id.is_none_or(|i| i < args.len() && !args[i].is_empty()));
+                prop_assert!(o.meta.is_none_or(|i| i < args.len()));
+            }
+            if let Ok((id, ttl)) = extend(&args) {
+                prop_assert!(!id.is_empty() && ttl >= 1);
+            }
+            let _ = release(&args);
+            let mut keys = Vec::new();
+            acquire_keys(&args, |pos, _| keys.push(pos));
+            prop_assert!(keys.iter().all(|&pos| pos < args.len()));
+        }
     }
 }
