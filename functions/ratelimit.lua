@@ -1105,10 +1105,11 @@ end
 
 -- What a lease call needs of the key at `now` (src/algo/lease.rs `Held`),
 -- read in O(log n + expired), never the whole set: its member count, the
--- expired leases' ids (score <= now), the earliest live deadline, the last
--- lease (id and deadline) and the deadline before it, and the deadline of
--- lease `named` (or nil). Every score read is checked before anything is
--- written; a score nothing reads is judged when a call reads it.
+-- expired leases' ids (score <= now), the last lease (id and deadline) and
+-- the deadline before it, and the deadline of lease `named` (or nil); a
+-- refusal reads the earliest live deadline itself. Every score read is
+-- checked before anything is written; a score nothing reads is judged when
+-- a call reads it.
 local function read_held(key, now, named)
   local expired = server.pcall('ZRANGE', key, '-inf', digits(now), 'BYSCORE', 'WITHSCORES')
   if expired.err then fail(WRONGTYPE) end
@@ -1119,9 +1120,7 @@ local function read_held(key, now, named)
   end
   local held = {members = server.call('ZCARD', key), expired = ids}
   if held.members > #ids then
-    -- Some lease is live (else all of these are among the expired, read above).
-    local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
-    held.earliest = deadline_of(first[2])
+    -- Some lease is live (else the last two are among the expired, read above).
     local top = server.call('ZRANGE', key, -2, -1, 'WITHSCORES')
     local n = #top
     held.last_id, held.last = top[n - 1], deadline_of(top[n])
@@ -1208,8 +1207,10 @@ local function rl_acquire(keys, args)
   if renewed == nil and live >= limit then
     -- Refused (live >= limit >= 1: a live lease exists). Only a reclaim
     -- writes; the key keeps its latest deadline.
+    local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    local retry = deadline_of(first[2]) - now
     if #held.expired > 0 then store_leases(key, held.expired, nil, nil, latest_deadline(held, now)) end
-    return named(LEASE_FIELDS, {0, limit, live, held.earliest - now, false}, opts.FORMAT)
+    return named(LEASE_FIELDS, {0, limit, live, retry, false}, opts.FORMAT)
   end
   local function taken(id) return server.call('ZSCORE', key, id) ~= false end
   local id = opts.ID or fresh_id(now, now_us, taken)

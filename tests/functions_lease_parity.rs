@@ -576,6 +576,27 @@ fn many_live_leases_answer_and_store_alike() {
             ],
             " 5000000000000",
         ),
+        (
+            "only a refusal reads the earliest live deadline",
+            vec![
+                seed(
+                    "L",
+                    &[
+                        ("4000000000000.5", "bad"),
+                        ("5000000000000", "t1"),
+                        ("5000000000001", "t2"),
+                    ],
+                    None,
+                ),
+                a(&["LIMIT", "3", "TTL", "10"]),
+                a(&["LIMIT", "4", "TTL", "10", "ID", "n1"]),
+            ],
+            vec![
+                "!ERR lease key holds a score that is not a deadline in ms",
+                "[1, 4, 4, 0, \"n1\"]",
+            ],
+            " 5000000000001",
+        ),
     ];
     let servers = servers();
     for (name, scenario, replies, expiry) in &cases {

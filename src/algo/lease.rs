@@ -5,9 +5,9 @@
 //! slot at its deadline without anyone releasing it.
 //!
 //! The store reads only what a decision needs from the key (a `Held`: the
-//! member count, the expired leases, the earliest live deadline, the last
-//! two leases, the named lease's deadline), so a call costs O(log n +
-//! reclaimed), not O(n). One function here decides with the time read
+//! member count, the expired leases, the last two leases, the named
+//! lease's deadline, and for a refusal the earliest live deadline), so a
+//! call costs O(log n + reclaimed), not O(n). One function here decides with the time read
 //! once, and the store carries out the plan it gets back: the members to
 //! remove, the member to add or move, and the key's new expiry (its latest
 //! live deadline). Nothing here reads a clock or touches a key.
@@ -20,7 +20,8 @@ pub struct Held {
     pub members: i64,
     /// The expired leases' ids (deadline <= now): every write removes them.
     pub expired: Vec<Vec<u8>>,
-    /// The earliest live deadline (the first one > now).
+    /// The earliest live deadline (the first one > now): read only for an
+    /// acquire that `refuses`, whose wait it is.
     pub earliest_live: Option<i64>,
     /// The set's last lease (its latest deadline), id and deadline.
     pub last: Option<(Vec<u8>, i64)>,
@@ -155,6 +156,13 @@ fn reclaim(held: &Held, now_ms: i64) -> Plan<'_> {
     }
 }
 
+/// Whether an acquire is refused: no free slot of `limit`, and no live
+/// lease of its own to renew. Only then does it need `held.earliest_live`.
+pub fn refuses(held: &Held, now_ms: i64, limit: i64, wanted: WantedId) -> bool {
+    let renews = matches!(wanted, WantedId::Given(_)) && held.named_live(now_ms);
+    !renews && held.live() >= limit
+}
+
 /// Takes a slot if one of `limit` is free, or renews the caller's own live
 /// lease (`held.named` is the given id's deadline). `ttl_ms` > 0 and
 /// `now_ms + ttl_ms` must not overflow (the parser checks both).
@@ -172,7 +180,7 @@ pub fn acquire<'a>(
         _ => None,
     };
     let in_flight = held.live();
-    if renewed.is_none() && in_flight >= limit {
+    if refuses(held, now_ms, limit, wanted) {
         let answer = Acquired {
             acquired: false,
             limit,
@@ -431,32 +439,40 @@ mod tests {
                         prop_assert_eq!(held.live(), live_before);
                         let plan = match step {
                             Step::Acquire(_) => {
-                                let (answer, plan) =
-                                    acquire(&held, now, limit, ttl, WantedId::Given(&id));
+                                let wanted = WantedId::Given(&id);
+                                let unread = Held { earliest_live: None, ..held.clone() };
+                                let refused = refuses(&held, now, limit, wanted);
+                                // The earliest live deadline is read only for a refusal.
+                                let held = if refused { &held } else { &unread };
+                                let (answer, plan) = acquire(held, now, limit, ttl, wanted);
+                                prop_assert_eq!(answer.acquired, !refused);
                                 prop_assert_eq!(answer.acquired, mine_live(&id) || live_before < limit);
                                 prop_assert!(answer.in_flight <= limit);
                                 if !answer.acquired {
                                     let earliest = before.0.values().filter(|&&d| d > now).min().unwrap();
                                     prop_assert_eq!(answer.retry_after_ms, earliest - now);
                                 }
-                                plan
+                                plan.clone_owned()
                             }
                             Step::Release(_) => {
                                 let (released, plan) = release(&held, now, &id);
                                 prop_assert_eq!(released, mine_live(&id));
-                                plan
+                                plan.clone_owned()
                             }
                             _ => {
                                 let Step::Extend(_, ext) = step else { unreachable!() };
                                 let (extended, plan) = extend(&held, now, &id, ext);
                                 prop_assert_eq!(extended, mine_live(&id));
-                                plan
+                                plan.clone_owned()
                             }
                         };
-                        (plan.clone_owned(), Some(id.to_vec()))
+                        (plan, Some(id.to_vec()))
                     }
                     Step::AcquireFresh => {
-                        let held = before.held(now, None);
+                        let mut held = before.held(now, None);
+                        if !refuses(&held, now, limit, WantedId::Generated(0)) {
+                            held.earliest_live = None; // not read then
+                        }
                         nonce = fresh_nonce(now, |id| before.0.contains_key(id), || {
                             nonce += 1;
                             nonce

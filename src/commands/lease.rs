@@ -48,7 +48,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
     let given_str = opts.id.map(|at| call.argv[at]);
-    let held = key.read_held(call.ctx, now, given_str)?;
+    let mut held = key.read_held(call.ctx, now, given_str)?;
     let wanted = match given {
         Some(id) => WantedId::Given(id),
         None => {
@@ -56,6 +56,9 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
             WantedId::Generated(lease::fresh_nonce(now, taken, next_nonce))
         }
     };
+    if lease::refuses(&held, now, policy.limit, wanted) {
+        held.earliest_live = key.read_earliest_live(call.ctx, now)?;
+    }
     let (answer, plan) = lease::acquire(&held, now, policy.limit, policy.ttl_ms, wanted);
     store::execute_leases(call.ctx, &mut key, name, &plan);
     drop(key);

@@ -15,9 +15,9 @@ use crate::ffi::{api, str_bytes, Ctx, Str, OK};
 
 impl Key {
     /// What a lease call needs of the key at `now_ms`, read in O(log n +
-    /// expired): its member count, the expired leases, the earliest live
-    /// deadline, the last two leases and the deadline of `named` (a lease
-    /// id the call gives). Empty for no key; an error for another type, or
+    /// expired): its member count, the expired leases, the last two leases
+    /// and the deadline of `named` (a lease id the call gives); not the
+    /// earliest live deadline (`read_earliest_live`, for a refusal). Empty for no key; an error for another type, or
     /// for a score read here that is not a deadline (a call judges the
     /// scores it reads: the same ones as the library's functions).
     pub fn read_held(&self, ctx: Ctx, now_ms: i64, named: Option<Str>) -> Result<Held, RlError> {
@@ -46,11 +46,6 @@ impl Key {
                 Ok(true)
             },
         )?;
-        // The earliest live deadline (the first score > now).
-        scan(ctx, key, Range::After(now), |_, score| {
-            held.earliest_live = Some(deadline_of(score).ok_or(RlError::NotADeadline)?);
-            Ok(false)
-        })?;
         // The last lease, then the one before it.
         scan(ctx, key, Range::Last, |id, score| {
             let deadline = deadline_of(score).ok_or(RlError::NotADeadline)?;
@@ -73,6 +68,20 @@ impl Key {
                 .transpose()?;
         }
         Ok(held)
+    }
+
+    /// The earliest live deadline at `now_ms` (the first score above it):
+    /// what a refused acquire waits for, read only then.
+    pub fn read_earliest_live(&self, ctx: Ctx, now_ms: i64) -> Result<Option<i64>, RlError> {
+        let Some(key) = self.live() else {
+            return Ok(None);
+        };
+        let mut earliest = None;
+        scan(ctx, key, Range::After(now_ms as f64), |_, score| {
+            earliest = Some(deadline_of(score).ok_or(RlError::NotADeadline)?);
+            Ok(false)
+        })?;
+        Ok(earliest)
     }
 
     /// The score of member `id`, if the (sorted-set) key holds it.
