@@ -195,6 +195,7 @@ fn compare(servers: &[(Backend, Server)], scenarios: &[(String, Vec<Step>)], key
             differences.push(lines.join("\n"));
         }
     }
+    println!("{} scenarios, {calls} paired calls", scenarios.len());
     assert!(
         differences.is_empty(),
         "{} of {} scenarios ({calls} paired calls) differ:\n{}",
@@ -512,7 +513,7 @@ fn random_scenario(rng: &mut Rng) -> Vec<Step> {
 fn random_lease_scenarios_answer_and_store_alike() {
     let seed = common::seed("functions_lease_parity");
     let mut rng = Rng::new(seed);
-    let scenarios: Vec<(String, Vec<Step>)> = (0..400)
+    let scenarios: Vec<(String, Vec<Step>)> = (0..1000)
         .map(|i| {
             (
                 format!("random #{i} (RL_SEED={seed})"),
