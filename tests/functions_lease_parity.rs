@@ -642,3 +642,33 @@ fn switching_backends_on_one_key_keeps_one_ceiling() {
     }
     assert_eq!(cmd_raw(&mut con, &["EXISTS", "L"]), Value::Int(0));
 }
+
+/// Out of memory, a holder can still beat and release (RL.EXTEND and
+/// RL.RELEASE lack `deny-oom`; rl_extend and rl_release are `allow-oom`),
+/// while a new lease is refused, on both backends.
+#[test]
+fn out_of_memory_a_holder_still_extends_and_releases() {
+    for (backend, server) in servers() {
+        let mut con = server.client();
+        let r = backend.raw(
+            &mut con,
+            &["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "60000", "ID", "a"],
+        );
+        assert!(error_text(&r).is_none(), "{backend:?}: {r:?}");
+        for (name, value) in [("maxmemory-policy", "noeviction"), ("maxmemory", "1")] {
+            let r = cmd_raw(&mut con, &["CONFIG", "SET", name, value]);
+            assert_eq!(r, Value::Okay, "{backend:?}");
+        }
+        let r = backend.raw(&mut con, &["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "60000"]);
+        let err = error_text(&r).unwrap_or_default();
+        assert!(err.starts_with("OOM "), "{backend:?}: {r:?}");
+        let r = backend.raw(&mut con, &["RL.EXTEND", "L", "a", "TTL", "30000"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = backend.raw(&mut con, &["RL.INFLIGHT", "L"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = backend.raw(&mut con, &["RL.RELEASE", "L", "a"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = cmd_raw(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(r, Value::Okay, "{backend:?}");
+    }
+}
