@@ -357,6 +357,17 @@ fn crafted() -> Vec<(String, Vec<Step>)> {
             ],
         ),
         (
+            "an ID that is the word META",
+            vec![
+                call(&["HSET", "{m}", "max", "2", "ttl", "300"]),
+                a(&["LIMIT", "2", "TTL", "100", "ID", "META"]),
+                call(&["RL.ACQUIRE", "L", "ID", "META", "META", "{m}"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "ID", "meta"]),
+                call(&["RL.EXTEND", "L", "META", "TTL", "50"]),
+                call(&["RL.RELEASE", "L", "META"]),
+            ],
+        ),
+        (
             "unlimited reads and writes nothing, whatever the key holds",
             vec![
                 call(&["SET", "M", "text"]),
