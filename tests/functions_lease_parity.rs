@@ -195,6 +195,7 @@ fn compare(servers: &[(Backend, Server)], scenarios: &[(String, Vec<Step>)], key
             differences.push(lines.join("\n"));
         }
     }
+    println!("{} scenarios, {calls} paired calls", scenarios.len());
     assert!(
         differences.is_empty(),
         "{} of {} scenarios ({calls} paired calls) differ:\n{}",
@@ -353,6 +354,17 @@ fn crafted() -> Vec<(String, Vec<Step>)> {
                 call(&["RL.ACQUIRE", "L", "META", "{nothing}"]),
                 call(&["RL.ACQUIRE", "M", "META", "{nothing}", "LIMIT", "1"]),
                 call(&["RL.ACQUIRE", "M", "LIMIT", "1", "TTL", "9", "META", "{z}"]),
+            ],
+        ),
+        (
+            "an ID that is the word META",
+            vec![
+                call(&["HSET", "{m}", "max", "2", "ttl", "300"]),
+                a(&["LIMIT", "2", "TTL", "100", "ID", "META"]),
+                call(&["RL.ACQUIRE", "L", "ID", "META", "META", "{m}"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "ID", "meta"]),
+                call(&["RL.EXTEND", "L", "META", "TTL", "50"]),
+                call(&["RL.RELEASE", "L", "META"]),
             ],
         ),
         (
@@ -696,7 +708,7 @@ fn random_scenario(rng: &mut Rng) -> Vec<Step> {
 fn random_lease_scenarios_answer_and_store_alike() {
     let seed = common::seed("functions_lease_parity");
     let mut rng = Rng::new(seed);
-    let scenarios: Vec<(String, Vec<Step>)> = (0..400)
+    let scenarios: Vec<(String, Vec<Step>)> = (0..1000)
         .map(|i| {
             (
                 format!("random #{i} (RL_SEED={seed})"),
@@ -824,4 +836,34 @@ fn switching_backends_on_one_key_keeps_one_ceiling() {
         assert_eq!(r, Value::Int(1), "{backend:?} releasing {id}");
     }
     assert_eq!(cmd_raw(&mut con, &["EXISTS", "L"]), Value::Int(0));
+}
+
+/// Out of memory, a holder can still beat and release (RL.EXTEND and
+/// RL.RELEASE lack `deny-oom`; rl_extend and rl_release are `allow-oom`),
+/// while a new lease is refused, on both backends.
+#[test]
+fn out_of_memory_a_holder_still_extends_and_releases() {
+    for (backend, server) in servers() {
+        let mut con = server.client();
+        let r = backend.raw(
+            &mut con,
+            &["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "60000", "ID", "a"],
+        );
+        assert!(error_text(&r).is_none(), "{backend:?}: {r:?}");
+        for (name, value) in [("maxmemory-policy", "noeviction"), ("maxmemory", "1")] {
+            let r = cmd_raw(&mut con, &["CONFIG", "SET", name, value]);
+            assert_eq!(r, Value::Okay, "{backend:?}");
+        }
+        let r = backend.raw(&mut con, &["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "60000"]);
+        let err = error_text(&r).unwrap_or_default();
+        assert!(err.starts_with("OOM "), "{backend:?}: {r:?}");
+        let r = backend.raw(&mut con, &["RL.EXTEND", "L", "a", "TTL", "30000"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = backend.raw(&mut con, &["RL.INFLIGHT", "L"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = backend.raw(&mut con, &["RL.RELEASE", "L", "a"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = cmd_raw(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(r, Value::Okay, "{backend:?}");
+    }
 }
