@@ -1152,57 +1152,60 @@ local function lease_policy(opts, metakey, now)
   return limit, deadline
 end
 
--- The key's leases, in ZRANGE order (by deadline): ZRANGE's flat reply
--- with each score turned into its deadline in place (lease i: id at
--- [2i - 1], deadline at [2i]; in place, as a copy would cost as much as the
--- reading), `n` leases, `first` the first live one (n + 1 when none is).
--- Every score is checked before anything is written.
-local function read_leases(key, now)
-  local flat = server.pcall('ZRANGE', key, 0, -1, 'WITHSCORES')
-  if flat.err then fail(WRONGTYPE) end
-  local n = #flat / 2
-  local first = n + 1
-  for i = n, 1, -1 do
-    -- tonumber reads '-0', 'inf' and exponents too; all are judged here.
-    local d = tonumber(flat[2 * i])
-    if d == nil or not (d >= 0 and d <= LAST_DEADLINE) or d % 1 ~= 0 then fail(NOT_A_DEADLINE) end
-    flat[2 * i] = d
-    if d > now then first = i end
-  end
-  return {flat = flat, n = n, first = first}
-end
-
-local function live_count(leases) return leases.n - leases.first + 1 end
-
--- The live lease `id`'s index, or nil.
-local function live_index(leases, id)
-  local flat = leases.flat
-  for i = leases.first, leases.n do
-    if flat[2 * i - 1] == id then return i end
-  end
-  return nil
-end
-
--- The ids of the expired leases: what every write reclaims.
-local function expired_ids(leases)
-  local out = {}
-  for i = 1, leases.first - 1 do out[i] = leases.flat[2 * i - 1] end
-  return out
-end
-
--- The latest live deadline but that of lease `skip` (an index, or nil),
--- and `also` (or nil): the key's expiry after the call, nil for no lease.
-local function latest_deadline(leases, skip, also)
-  local latest = also
-  for i = leases.first, leases.n do
-    local d = leases.flat[2 * i]
-    if i ~= skip and (latest == nil or d > latest) then latest = d end
-  end
-  return latest
-end
-
 -- A deadline or expiry as a command argument, in plain digits.
 local function digits(n) return string.format('%d', n) end
+
+-- A score read from a lease key as its deadline, or the contract's error.
+-- tonumber reads '-0', 'inf' and exponents too; all are judged here.
+local function deadline_of(score)
+  local d = tonumber(score)
+  if d == nil or not (d >= 0 and d <= LAST_DEADLINE) or d % 1 ~= 0 then fail(NOT_A_DEADLINE) end
+  return d
+end
+
+-- What a lease call needs of the key at `now` (src/algo/lease.rs `Held`),
+-- read in O(log n + expired), never the whole set: its member count, the
+-- expired leases' ids (score <= now), the last lease (id and deadline) and
+-- the deadline before it, and the deadline of lease `named` (or nil); a
+-- refusal reads the earliest live deadline itself. Every score read is
+-- checked before anything is written; a score nothing reads is judged when
+-- a call reads it.
+local function read_held(key, now, named)
+  local expired = server.pcall('ZRANGE', key, '-inf', digits(now), 'BYSCORE', 'WITHSCORES')
+  if expired.err then fail(WRONGTYPE) end
+  local ids = {}
+  for i = 1, #expired / 2 do
+    deadline_of(expired[2 * i])
+    ids[i] = expired[2 * i - 1]
+  end
+  local held = {members = server.call('ZCARD', key), expired = ids}
+  if held.members > #ids then
+    -- Some lease is live (else the last two are among the expired, read above).
+    local top = server.call('ZRANGE', key, -2, -1, 'WITHSCORES')
+    local n = #top
+    held.last_id, held.last = top[n - 1], deadline_of(top[n])
+    if n == 4 then held.before_last = deadline_of(top[2]) end
+  end
+  if named ~= nil and held.members > 0 then
+    local score = server.call('ZSCORE', key, named)
+    if score then held.named = deadline_of(score) end
+  end
+  return held
+end
+
+local function live_count(held) return held.members - #held.expired end
+
+local function named_live(held, now) return held.named ~= nil and held.named > now end
+
+-- The latest live deadline once lease `moved` (an id, or nil) is taken out,
+-- and `also` (or nil): the key's expiry after the call, nil for no lease.
+local function latest_deadline(held, now, moved, also)
+  local latest = held.last
+  if moved ~= nil and moved == held.last_id then latest = held.before_last end
+  if latest ~= nil and latest <= now then latest = nil end
+  if also ~= nil and (latest == nil or also > latest) then latest = also end
+  return latest
+end
 
 -- Carries out a lease call's plan (src/algo/lease.rs `Plan`) in the
 -- contract's order: ZREM the removed ids, ZADD the new deadline, PEXPIREAT
@@ -1235,7 +1238,7 @@ local last_nonce = 0
 local function fresh_id(now, now_us, taken)
   local nonce = math.max(last_nonce + 1, now_us)
   local id = string.format('%x-%016x', now, nonce)
-  while taken[id] do
+  while taken(id) do
     nonce = nonce + 1
     id = string.format('%x-%016x', now, nonce)
   end
@@ -1243,14 +1246,7 @@ local function fresh_id(now, now_us, taken)
   return id
 end
 
-local NOTHING_TAKEN = {}
-
--- The ids a key holds, as a set.
-local function held_ids(leases)
-  local set = {}
-  for i = 1, leases.n do set[leases.flat[2 * i - 1]] = true end
-  return set
-end
+local function nothing_taken() return false end
 
 -- RL.ACQUIRE (src/algo/lease.rs `acquire`): renew the caller's live lease
 -- ID, or take a free slot, or refuse with the wait for the earliest one.
@@ -1261,24 +1257,25 @@ local function rl_acquire(keys, args)
   local limit, deadline = lease_policy(opts, metakey, now)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
-    local id = opts.ID or fresh_id(now, now_us, NOTHING_TAKEN)
+    local id = opts.ID or fresh_id(now, now_us, nothing_taken)
     return named(LEASE_FIELDS, {1, 0, 0, 0, id}, opts.FORMAT)
   end
-  local leases = read_leases(key, now)
-  local live = live_count(leases)
-  local mine = nil
-  if opts.ID ~= nil then mine = live_index(leases, opts.ID) end
-  local reclaimed = expired_ids(leases)
-  if mine == nil and live >= limit then
+  local held = read_held(key, now, opts.ID)
+  local live = live_count(held)
+  local renewed = nil
+  if named_live(held, now) then renewed = opts.ID end
+  if renewed == nil and live >= limit then
     -- Refused (live >= limit >= 1: a live lease exists). Only a reclaim
     -- writes; the key keeps its latest deadline.
-    if #reclaimed > 0 then store_leases(key, reclaimed, nil, nil, latest_deadline(leases)) end
-    local retry = leases.flat[2 * leases.first] - now
+    local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    local retry = deadline_of(first[2]) - now
+    if #held.expired > 0 then store_leases(key, held.expired, nil, nil, latest_deadline(held, now)) end
     return named(LEASE_FIELDS, {0, limit, live, retry, false}, opts.FORMAT)
   end
-  local id = opts.ID or fresh_id(now, now_us, held_ids(leases))
-  store_leases(key, reclaimed, id, deadline, latest_deadline(leases, mine, deadline))
-  if mine == nil then live = live + 1 end
+  local function taken(id) return server.call('ZSCORE', key, id) ~= false end
+  local id = opts.ID or fresh_id(now, now_us, taken)
+  store_leases(key, held.expired, id, deadline, latest_deadline(held, now, renewed, deadline))
+  if renewed == nil then live = live + 1 end
   return named(LEASE_FIELDS, {1, limit, live, 0, id}, opts.FORMAT)
 end
 
@@ -1290,13 +1287,12 @@ local function rl_release(keys, args)
   if #keys ~= 1 or #args ~= 1 then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   local now = clock()
-  local leases = read_leases(key, now)
-  local mine = live_index(leases, id)
-  local removed = expired_ids(leases)
-  if mine ~= nil then removed[#removed + 1] = id end
+  local held = read_held(key, now, id)
+  local mine = named_live(held, now)
+  local removed = held.expired
+  if mine then removed[#removed + 1] = id end
   if #removed > 0 then
-    local expires = latest_deadline(leases, mine)
-    store_leases(key, removed, nil, nil, expires)
+    store_leases(key, removed, nil, nil, latest_deadline(held, now, mine and id or nil))
   end
   return mine and 1 or 0
 end
@@ -1310,14 +1306,12 @@ local function rl_extend(keys, args)
   local ttl = int_arg(args[3], 'TTL', 1)
   local now = clock()
   local deadline = deadline_after(now, ttl)
-  local leases = read_leases(key, now)
-  local mine = live_index(leases, id)
-  local reclaimed = expired_ids(leases)
-  if mine == nil then
-    if #reclaimed > 0 then store_leases(key, reclaimed, nil, nil, latest_deadline(leases)) end
+  local held = read_held(key, now, id)
+  if not named_live(held, now) then
+    if #held.expired > 0 then store_leases(key, held.expired, nil, nil, latest_deadline(held, now)) end
     return 0
   end
-  store_leases(key, reclaimed, id, deadline, latest_deadline(leases, mine, deadline))
+  store_leases(key, held.expired, id, deadline, latest_deadline(held, now, id, deadline))
   return 1
 end
 
@@ -1325,7 +1319,7 @@ end
 local function rl_inflight(keys, args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.INFLIGHT') end
   local now = clock()
-  return live_count(read_leases(keys[1], now))
+  return live_count(read_held(keys[1], now))
 end
 
 ---------------------------------------------------------------- registration

@@ -210,7 +210,7 @@ const RL_ACQUIRE: Command = Command {
     args: &ACQUIRE_ARGS,
     summary:
         c"Takes a lease on one of a limited number of slots, or renews one, until its TTL ends",
-    complexity: c"O(N) where N is the number of leases the key holds",
+    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
 };
 
 /// RL.RELEASE key lease-id
@@ -223,7 +223,7 @@ const RL_RELEASE: Command = Command {
     key_range: (1, 1, 1),
     args: &[Arg::key(c"key", 0), LEASE_ID],
     summary: c"Ends a live lease, freeing its slot; 0 when it is no longer live",
-    complexity: c"O(N) where N is the number of leases the key holds",
+    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
 };
 
 /// RL.EXTEND key lease-id TTL ms
@@ -241,7 +241,7 @@ const RL_EXTEND: Command = Command {
     ],
     summary:
         c"Moves a live lease's deadline to now + TTL (a heartbeat); 0 when it is no longer live",
-    complexity: c"O(N) where N is the number of leases the key holds",
+    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
 };
 
 /// RL.INFLIGHT key
@@ -254,7 +254,7 @@ const RL_INFLIGHT: Command = Command {
     key_range: (1, 1, 1),
     args: &[Arg::key(c"key", 0)],
     summary: c"Returns the number of live leases",
-    complexity: c"O(N) where N is the number of leases the key holds",
+    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
 };
 
 /// Called by the server on `MODULE LOAD` / `loadmodule`.

@@ -4,16 +4,55 @@
 //! the leases whose deadline has passed, so a holder that crashed frees its
 //! slot at its deadline without anyone releasing it.
 //!
-//! The command layer reads the key's leases, calls one function here with
-//! the time it read once, and carries out the plan it gets back: the
-//! members to remove, the member to add or move, and the key's new expiry
-//! (its latest deadline). Nothing here reads a clock or touches a key.
+//! The store reads only what a decision needs from the key (a `Held`: the
+//! member count, the expired leases, the last two leases, the named
+//! lease's deadline, and for a refusal the earliest live deadline), so a
+//! call costs O(log n + reclaimed), not O(n). One function here decides with the time read
+//! once, and the store carries out the plan it gets back: the members to
+//! remove, the member to add or move, and the key's new expiry (its latest
+//! live deadline). Nothing here reads a clock or touches a key.
 
-/// A lease as stored: member and score of the key's sorted set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lease<'a> {
-    pub id: &'a [u8],
-    pub deadline_ms: i64,
+/// What a call reads of a lease key (a sorted set ordered by deadline, then
+/// id), all of it at the time `now` the call read once. Empty for no key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Held {
+    /// Members of the set, expired ones included.
+    pub members: i64,
+    /// The expired leases' ids (deadline <= now): every write removes them.
+    pub expired: Vec<Vec<u8>>,
+    /// The earliest live deadline (the first one > now): read only for an
+    /// acquire that `refuses`, whose wait it is.
+    pub earliest_live: Option<i64>,
+    /// The set's last lease (its latest deadline), id and deadline.
+    pub last: Option<(Vec<u8>, i64)>,
+    /// The deadline of the lease before the last: the latest one left when
+    /// the call removes or moves the last.
+    pub before_last: Option<i64>,
+    /// The deadline of the lease the call names (its ID), if the key holds it.
+    pub named: Option<i64>,
+}
+
+impl Held {
+    /// Live leases at the time the summary was read.
+    pub fn live(&self) -> i64 {
+        self.members - self.expired.len() as i64
+    }
+
+    /// Whether the named lease is live at `now_ms`.
+    fn named_live(&self, now_ms: i64) -> bool {
+        self.named.is_some_and(|at| at > now_ms)
+    }
+
+    /// The latest live deadline once the lease `moved` (if any) is taken
+    /// out: the key's expiry, None when no live lease is left.
+    fn latest_live_but(&self, now_ms: i64, moved: Option<&[u8]>) -> Option<i64> {
+        let (id, deadline) = self.last.as_ref()?;
+        let latest = match moved == Some(id.as_slice()) {
+            true => self.before_last?,
+            false => *deadline,
+        };
+        (latest > now_ms).then_some(latest)
+    }
 }
 
 /// Which id an acquire asks for.
@@ -44,13 +83,16 @@ pub fn deadline_after(now_ms: i64, ttl_ms: i64) -> Option<i64> {
         .filter(|at| (0..=MAX_DEADLINE_MS).contains(at))
 }
 
-/// A nonce from `next` whose generated id no held lease has: an id is
-/// never handed out twice for one key.
-pub fn fresh_nonce(held: &[Lease], now_ms: i64, mut next: impl FnMut() -> u64) -> u64 {
+/// A nonce from `next` whose generated id the key does not hold (`taken`
+/// asks it): an id is never handed out twice for one key.
+pub fn fresh_nonce(
+    now_ms: i64,
+    mut taken: impl FnMut(&[u8]) -> bool,
+    mut next: impl FnMut() -> u64,
+) -> u64 {
     loop {
         let nonce = next();
-        let id = generated_id(now_ms, nonce);
-        if !held.iter().any(|lease| lease.id == id.as_slice()) {
+        if !taken(&generated_id(now_ms, nonce)) {
             return nonce;
         }
     }
@@ -104,47 +146,46 @@ impl Acquired {
     }
 }
 
-/// The live leases at `now_ms` and the plan that reclaims the rest.
-fn reclaim<'a>(held: &[Lease<'a>], now_ms: i64) -> (Vec<Lease<'a>>, Plan<'a>) {
-    let (live, expired): (Vec<Lease>, Vec<Lease>) =
-        held.iter().partition(|lease| lease.deadline_ms > now_ms);
-    let plan = Plan {
-        writes: !expired.is_empty(),
-        remove: expired.iter().map(|lease| lease.id).collect(),
+/// The plan that reclaims the expired leases and nothing else.
+fn reclaim(held: &Held, now_ms: i64) -> Plan<'_> {
+    Plan {
+        remove: held.expired.iter().map(Vec::as_slice).collect(),
         put: None,
-        expires_at: latest(&live),
-    };
-    (live, plan)
+        expires_at: held.latest_live_but(now_ms, None),
+        writes: !held.expired.is_empty(),
+    }
 }
 
-fn latest(leases: &[Lease]) -> Option<i64> {
-    leases.iter().map(|lease| lease.deadline_ms).max()
+/// Whether an acquire is refused: no free slot of `limit`, and no live
+/// lease of its own to renew. Only then does it need `held.earliest_live`.
+pub fn refuses(held: &Held, now_ms: i64, limit: i64, wanted: WantedId) -> bool {
+    let renews = matches!(wanted, WantedId::Given(_)) && held.named_live(now_ms);
+    !renews && held.live() >= limit
 }
 
 /// Takes a slot if one of `limit` is free, or renews the caller's own live
-/// lease. `ttl_ms` > 0 and `now_ms + ttl_ms` must not overflow (the parser
-/// checks both).
+/// lease (`held.named` is the given id's deadline). `ttl_ms` > 0 and
+/// `now_ms + ttl_ms` must not overflow (the parser checks both).
 pub fn acquire<'a>(
-    held: &[Lease<'a>],
+    held: &'a Held,
     now_ms: i64,
     limit: i64,
     ttl_ms: i64,
-    wanted: WantedId<'a>,
+    wanted: WantedId,
 ) -> (Acquired, Plan<'a>) {
-    let (live, mut plan) = reclaim(held, now_ms);
+    let mut plan = reclaim(held, now_ms);
     let deadline = now_ms + ttl_ms;
-    let renews = match wanted {
-        WantedId::Given(id) => live.iter().any(|lease| lease.id == id),
-        WantedId::Generated(_) => false,
+    let renewed = match wanted {
+        WantedId::Given(id) if held.named_live(now_ms) => Some(id),
+        _ => None,
     };
-    let in_flight = live.len() as i64;
-    if !renews && in_flight >= limit {
-        let earliest = live.iter().map(|lease| lease.deadline_ms).min();
+    let in_flight = held.live();
+    if refuses(held, now_ms, limit, wanted) {
         let answer = Acquired {
             acquired: false,
             limit,
             in_flight,
-            retry_after_ms: earliest.map_or(0, |at| at - now_ms),
+            retry_after_ms: held.earliest_live.map_or(0, |at| at - now_ms),
             lease_id: None,
         };
         return (answer, plan);
@@ -153,58 +194,53 @@ pub fn acquire<'a>(
         WantedId::Given(id) => id.to_vec(),
         WantedId::Generated(nonce) => generated_id(now_ms, nonce),
     };
+    let others = held.latest_live_but(now_ms, renewed);
+    plan.expires_at = Some(others.map_or(deadline, |at| at.max(deadline)));
     plan.put = Some((id.clone(), deadline));
-    plan.expires_at = Some(plan.expires_at.map_or(deadline, |at| at.max(deadline)));
     plan.writes = true;
     let answer = Acquired {
         acquired: true,
         limit,
-        in_flight: in_flight + i64::from(!renews),
+        in_flight: in_flight + i64::from(renewed.is_none()),
         retry_after_ms: 0,
         lease_id: Some(id),
     };
     (answer, plan)
 }
 
-/// Ends the lease `id` if it is live: true then. An expired, unknown or
-/// already released id frees nothing (it may be someone else's slot now).
-pub fn release<'a>(held: &[Lease<'a>], now_ms: i64, id: &'a [u8]) -> (bool, Plan<'a>) {
-    let (live, mut plan) = reclaim(held, now_ms);
-    let Some(mine) = live.iter().position(|lease| lease.id == id) else {
+/// Ends the lease `id` (`held.named` is its deadline) if it is live: true
+/// then. An expired, unknown or already released id frees nothing (it may
+/// be someone else's slot now).
+pub fn release<'a>(held: &'a Held, now_ms: i64, id: &'a [u8]) -> (bool, Plan<'a>) {
+    let mut plan = reclaim(held, now_ms);
+    if !held.named_live(now_ms) {
         return (false, plan);
-    };
-    plan.remove.push(live[mine].id);
-    let mut rest = live;
-    rest.remove(mine);
-    plan.expires_at = latest(&rest);
+    }
+    plan.remove.push(id);
+    plan.expires_at = held.latest_live_but(now_ms, Some(id));
     plan.writes = true;
     (true, plan)
 }
 
-/// Moves the live lease `id`'s deadline to `now_ms + ttl_ms`: true then.
-/// false when it is no longer live, and its holder must stop.
-pub fn extend<'a>(held: &[Lease<'a>], now_ms: i64, id: &'a [u8], ttl_ms: i64) -> (bool, Plan<'a>) {
-    let (live, mut plan) = reclaim(held, now_ms);
-    let Some(mine) = live.iter().position(|lease| lease.id == id) else {
+/// Moves the live lease `id`'s deadline (`held.named`) to `now_ms +
+/// ttl_ms`: true then. false when it is no longer live, and its holder
+/// must stop.
+pub fn extend<'a>(held: &'a Held, now_ms: i64, id: &[u8], ttl_ms: i64) -> (bool, Plan<'a>) {
+    let mut plan = reclaim(held, now_ms);
+    if !held.named_live(now_ms) {
         return (false, plan);
-    };
+    }
     let deadline = now_ms + ttl_ms;
     plan.put = Some((id.to_vec(), deadline));
-    let others = live
-        .iter()
-        .enumerate()
-        .filter(|&(i, _)| i != mine)
-        .map(|(_, lease)| lease.deadline_ms);
-    plan.expires_at = Some(others.fold(deadline, i64::max));
+    let others = held.latest_live_but(now_ms, Some(id));
+    plan.expires_at = Some(others.map_or(deadline, |at| at.max(deadline)));
     plan.writes = true;
     (true, plan)
 }
 
-/// Live leases at `now_ms` (RL.INFLIGHT: a read, it reclaims nothing).
-pub fn in_flight(held: &[Lease], now_ms: i64) -> i64 {
-    held.iter()
-        .filter(|lease| lease.deadline_ms > now_ms)
-        .count() as i64
+/// Live leases (RL.INFLIGHT: a read, it reclaims nothing).
+pub fn in_flight(held: &Held) -> i64 {
+    held.live()
 }
 
 #[cfg(test)]
@@ -218,36 +254,53 @@ mod tests {
     struct Set(BTreeMap<Vec<u8>, i64>);
 
     impl Set {
-        fn leases(&self) -> Vec<Lease<'_>> {
-            self.0
-                .iter()
-                .map(|(id, &deadline_ms)| Lease { id, deadline_ms })
-                .collect()
-        }
-        fn apply(&mut self, removed: Vec<Vec<u8>>, put: Option<(Vec<u8>, i64)>) {
-            for id in removed {
-                self.0.remove(&id);
+        /// What the store reads at `now`, naming `named`: built from the
+        /// whole model set, in the sorted set's order (deadline, then id).
+        fn held(&self, now: i64, named: Option<&[u8]>) -> Held {
+            let mut order: Vec<(i64, &Vec<u8>)> = self.0.iter().map(|(id, &d)| (d, id)).collect();
+            order.sort();
+            let last = order.last().map(|&(d, id)| (id.clone(), d));
+            Held {
+                members: order.len() as i64,
+                expired: order
+                    .iter()
+                    .filter(|&&(d, _)| d <= now)
+                    .map(|&(_, id)| id.clone())
+                    .collect(),
+                earliest_live: order.iter().map(|&(d, _)| d).find(|&d| d > now),
+                last,
+                before_last: order.len().checked_sub(2).map(|i| order[i].0),
+                named: named.and_then(|id| self.0.get(id).copied()),
             }
-            if let Some((id, deadline)) = put {
-                self.0.insert(id, deadline);
+        }
+        fn live(&self, now: i64) -> i64 {
+            self.0.values().filter(|&&d| d > now).count() as i64
+        }
+        fn apply(&mut self, plan: &Plan) {
+            for id in &plan.remove {
+                self.0.remove(*id);
+            }
+            if let Some((id, deadline)) = &plan.put {
+                self.0.insert(id.clone(), *deadline);
             }
         }
     }
 
-    fn owned(plan: &Plan) -> Vec<Vec<u8>> {
-        plan.remove.iter().map(|id| id.to_vec()).collect()
+    fn set_of(leases: &[(&[u8], i64)]) -> Set {
+        Set(leases.iter().map(|&(id, d)| (id.to_vec(), d)).collect())
     }
 
     #[test]
     fn acquires_up_to_the_limit_then_refuses_until_the_earliest_deadline() {
         let mut set = Set::default();
         for (i, now) in [(0u64, 100), (1, 150)] {
-            let (answer, plan) = acquire(&set.leases(), now, 2, 1000, WantedId::Generated(i));
+            let held = set.held(now, None);
+            let (answer, plan) = acquire(&held, now, 2, 1000, WantedId::Generated(i));
             assert!(answer.acquired);
-            let (removed, put) = (owned(&plan), plan.put.clone());
-            set.apply(removed, put);
+            set.apply(&plan);
         }
-        let (answer, plan) = acquire(&set.leases(), 400, 2, 1000, WantedId::Generated(9));
+        let held = set.held(400, None);
+        let (answer, plan) = acquire(&held, 400, 2, 1000, WantedId::Generated(9));
         assert_eq!(
             answer,
             Acquired {
@@ -263,7 +316,8 @@ mod tests {
             "a refusal with nothing to reclaim writes nothing"
         );
         // At the first deadline exactly, that slot is free again.
-        let (answer, plan) = acquire(&set.leases(), 1100, 2, 1000, WantedId::Given(b"job"));
+        let held = set.held(1100, Some(b"job"));
+        let (answer, plan) = acquire(&held, 1100, 2, 1000, WantedId::Given(b"job"));
         assert!(answer.acquired);
         assert_eq!(answer.in_flight, 2);
         assert_eq!(plan.remove.len(), 1);
@@ -272,10 +326,8 @@ mod tests {
 
     #[test]
     fn renewing_a_live_id_takes_no_second_slot() {
-        let held = [Lease {
-            id: b"job",
-            deadline_ms: 500,
-        }];
+        let set = set_of(&[(b"job", 500)]);
+        let held = set.held(100, Some(b"job"));
         let (answer, plan) = acquire(&held, 100, 1, 1000, WantedId::Given(b"job"));
         assert!(answer.acquired);
         assert_eq!(answer.in_flight, 1);
@@ -283,17 +335,18 @@ mod tests {
     }
 
     #[test]
+    fn renewing_the_last_lease_shorter_falls_back_to_the_one_before() {
+        let set = set_of(&[(b"a", 300), (b"b", 900)]);
+        let held = set.held(100, Some(b"b"));
+        let (answer, plan) = acquire(&held, 100, 2, 50, WantedId::Given(b"b"));
+        assert!(answer.acquired);
+        assert_eq!(plan.expires_at, Some(300), "b now ends at 150, a at 300");
+    }
+
+    #[test]
     fn release_and_extend_only_touch_a_live_lease_of_their_own() {
-        let held = [
-            Lease {
-                id: b"a",
-                deadline_ms: 50,
-            },
-            Lease {
-                id: b"b",
-                deadline_ms: 500,
-            },
-        ];
+        let set = set_of(&[(b"a", 50), (b"b", 500)]);
+        let held = set.held(100, Some(b"a"));
         let (released, plan) = release(&held, 100, b"a");
         assert!(!released, "a's lease expired at 50");
         assert_eq!(plan.remove, vec![&b"a"[..]], "but it is reclaimed");
@@ -301,9 +354,13 @@ mod tests {
         let (extended, plan) = extend(&held, 100, b"a", 1000);
         assert!(!extended);
         assert_eq!(plan.put, None);
+        let held = set.held(100, Some(b"b"));
         let (extended, plan) = extend(&held, 100, b"b", 1000);
         assert!(extended);
         assert_eq!(plan.put, Some((b"b".to_vec(), 1100)));
+        let (extended, plan) = extend(&held, 100, b"b", 10);
+        assert!(extended);
+        assert_eq!(plan.expires_at, Some(110), "a is gone: b's new deadline");
         let (released, plan) = release(&held, 100, b"b");
         assert!(released);
         assert_eq!(plan.expires_at, None, "no lease left: the key goes");
@@ -324,13 +381,10 @@ mod tests {
 
     #[test]
     fn a_fresh_nonce_skips_ids_the_key_holds() {
-        let taken = generated_id(7, 1);
-        let held = [Lease {
-            id: &taken,
-            deadline_ms: 9,
-        }];
+        let set = set_of(&[(&generated_id(7, 1), 9)]);
         let mut nonces = 0..;
-        assert_eq!(fresh_nonce(&held, 7, || nonces.next().unwrap_or(0) + 1), 2);
+        let taken = |id: &[u8]| set.0.contains_key(id);
+        assert_eq!(fresh_nonce(7, taken, || nonces.next().unwrap_or(0) + 1), 2);
     }
 
     #[test]
@@ -343,6 +397,7 @@ mod tests {
     #[derive(Debug, Clone)]
     enum Step {
         Acquire(u8),
+        AcquireFresh,
         Release(u8),
         Extend(u8, i64),
     }
@@ -350,6 +405,7 @@ mod tests {
     fn step() -> impl Strategy<Value = (i64, Step)> {
         let op = prop_oneof![
             (0u8..6).prop_map(Step::Acquire),
+            Just(Step::AcquireFresh),
             (0u8..6).prop_map(Step::Release),
             ((0u8..6), (1i64..300)).prop_map(|(id, ttl)| Step::Extend(id, ttl)),
         ];
@@ -357,9 +413,11 @@ mod tests {
     }
 
     proptest! {
-        /// Driven by random steps with an injected clock: never more than
-        /// `limit` live leases; each lease live exactly until its deadline;
-        /// release and extend act on their own lease only.
+        /// Driven by random steps with an injected clock, each deciding
+        /// from the summary the store would read of a model set: never more
+        /// than `limit` live leases; each lease live exactly until its
+        /// deadline; release and extend act on their own lease only; the
+        /// key's expiry is its latest live deadline; generated ids are new.
         #[test]
         fn the_ceiling_holds_and_leases_end_exactly_at_their_deadlines(
             limit in 1i64..4,
@@ -368,50 +426,111 @@ mod tests {
         ) {
             let mut set = Set::default();
             let mut now = 1_000;
+            let mut nonce = 0u64;
             for (elapsed, step) in steps {
                 now += elapsed;
-                let before = set.0.clone();
-                let live_before = in_flight(&set.leases(), now);
-                let (removed, put) = match step {
-                    Step::Acquire(n) => {
+                let before = set.clone();
+                let live_before = set.live(now);
+                let mine_live = |id: &[u8]| before.0.get(id).is_some_and(|&d| d > now);
+                let (plan, touched) = match step {
+                    Step::Acquire(n) | Step::Release(n) | Step::Extend(n, _) => {
                         let id = [b'j', n];
-                        let held = set.leases();
-                        let (answer, plan) = acquire(&held, now, limit, ttl, WantedId::Given(&id));
-                        let mine_live = before.get(&id[..]).is_some_and(|&d| d > now);
-                        prop_assert_eq!(answer.acquired, mine_live || live_before < limit);
-                        prop_assert!(answer.in_flight <= limit);
-                        if !answer.acquired {
-                            let earliest = before.values().filter(|&&d| d > now).min().unwrap();
-                            prop_assert_eq!(answer.retry_after_ms, earliest - now);
+                        let held = before.held(now, Some(&id));
+                        prop_assert_eq!(held.live(), live_before);
+                        let plan = match step {
+                            Step::Acquire(_) => {
+                                let wanted = WantedId::Given(&id);
+                                let unread = Held { earliest_live: None, ..held.clone() };
+                                let refused = refuses(&held, now, limit, wanted);
+                                // The earliest live deadline is read only for a refusal.
+                                let held = if refused { &held } else { &unread };
+                                let (answer, plan) = acquire(held, now, limit, ttl, wanted);
+                                prop_assert_eq!(answer.acquired, !refused);
+                                prop_assert_eq!(answer.acquired, mine_live(&id) || live_before < limit);
+                                prop_assert!(answer.in_flight <= limit);
+                                if !answer.acquired {
+                                    let earliest = before.0.values().filter(|&&d| d > now).min().unwrap();
+                                    prop_assert_eq!(answer.retry_after_ms, earliest - now);
+                                }
+                                plan.clone_owned()
+                            }
+                            Step::Release(_) => {
+                                let (released, plan) = release(&held, now, &id);
+                                prop_assert_eq!(released, mine_live(&id));
+                                plan.clone_owned()
+                            }
+                            _ => {
+                                let Step::Extend(_, ext) = step else { unreachable!() };
+                                let (extended, plan) = extend(&held, now, &id, ext);
+                                prop_assert_eq!(extended, mine_live(&id));
+                                plan.clone_owned()
+                            }
+                        };
+                        (plan, Some(id.to_vec()))
+                    }
+                    Step::AcquireFresh => {
+                        let mut held = before.held(now, None);
+                        if !refuses(&held, now, limit, WantedId::Generated(0)) {
+                            held.earliest_live = None; // not read then
                         }
-                        (owned(&plan), plan.put.clone())
-                    }
-                    Step::Release(n) => {
-                        let id = [b'j', n];
-                        let held = set.leases();
-                        let (released, plan) = release(&held, now, &id);
-                        prop_assert_eq!(released, before.get(&id[..]).is_some_and(|&d| d > now));
-                        (owned(&plan), plan.put.clone())
-                    }
-                    Step::Extend(n, ext) => {
-                        let id = [b'j', n];
-                        let held = set.leases();
-                        let (extended, plan) = extend(&held, now, &id, ext);
-                        prop_assert_eq!(extended, before.get(&id[..]).is_some_and(|&d| d > now));
-                        (owned(&plan), plan.put.clone())
+                        nonce = fresh_nonce(now, |id| before.0.contains_key(id), || {
+                            nonce += 1;
+                            nonce
+                        });
+                        let (answer, plan) =
+                            acquire(&held, now, limit, ttl, WantedId::Generated(nonce));
+                        prop_assert_eq!(answer.acquired, live_before < limit);
+                        if let Some(id) = &answer.lease_id {
+                            prop_assert!(!before.0.contains_key(id), "a generated id is new");
+                        }
+                        (plan.clone_owned(), None)
                     }
                 };
-                let touched = put.as_ref().map(|(id, _)| id.clone());
-                set.apply(removed, put);
+                set.apply(&plan.borrowed());
                 prop_assert!(set.0.values().all(|&d| d > now), "expired leases are reclaimed");
-                prop_assert!(in_flight(&set.leases(), now) <= limit);
+                prop_assert!(set.live(now) <= limit);
+                if plan.writes {
+                    prop_assert_eq!(plan.expires_at, set.0.values().max().copied(),
+                        "the key expires at its latest live deadline");
+                } else {
+                    prop_assert_eq!(&set.0, &before.0, "no write, no change");
+                }
                 // Every other live lease is untouched.
-                for (id, deadline) in before.iter().filter(|(_, &d)| d > now) {
-                    let released_mine = matches!(step, Step::Release(n) if id[..] == [b'j', n]);
-                    if touched.as_deref() != Some(&id[..]) && !released_mine {
+                for (id, deadline) in before.0.iter().filter(|(_, &d)| d > now) {
+                    if touched.as_deref() != Some(&id[..]) {
                         prop_assert_eq!(set.0.get(id), Some(deadline));
                     }
                 }
+            }
+        }
+    }
+
+    /// A plan that owns its ids, to outlive the summary it was made from.
+    struct OwnedPlan {
+        remove: Vec<Vec<u8>>,
+        put: Option<(Vec<u8>, i64)>,
+        expires_at: Option<i64>,
+        writes: bool,
+    }
+
+    impl Plan<'_> {
+        fn clone_owned(&self) -> OwnedPlan {
+            OwnedPlan {
+                remove: self.remove.iter().map(|id| id.to_vec()).collect(),
+                put: self.put.clone(),
+                expires_at: self.expires_at,
+                writes: self.writes,
+            }
+        }
+    }
+
+    impl OwnedPlan {
+        fn borrowed(&self) -> Plan<'_> {
+            Plan {
+                remove: self.remove.iter().map(Vec::as_slice).collect(),
+                put: self.put.clone(),
+                expires_at: self.expires_at,
+                writes: self.writes,
             }
         }
     }

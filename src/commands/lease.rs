@@ -1,12 +1,13 @@
 //! Concurrency leases: RL.ACQUIRE, RL.RELEASE, RL.EXTEND and RL.INFLIGHT.
 //! A lease key is a sorted set of lease ids scored by their deadlines;
-//! each call reads it with the time read once, asks `algo::lease`, and
-//! has `store` carry out the plan (reclaiming expired leases first).
+//! each call reads what it needs of it (`lease::Held`, never the whole
+//! set) with the time read once, asks `algo::lease`, and has `store` carry
+//! out the plan (reclaiming expired leases first).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use super::Call;
-use crate::algo::lease::{self, Acquired, Lease, WantedId};
+use crate::algo::lease::{self, Acquired, WantedId};
 use crate::args;
 use crate::config;
 use crate::error::RlError;
@@ -46,12 +47,18 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
     lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
-    let stored = key.read_leases(call.ctx)?;
-    let held = leases(&stored);
+    let given_str = opts.id.map(|at| call.argv[at]);
+    let mut held = key.read_held(call.ctx, now, given_str)?;
     let wanted = match given {
         Some(id) => WantedId::Given(id),
-        None => WantedId::Generated(lease::fresh_nonce(&held, now, next_nonce)),
+        None => {
+            let taken = |id: &[u8]| key.holds(call.ctx, id);
+            WantedId::Generated(lease::fresh_nonce(now, taken, next_nonce))
+        }
     };
+    if lease::refuses(&held, now, policy.limit, wanted) {
+        held.earliest_live = key.read_earliest_live(call.ctx, now)?;
+    }
     let (answer, plan) = lease::acquire(&held, now, policy.limit, policy.ttl_ms, wanted);
     store::execute_leases(call.ctx, &mut key, name, &plan);
     drop(key);
@@ -70,8 +77,8 @@ pub fn release(call: &Call) -> Result<(), RlError> {
     let now = store::now_ms();
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
-    let stored = key.read_leases(call.ctx)?;
-    let (released, plan) = lease::release(&leases(&stored), now, id);
+    let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
+    let (released, plan) = lease::release(&held, now, id);
     store::execute_leases(call.ctx, &mut key, name, &plan);
     drop(key);
     let (outcome, reclaimed) = match released {
@@ -90,8 +97,8 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
     lease::deadline_after(now, ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
-    let stored = key.read_leases(call.ctx)?;
-    let (extended, plan) = lease::extend(&leases(&stored), now, id, ttl_ms);
+    let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
+    let (extended, plan) = lease::extend(&held, now, id, ttl_ms);
     store::execute_leases(call.ctx, &mut key, name, &plan);
     drop(key);
     let outcome = match extended {
@@ -107,24 +114,14 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
 pub fn in_flight(call: &Call) -> Result<(), RlError> {
     let now = store::now_ms();
     let key = Key::read(call.ctx, call.argv[1]);
-    let stored = key.read_leases(call.ctx)?;
-    reply::int(call.ctx, lease::in_flight(&leases(&stored), now));
+    let held = key.read_held(call.ctx, now, None)?;
+    reply::int(call.ctx, lease::in_flight(&held));
     Ok(())
 }
 
 /// getkeys-api for RL.ACQUIRE: the lease key (read-write) and the META hash.
 pub fn keys(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
     args::lease::acquire_keys(args, key)
-}
-
-fn leases(stored: &[(Vec<u8>, i64)]) -> Vec<Lease<'_>> {
-    stored
-        .iter()
-        .map(|(id, deadline_ms)| Lease {
-            id,
-            deadline_ms: *deadline_ms,
-        })
-        .collect()
 }
 
 /// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`.

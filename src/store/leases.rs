@@ -1,64 +1,168 @@
 //! The keyspace for leases: a lease key is a sorted set (member = lease
-//! id, score = deadline in ms). Reads its members and deadlines, carries
-//! out a lease plan, and tells replicas and the AOF the effect.
+//! id, score = deadline in ms). Reads what a lease call needs of it (never
+//! the whole set), carries out a lease plan, and tells replicas and the AOF
+//! the effect.
 
 use std::os::raw::{c_char, c_longlong};
 use std::ptr;
 
+use redis_module::raw;
+
 use super::{replicate_delete, replicate_expiry, signal_modified, Key, KeyKind};
-use crate::algo::lease::{deadline_of, Plan};
+use crate::algo::lease::{deadline_of, Held, Plan};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str, OK};
 
 impl Key {
-    /// A lease key's members and deadlines, copied out (the key is written
-    /// after): empty when the key is; an error for another type, or for a
-    /// score that is not a deadline.
-    pub fn read_leases(&self, ctx: Ctx) -> Result<Vec<(Vec<u8>, i64)>, RlError> {
+    /// What a lease call needs of the key at `now_ms`, read in O(log n +
+    /// expired): its member count, the expired leases, the last two leases
+    /// and the deadline of `named` (a lease id the call gives); not the
+    /// earliest live deadline (`read_earliest_live`, for a refusal). Empty for no key; an error for another type, or
+    /// for a score read here that is not a deadline (a call judges the
+    /// scores it reads: the same ones as the library's functions).
+    pub fn read_held(&self, ctx: Ctx, now_ms: i64, named: Option<Str>) -> Result<Held, RlError> {
         match self.kind() {
-            KeyKind::Empty => return Ok(Vec::new()),
+            KeyKind::Empty => return Ok(Held::default()),
             KeyKind::Zset => {}
             _ => return Err(RlError::WrongType),
         }
         let Some(key) = self.live() else {
-            return Ok(Vec::new());
+            return Ok(Held::default());
         };
-        // SAFETY: an open sorted-set key.
-        let len = unsafe { api!(RedisModule_ValueLength)(key) };
-        let mut leases = Vec::with_capacity(len);
-        let (all_from, all_to) = (f64::NEG_INFINITY, f64::INFINITY);
-        // SAFETY: an open sorted-set key; the iterator is stopped below,
-        // before the key is written or closed.
-        if unsafe { api!(RedisModule_ZsetFirstInScoreRange)(key, all_from, all_to, 0, 0) } != OK {
-            return Ok(leases);
-        }
-        let mut found = Ok(());
-        // SAFETY: the iterator started above.
-        while unsafe { api!(RedisModule_ZsetRangeEndReached)(key) } == 0 {
-            let mut score = 0.0;
-            // SAFETY: the iterator is on an element (not at its end).
-            let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key, &mut score) };
-            if member.is_null() {
-                break;
+        let now = now_ms as f64;
+        let mut held = Held {
+            // SAFETY: an open sorted-set key.
+            members: unsafe { api!(RedisModule_ValueLength)(key) } as i64,
+            ..Held::default()
+        };
+        // The expired leases (score <= now), in order.
+        scan(
+            ctx,
+            key,
+            Range::From(f64::NEG_INFINITY, now),
+            |id, score| {
+                deadline_of(score).ok_or(RlError::NotADeadline)?;
+                held.expired.push(id.to_vec());
+                Ok(true)
+            },
+        )?;
+        // The last lease, then the one before it.
+        scan(ctx, key, Range::Last, |id, score| {
+            let deadline = deadline_of(score).ok_or(RlError::NotADeadline)?;
+            match held.last {
+                None => {
+                    held.last = Some((id.to_vec(), deadline));
+                    Ok(true)
+                }
+                Some(_) => {
+                    held.before_last = Some(deadline);
+                    Ok(false)
+                }
             }
-            let id = str_bytes(&member).to_vec();
-            // SAFETY: the element string is ours to free (no automatic
-            // memory), once, after its bytes were copied.
-            unsafe { api!(RedisModule_FreeString)(ctx, member) };
-            let Some(deadline) = deadline_of(score) else {
-                found = Err(RlError::NotADeadline);
-                break;
-            };
-            leases.push((id, deadline));
-            // SAFETY: the iterator started above.
-            if unsafe { api!(RedisModule_ZsetRangeNext)(key) } == 0 {
-                break;
-            }
+        })?;
+        if let Some(id) = named {
+            held.named = self
+                .score(id)
+                .map(deadline_of)
+                .map(|d| d.ok_or(RlError::NotADeadline))
+                .transpose()?;
         }
-        // SAFETY: the iterator started above; stopping frees it.
-        unsafe { api!(RedisModule_ZsetRangeStop)(key) };
-        found.map(|()| leases)
+        Ok(held)
     }
+
+    /// The earliest live deadline at `now_ms` (the first score above it):
+    /// what a refused acquire waits for, read only then.
+    pub fn read_earliest_live(&self, ctx: Ctx, now_ms: i64) -> Result<Option<i64>, RlError> {
+        let Some(key) = self.live() else {
+            return Ok(None);
+        };
+        let mut earliest = None;
+        scan(ctx, key, Range::After(now_ms as f64), |_, score| {
+            earliest = Some(deadline_of(score).ok_or(RlError::NotADeadline)?);
+            Ok(false)
+        })?;
+        Ok(earliest)
+    }
+
+    /// The score of member `id`, if the (sorted-set) key holds it.
+    pub fn score(&self, id: Str) -> Option<f64> {
+        let key = self.live()?;
+        let mut score = 0.0;
+        // SAFETY: an open key (ZsetScore fails, harmlessly, for another
+        // type) and a live member string.
+        let found = unsafe { api!(RedisModule_ZsetScore)(key, id, &mut score) } == OK;
+        found.then_some(score)
+    }
+
+    /// Whether the (sorted-set) key holds member `id`.
+    pub fn holds(&self, ctx: Ctx, id: &[u8]) -> bool {
+        Owned::new(ctx, id).is_some_and(|id| self.score(id.s).is_some())
+    }
+}
+
+/// Where a scan of a sorted set starts and which way it goes.
+enum Range {
+    /// Upward over the scores from the first to the second, both included.
+    From(f64, f64),
+    /// Upward over the scores above this one.
+    After(f64),
+    /// Downward from the last element.
+    Last,
+}
+
+/// Visits the elements of `range` in order while `each(id, score)` answers
+/// `Ok(true)`; stops at its first `Ok(false)` or error, which it returns.
+fn scan(
+    ctx: Ctx,
+    key: *mut raw::RedisModuleKey,
+    range: Range,
+    mut each: impl FnMut(&[u8], f64) -> Result<bool, RlError>,
+) -> Result<(), RlError> {
+    let (inf, up) = (f64::INFINITY, !matches!(range, Range::Last));
+    // SAFETY: an open sorted-set key; the iterator is stopped below, before
+    // the key is read again, written or closed.
+    let started = unsafe {
+        match range {
+            Range::From(from, to) => api!(RedisModule_ZsetFirstInScoreRange)(key, from, to, 0, 0),
+            Range::After(after) => api!(RedisModule_ZsetFirstInScoreRange)(key, after, inf, 1, 0),
+            Range::Last => api!(RedisModule_ZsetLastInScoreRange)(key, -inf, inf, 0, 0),
+        }
+    };
+    let mut found = Ok(());
+    // SAFETY: the iterator started above.
+    while started == OK && unsafe { api!(RedisModule_ZsetRangeEndReached)(key) } == 0 {
+        let mut score = 0.0;
+        // SAFETY: the iterator is on an element (not at its end).
+        let member = unsafe { api!(RedisModule_ZsetRangeCurrentElement)(key, &mut score) };
+        if member.is_null() {
+            break;
+        }
+        let more = each(str_bytes(&member), score);
+        // SAFETY: the element string is ours to free (no automatic memory),
+        // once, after its bytes were used.
+        unsafe { api!(RedisModule_FreeString)(ctx, member) };
+        match more {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => {
+                found = Err(e);
+                break;
+            }
+        }
+        // SAFETY: the iterator started above.
+        let moved = unsafe {
+            match up {
+                true => api!(RedisModule_ZsetRangeNext)(key),
+                false => api!(RedisModule_ZsetRangePrev)(key),
+            }
+        };
+        if moved == 0 {
+            break;
+        }
+    }
+    // SAFETY: stopping an iterator (started or not) frees it.
+    unsafe { api!(RedisModule_ZsetRangeStop)(key) };
+    found
 }
 
 /// A server string holding `bytes`, freed on drop.
