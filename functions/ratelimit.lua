@@ -33,7 +33,7 @@ the ns into it), so the module's state round-trips exactly. Everything else must
 `exact_policy` and STATE_BEYOND_DOUBLES); beyond that the call is refused
 with an ERR that says so, never answered with a rounded number.
 
-Time: the server's clock (TIME), read once per call (`clock`); inside a
+Time: the server's clock (TIME), read once per call (`limiter_clock`, `lease_clock`); inside a
 script and inside MULTI/EXEC it is frozen, and it is the clock the module
 reads. Writes carry absolute times (SET ... PXAT, PEXPIREAT), so effect
 replication gives replicas and the AOF the primary's values and expiries.
@@ -171,7 +171,7 @@ end
 -- The server's time for this call in ms, read once: frozen for the whole
 -- script and MULTI/EXEC, the clock of key expiry and of the module. Also
 -- in µs (below 2^53 until the year 2255), for generated lease ids.
-local function clock()
+local function lease_clock()
   local s, us = server_time()
   return s * 1000 + fdiv(us, 1000), s * 1000000 + us
 end
@@ -1253,7 +1253,7 @@ local function nothing_taken() return false end
 local function rl_acquire(keys, args)
   local key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
   local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS)
-  local now, now_us = clock()
+  local now, now_us = lease_clock()
   local limit, deadline = lease_policy(opts, metakey, now)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
@@ -1286,7 +1286,7 @@ end
 local function rl_release(keys, args)
   if #keys ~= 1 or #args ~= 1 then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
-  local now = clock()
+  local now = lease_clock()
   local held = read_held(key, now, id)
   local mine = named_live(held, now)
   local removed = held.expired
@@ -1304,7 +1304,7 @@ local function rl_extend(keys, args)
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   if string.upper(args[2]) ~= 'TTL' then unknown(args[2]) end
   local ttl = int_arg(args[3], 'TTL', 1)
-  local now = clock()
+  local now = lease_clock()
   local deadline = deadline_after(now, ttl)
   local held = read_held(key, now, id)
   if not named_live(held, now) then
@@ -1318,7 +1318,7 @@ end
 -- RL.INFLIGHT: the live leases now. A read: it reclaims nothing.
 local function rl_inflight(keys, args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.INFLIGHT') end
-  local now = clock()
+  local now = lease_clock()
   return live_count(read_held(keys[1], now))
 end
 
