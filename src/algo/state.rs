@@ -41,6 +41,39 @@ pub enum State {
     },
 }
 
+/// Parses the field up to the next ':' and moves past both; `None` when
+/// there is no ':' (the field is not the last) or no integer before it.
+#[inline]
+fn field(rest: &mut &[u8]) -> Option<i64> {
+    let (field, after) = split_at_colon(rest);
+    *rest = after?;
+    parse_i64(field)
+}
+
+/// The bytes before the first ':' and, when there is one, those after it.
+/// Eight bytes at a time: a state's fields are 1 to 20 bytes long.
+#[inline]
+fn split_at_colon(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
+    const EACH: u64 = 0x0101_0101_0101_0101;
+    let mut at = 0;
+    while let Some(chunk) = bytes.get(at..at + 8) {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        // A zero byte where a ':' was; the lowest flagged byte is exact.
+        let x = u64::from_le_bytes(word) ^ (u64::from(b':') * EACH);
+        let zero = x.wrapping_sub(EACH) & !x & (0x80 * EACH);
+        if zero != 0 {
+            at += (zero.trailing_zeros() / 8) as usize;
+            return (&bytes[..at], Some(&bytes[at + 1..]));
+        }
+        at += 8;
+    }
+    match bytes[at..].iter().position(|&b| b == b':') {
+        Some(i) => (&bytes[..at + i], Some(&bytes[at + i + 1..])),
+        None => (bytes, None),
+    }
+}
+
 /// Longest encoding: "sliding:" and three i64 with separators ("token:",
 /// two i64 and six digits are shorter).
 pub const MAX_LEN: usize = 8 + 3 * 20 + 2;
@@ -70,11 +103,13 @@ impl State {
         let rest = bytes
             .strip_prefix(algo.name().as_bytes())?
             .strip_prefix(b":")?;
-        let mut fields = rest.split(|&b| b == b':');
-        let mut next = || fields.next().and_then(parse_i64);
+        // Each field but the last ends at a ':'; the last is the rest, which
+        // `parse_i64` refuses if it holds another ':'.
+        let mut rest = rest;
         let state = match algo {
             Algo::Sliding => {
-                let (window_start, current, previous) = (next()?, next()?, next()?);
+                let (window_start, current) = (field(&mut rest)?, field(&mut rest)?);
+                let previous = parse_i64(rest)?;
                 if window_start < 0 || current < 0 || previous < 0 {
                     return None;
                 }
@@ -85,32 +120,30 @@ impl State {
                 }
             }
             Algo::Token => {
-                let (credit, last_ms) = (next()?, next()?);
+                let credit = field(&mut rest)?;
+                let (last_ms, into_ms) = split_at_colon(rest);
                 // Absent in the old form: the start of that ms.
-                let into_ms = match fields.next() {
+                let into_ms = match into_ms {
                     None => 0,
-                    Some(field) => parse_i64(field)?,
+                    Some(into_ms) => parse_i64(into_ms)?,
                 };
                 if credit < 0 || !(0..1_000_000).contains(&into_ms) {
                     return None;
                 }
                 State::Token {
                     credit_ns: i128::from(credit),
-                    last_ns: i128::from(last_ms) * NS_PER_MS + i128::from(into_ms),
+                    last_ns: i128::from(parse_i64(last_ms)?) * NS_PER_MS + i128::from(into_ms),
                 }
             }
             Algo::Gcra => State::Gcra {
-                tat_ns: i128::from(next()?),
+                tat_ns: i128::from(parse_i64(rest)?),
             },
             Algo::Leaky => State::Leaky {
-                tat_ns: i128::from(next()?),
+                tat_ns: i128::from(parse_i64(rest)?),
             },
             Algo::Fixed => return None,
         };
-        match fields.next() {
-            Some(_) => None,
-            None => Some(state),
-        }
+        Some(state)
     }
 
     /// Writes the value into `buf` and returns it. Values that do not fit an
@@ -285,7 +318,28 @@ mod tests {
         assert_eq!(within.encode(&mut buf), b"token:7:1764000000123:456000");
     }
 
+    #[test]
+    fn splits_at_the_first_colon_at_every_offset() {
+        for len in 0..20 {
+            let field = vec![b'7'; len];
+            let mut with_rest = field.clone();
+            with_rest.extend_from_slice(b":12:3");
+            assert_eq!(split_at_colon(&field), (&field[..], None));
+            assert_eq!(split_at_colon(&with_rest), (&field[..], Some(&b"12:3"[..])));
+        }
+        assert_eq!(split_at_colon(b":"), (&b""[..], Some(&b""[..])));
+    }
+
     proptest! {
+        #[test]
+        fn splitting_agrees_with_the_standard_library(
+            bytes in proptest::collection::vec(prop_oneof![Just(b':'), any::<u8>()], 0..40),
+        ) {
+            let mut std_split = bytes.splitn(2, |&b| b == b':');
+            let want = (std_split.next().unwrap_or(&[]), std_split.next());
+            prop_assert_eq!(split_at_colon(&bytes), want);
+        }
+
         #[test]
         fn decoding_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
             for algo in Algo::ALL {
