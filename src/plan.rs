@@ -16,6 +16,9 @@ pub enum Change<'a> {
     /// The value becomes `bytes`; `expires_at` is set when it moved.
     Value {
         bytes: &'a [u8],
+        /// The key was empty when read (the state read was none), so the
+        /// store creates it without asking the key's type again.
+        new_key: bool,
         expires_at: Option<i64>,
         replicate: Replicate,
     },
@@ -44,6 +47,7 @@ pub fn change(write: Write, before: Found, buf: &mut [u8; state::MAX_LEN]) -> Ch
         Write::Expiry { expires_at } => Change::Expiry(expires_at),
         Write::Delete => Change::Delete,
         Write::State { state, expires_at } => {
+            let new_key = before.is_none();
             let (before, expiry_before) = before.unzip();
             let same_expiry = expiry_before == Some(Some(expires_at));
             let delta = match (before, state) {
@@ -59,6 +63,7 @@ pub fn change(write: Write, before: Found, buf: &mut [u8; state::MAX_LEN]) -> Ch
             };
             Change::Value {
                 bytes: state.encode(buf),
+                new_key,
                 expires_at: (!same_expiry).then_some(expires_at),
                 replicate,
             }
@@ -189,34 +194,34 @@ mod tests {
             (
                 counter(3, 500),
                 fixed(2, Some(500)),
-                "Value{bytes:[51],expires_at:None,replicate:IncrBy(1)}",
+                "Value{bytes:[51],new_key:false,expires_at:None,replicate:IncrBy(1)}",
             ),
             (
                 counter(1, 500),
                 fixed(4, Some(500)),
-                "Value{bytes:[49],expires_at:None,replicate:IncrBy(-3)}",
+                "Value{bytes:[49],new_key:false,expires_at:None,replicate:IncrBy(-3)}",
             ),
             // A new key, or a moved expiry: SET ... PXAT.
             (
                 counter(1, 500),
                 None,
-                "Value{bytes:[49],expires_at:Some(500),replicate:SetPxat(500)}",
+                "Value{bytes:[49],new_key:true,expires_at:Some(500),replicate:SetPxat(500)}",
             ),
             (
                 counter(3, 600),
                 fixed(2, Some(500)),
-                "Value{bytes:[51],expires_at:Some(600),replicate:SetPxat(600)}",
+                "Value{bytes:[51],new_key:false,expires_at:Some(600),replicate:SetPxat(600)}",
             ),
             (
                 counter(3, 600),
                 fixed(2, None),
-                "Value{bytes:[51],expires_at:Some(600),replicate:SetPxat(600)}",
+                "Value{bytes:[51],new_key:false,expires_at:Some(600),replicate:SetPxat(600)}",
             ),
             // Bucket state under an unchanged expiry: SET ... KEEPTTL.
             (
                 gcra,
                 Some((State::Gcra { tat_ns: 3 }, Some(900))),
-                "Value{bytes:[103,99,114,97,58,55],expires_at:None,replicate:SetKeepTtl}",
+                "Value{bytes:[103,99,114,97,58,55],new_key:false,expires_at:None,replicate:SetKeepTtl}",
             ),
         ];
         for (write, before, want) in cases {

@@ -160,9 +160,11 @@ impl Key {
     /// Overwrites the key's string in place (creating it when empty), so the
     /// key keeps its expiry and no new object is made when the size holds.
     /// A new key's value string is handed back, for replication to reuse.
-    fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8]) -> Option<Created> {
+    /// `new_key`: the key is empty (the caller read it so, and nothing ran
+    /// since), which saves asking its type again.
+    fn write_bytes(&mut self, ctx: Ctx, bytes: &[u8], new_key: bool) -> Option<Created> {
         let key = self.live()?;
-        if self.kind() == KeyKind::Empty {
+        if new_key {
             // A new key gets a compact string (the server copies it, embedded
             // in the key's object); it turns into an updatable one on its
             // first update in place.
@@ -419,10 +421,11 @@ pub fn execute(ctx: Ctx, key: &mut Key, name: Str, change: Change) {
         Change::Nothing => return,
         Change::Value {
             bytes,
+            new_key,
             expires_at,
             replicate,
         } => {
-            let created = key.write_bytes(ctx, bytes);
+            let created = key.write_bytes(ctx, bytes, new_key);
             if let Some(at) = expires_at {
                 key.set_expires_at(at);
             }
