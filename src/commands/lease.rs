@@ -60,7 +60,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
         held.earliest_live = key.read_earliest_live(call.ctx, now)?;
     }
     let (answer, plan) = lease::acquire(&held, now, policy.limit, policy.ttl_ms, wanted);
-    store::execute_leases(call.ctx, &mut key, name, &plan);
+    store::execute_leases(call.ctx, &mut key, name, &plan, given_str);
     drop(key);
     let outcome = match answer.acquired {
         true => LeaseOutcome::Acquired,
@@ -79,7 +79,7 @@ pub fn release(call: &Call) -> Result<(), RlError> {
     let mut key = Key::write(call.ctx, name);
     let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
     let (released, plan) = lease::release(&held, now, id);
-    store::execute_leases(call.ctx, &mut key, name, &plan);
+    store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]));
     drop(key);
     let (outcome, reclaimed) = match released {
         true => (LeaseOutcome::Released, plan.remove.len().saturating_sub(1)),
@@ -99,7 +99,7 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
     let mut key = Key::write(call.ctx, name);
     let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
     let (extended, plan) = lease::extend(&held, now, id, ttl_ms);
-    store::execute_leases(call.ctx, &mut key, name, &plan);
+    store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]));
     drop(key);
     let outcome = match extended {
         true => LeaseOutcome::Extended,

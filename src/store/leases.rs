@@ -96,7 +96,7 @@ impl Key {
 
     /// Whether the (sorted-set) key holds member `id`.
     pub fn holds(&self, ctx: Ctx, id: &[u8]) -> bool {
-        Owned::new(ctx, id).is_some_and(|id| self.score(id.s).is_some())
+        Member::new(ctx, id, None).is_some_and(|id| self.score(id.s).is_some())
     }
 }
 
@@ -165,40 +165,53 @@ fn scan(
     found
 }
 
-/// A server string holding `bytes`, freed on drop.
-struct Owned {
-    ctx: Ctx,
+/// A member id as a server string: the call's own argument when the id is
+/// the one it names (no copy), else a copy freed on drop.
+struct Member {
     s: Str,
+    /// The context to free the copy with; None for a borrowed argument.
+    owner: Option<Ctx>,
 }
 
-impl Owned {
-    fn new(ctx: Ctx, bytes: &[u8]) -> Option<Owned> {
+impl Member {
+    fn new(ctx: Ctx, bytes: &[u8], named: Option<(Str, &[u8])>) -> Option<Member> {
+        if let Some((s, _)) = named.filter(|&(_, named)| named == bytes) {
+            return Some(Member { s, owner: None });
+        }
         let ptr = bytes.as_ptr().cast::<c_char>();
         // SAFETY: copies `bytes.len()` readable bytes.
         let s = unsafe { api!(RedisModule_CreateString)(ctx, ptr, bytes.len()) };
-        (!s.is_null()).then_some(Owned { ctx, s })
+        (!s.is_null()).then_some(Member {
+            s,
+            owner: Some(ctx),
+        })
     }
 }
 
-impl Drop for Owned {
+impl Drop for Member {
     fn drop(&mut self) {
-        // SAFETY: made by `new`, freed once, here.
-        unsafe { api!(RedisModule_FreeString)(self.ctx, self.s) };
+        if let Some(ctx) = self.owner {
+            // SAFETY: a copy made by `new`, freed once, here.
+            unsafe { api!(RedisModule_FreeString)(ctx, self.s) };
+        }
     }
 }
 
 /// Carries out a lease plan on `key` (named `name`, open for writing) and
 /// tells replicas and the AOF, in this order and with absolute values:
 /// `ZREM key id ...`, `ZADD key deadline id`, `PEXPIREAT key latest`.
-pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan) {
+/// `named` is the call's lease-id argument, used as is where the plan
+/// names that id rather than copied.
+pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan, named: Option<Str>) {
     if !plan.writes {
         return;
     }
     let Some(open) = key.live() else { return };
-    let removed: Vec<Owned> = plan
+    let named = named.as_ref().map(|s| (*s, str_bytes(s)));
+    let removed: Vec<Member> = plan
         .remove
         .iter()
-        .filter_map(|id| Owned::new(ctx, id))
+        .filter_map(|id| Member::new(ctx, id, named))
         .collect();
     if !removed.is_empty() {
         for id in &removed {
@@ -221,7 +234,7 @@ pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan) {
         };
     }
     if let Some((id, deadline)) = &plan.put {
-        if let Some(id) = Owned::new(ctx, id) {
+        if let Some(id) = Member::new(ctx, id, named) {
             // SAFETY: open for writing (an emptied key is made again); a
             // live member string; an integer score, never NaN.
             unsafe { api!(RedisModule_ZsetAdd)(open, *deadline as f64, id.s, ptr::null_mut()) };
