@@ -61,13 +61,36 @@ impl Key {
             }
         })?;
         if let Some(id) = named {
-            held.named = self
-                .score(id)
-                .map(deadline_of)
-                .map(|d| d.ok_or(RlError::NotADeadline))
-                .transpose()?;
+            held.named = self.read_named(id)?;
         }
         Ok(held)
+    }
+
+    /// The deadline of lease `id`, if the key holds it; an error for a
+    /// score that is not a deadline.
+    pub fn read_named(&self, id: Str) -> Result<Option<i64>, RlError> {
+        self.score(id)
+            .map(|score| deadline_of(score).ok_or(RlError::NotADeadline))
+            .transpose()
+    }
+
+    /// Adds lease `id` with `deadline` unless the key holds that id (ZADD
+    /// NX, one search of the set): whether it was added. Only for a call
+    /// whose plan puts this id at this deadline whatever the key held, and
+    /// after everything it reads is read.
+    pub fn put_new(&self, id: Str, deadline: i64) -> bool {
+        let Some(key) = self.live() else { return false };
+        let mut flags = raw::REDISMODULE_ZADD_NX as i32;
+        // SAFETY: open for writing (a missing key is made); a live member
+        // string; an integer score, never NaN; `flags` outlives the call.
+        let ok = unsafe { api!(RedisModule_ZsetAdd)(key, deadline as f64, id, &mut flags) } == OK;
+        ok && flags & raw::REDISMODULE_ZADD_ADDED as i32 != 0
+    }
+
+    /// `put_new` for an id made here: None when no server string could be
+    /// made (nothing was added).
+    pub fn put_new_bytes(&self, ctx: Ctx, id: &[u8], deadline: i64) -> Option<bool> {
+        Member::new(ctx, id, None).map(|id| self.put_new(id.s, deadline))
     }
 
     /// The earliest live deadline at `now_ms` (the first score above it):
@@ -201,8 +224,16 @@ impl Drop for Member {
 /// tells replicas and the AOF, in this order and with absolute values:
 /// `ZREM key id ...`, `ZADD key deadline id`, `PEXPIREAT key latest`.
 /// `named` is the call's lease-id argument, used as is where the plan
-/// names that id rather than copied.
-pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan, named: Option<Str>) {
+/// names that id rather than copied. `put_done`: the call already added
+/// the plan's `put` (`Key::put_new`), which is then only propagated.
+pub fn execute_leases(
+    ctx: Ctx,
+    key: &mut Key,
+    name: Str,
+    plan: &Plan,
+    named: Option<Str>,
+    put_done: bool,
+) {
     if !plan.writes {
         return;
     }
@@ -235,9 +266,11 @@ pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan, named: Op
     }
     if let Some((id, deadline)) = &plan.put {
         if let Some(id) = Member::new(ctx, id, named) {
-            // SAFETY: open for writing (an emptied key is made again); a
-            // live member string; an integer score, never NaN.
-            unsafe { api!(RedisModule_ZsetAdd)(open, *deadline as f64, id.s, ptr::null_mut()) };
+            if !put_done {
+                // SAFETY: open for writing (an emptied key is made again);
+                // a live member string; an integer score, never NaN.
+                unsafe { api!(RedisModule_ZsetAdd)(open, *deadline as f64, id.s, ptr::null_mut()) };
+            }
             let at = *deadline as c_longlong;
             // SAFETY: "sls": a live string, a long long, a live string.
             unsafe {
