@@ -59,7 +59,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
         (Some(id), Some(id_str)) => {
             put_done = put_first && key.put_new(id_str, deadline);
             if !put_done {
-                held.named = key.read_named(id_str)?;
+                held.named = key.read_named(&held, id_str)?;
             }
             WantedId::Given(id)
         }

@@ -61,14 +61,21 @@ impl Key {
             }
         })?;
         if let Some(id) = named {
-            held.named = self.read_named(id)?;
+            held.named = self.read_named(&held, id)?;
         }
         Ok(held)
     }
 
     /// The deadline of lease `id`, if the key holds it; an error for a
-    /// score that is not a deadline.
-    pub fn read_named(&self, id: Str) -> Result<Option<i64>, RlError> {
+    /// score that is not a deadline. `held` as read so far: when `id` is
+    /// its last lease (a lone holder's, say), that deadline is known
+    /// already and the set is not searched again.
+    pub fn read_named(&self, held: &Held, id: Str) -> Result<Option<i64>, RlError> {
+        if let Some((last, deadline)) = &held.last {
+            if last.as_slice() == str_bytes(&id) {
+                return Ok(Some(*deadline));
+            }
+        }
         self.score(id)
             .map(|score| deadline_of(score).ok_or(RlError::NotADeadline))
             .transpose()
