@@ -163,6 +163,13 @@ pub fn refuses(held: &Held, now_ms: i64, limit: i64, wanted: WantedId) -> bool {
     !renews && held.live() >= limit
 }
 
+/// Whether an acquire is granted whatever the key holds under its id: a
+/// slot of `limit` is free, so a new id is added and a live one renewed.
+/// Then the store may add a new id before it knows whether the id was held.
+pub fn grants_any_id(held: &Held, limit: i64) -> bool {
+    held.live() < limit
+}
+
 /// Takes a slot if one of `limit` is free, or renews the caller's own live
 /// lease (`held.named` is the given id's deadline). `ttl_ms` > 0 and
 /// `now_ms + ttl_ms` must not overflow (the parser checks both).
@@ -448,6 +455,11 @@ mod tests {
                                 prop_assert_eq!(answer.acquired, !refused);
                                 prop_assert_eq!(answer.acquired, mine_live(&id) || live_before < limit);
                                 prop_assert!(answer.in_flight <= limit);
+                                if grants_any_id(held, limit) {
+                                    // The store may add the id before it reads if it was held.
+                                    prop_assert!(answer.acquired);
+                                    prop_assert_eq!(plan.put.clone(), Some((id.to_vec(), now + ttl)));
+                                }
                                 if !answer.acquired {
                                     let earliest = before.0.values().filter(|&&d| d > now).min().unwrap();
                                     prop_assert_eq!(answer.retry_after_ms, earliest - now);

@@ -44,15 +44,36 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
         reply::acquired(call.ctx, &Acquired::unlimited(id));
         return Ok(());
     };
-    lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
+    let deadline = lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
     let given_str = opts.id.map(|at| call.argv[at]);
-    let mut held = key.read_held(call.ctx, now, given_str)?;
-    let wanted = match given {
-        Some(id) => WantedId::Given(id),
-        None => {
-            let taken = |id: &[u8]| key.holds(call.ctx, id);
+    let mut held = key.read_held(call.ctx, now, None)?;
+    // Granted whatever the key holds under the id, and nothing to reclaim:
+    // the store adds a new id at once (ZADD NX: one search of the set, not
+    // a lookup and then an add) and learns from it whether the id was held.
+    // With nothing reclaimed the set never holds more than after the call.
+    let put_first = lease::grants_any_id(&held, policy.limit) && held.expired.is_empty();
+    let mut put_done = false;
+    let wanted = match (given, given_str) {
+        (Some(id), Some(id_str)) => {
+            put_done = put_first && key.put_new(id_str, deadline);
+            if !put_done {
+                held.named = key.read_named(&held, id_str)?;
+            }
+            WantedId::Given(id)
+        }
+        _ => {
+            let taken = |id: &[u8]| match put_first {
+                true => match key.put_new_bytes(call.ctx, id, deadline) {
+                    Some(added) => {
+                        put_done = added;
+                        !added
+                    }
+                    None => false,
+                },
+                false => key.holds(call.ctx, id),
+            };
             WantedId::Generated(lease::fresh_nonce(now, taken, next_nonce))
         }
     };
@@ -60,7 +81,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
         held.earliest_live = key.read_earliest_live(call.ctx, now)?;
     }
     let (answer, plan) = lease::acquire(&held, now, policy.limit, policy.ttl_ms, wanted);
-    store::execute_leases(call.ctx, &mut key, name, &plan);
+    store::execute_leases(call.ctx, &mut key, name, &plan, given_str, put_done);
     drop(key);
     let outcome = match answer.acquired {
         true => LeaseOutcome::Acquired,
@@ -79,7 +100,7 @@ pub fn release(call: &Call) -> Result<(), RlError> {
     let mut key = Key::write(call.ctx, name);
     let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
     let (released, plan) = lease::release(&held, now, id);
-    store::execute_leases(call.ctx, &mut key, name, &plan);
+    store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]), false);
     drop(key);
     let (outcome, reclaimed) = match released {
         true => (LeaseOutcome::Released, plan.remove.len().saturating_sub(1)),
@@ -99,7 +120,7 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
     let mut key = Key::write(call.ctx, name);
     let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
     let (extended, plan) = lease::extend(&held, now, id, ttl_ms);
-    store::execute_leases(call.ctx, &mut key, name, &plan);
+    store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]), false);
     drop(key);
     let outcome = match extended {
         true => LeaseOutcome::Extended,

@@ -61,13 +61,43 @@ impl Key {
             }
         })?;
         if let Some(id) = named {
-            held.named = self
-                .score(id)
-                .map(deadline_of)
-                .map(|d| d.ok_or(RlError::NotADeadline))
-                .transpose()?;
+            held.named = self.read_named(&held, id)?;
         }
         Ok(held)
+    }
+
+    /// The deadline of lease `id`, if the key holds it; an error for a
+    /// score that is not a deadline. `held` as read so far: when `id` is
+    /// its last lease (a lone holder's, say), that deadline is known
+    /// already and the set is not searched again.
+    pub fn read_named(&self, held: &Held, id: Str) -> Result<Option<i64>, RlError> {
+        if let Some((last, deadline)) = &held.last {
+            if last.as_slice() == str_bytes(&id) {
+                return Ok(Some(*deadline));
+            }
+        }
+        self.score(id)
+            .map(|score| deadline_of(score).ok_or(RlError::NotADeadline))
+            .transpose()
+    }
+
+    /// Adds lease `id` with `deadline` unless the key holds that id (ZADD
+    /// NX, one search of the set): whether it was added. Only for a call
+    /// whose plan puts this id at this deadline whatever the key held, and
+    /// after everything it reads is read.
+    pub fn put_new(&self, id: Str, deadline: i64) -> bool {
+        let Some(key) = self.live() else { return false };
+        let mut flags = raw::REDISMODULE_ZADD_NX as i32;
+        // SAFETY: open for writing (a missing key is made); a live member
+        // string; an integer score, never NaN; `flags` outlives the call.
+        let ok = unsafe { api!(RedisModule_ZsetAdd)(key, deadline as f64, id, &mut flags) } == OK;
+        ok && flags & raw::REDISMODULE_ZADD_ADDED as i32 != 0
+    }
+
+    /// `put_new` for an id made here: None when no server string could be
+    /// made (nothing was added).
+    pub fn put_new_bytes(&self, ctx: Ctx, id: &[u8], deadline: i64) -> Option<bool> {
+        Member::new(ctx, id, None).map(|id| self.put_new(id.s, deadline))
     }
 
     /// The earliest live deadline at `now_ms` (the first score above it):
@@ -96,7 +126,7 @@ impl Key {
 
     /// Whether the (sorted-set) key holds member `id`.
     pub fn holds(&self, ctx: Ctx, id: &[u8]) -> bool {
-        Owned::new(ctx, id).is_some_and(|id| self.score(id.s).is_some())
+        Member::new(ctx, id, None).is_some_and(|id| self.score(id.s).is_some())
     }
 }
 
@@ -165,40 +195,61 @@ fn scan(
     found
 }
 
-/// A server string holding `bytes`, freed on drop.
-struct Owned {
-    ctx: Ctx,
+/// A member id as a server string: the call's own argument when the id is
+/// the one it names (no copy), else a copy freed on drop.
+struct Member {
     s: Str,
+    /// The context to free the copy with; None for a borrowed argument.
+    owner: Option<Ctx>,
 }
 
-impl Owned {
-    fn new(ctx: Ctx, bytes: &[u8]) -> Option<Owned> {
+impl Member {
+    fn new(ctx: Ctx, bytes: &[u8], named: Option<(Str, &[u8])>) -> Option<Member> {
+        if let Some((s, _)) = named.filter(|&(_, named)| named == bytes) {
+            return Some(Member { s, owner: None });
+        }
         let ptr = bytes.as_ptr().cast::<c_char>();
         // SAFETY: copies `bytes.len()` readable bytes.
         let s = unsafe { api!(RedisModule_CreateString)(ctx, ptr, bytes.len()) };
-        (!s.is_null()).then_some(Owned { ctx, s })
+        (!s.is_null()).then_some(Member {
+            s,
+            owner: Some(ctx),
+        })
     }
 }
 
-impl Drop for Owned {
+impl Drop for Member {
     fn drop(&mut self) {
-        // SAFETY: made by `new`, freed once, here.
-        unsafe { api!(RedisModule_FreeString)(self.ctx, self.s) };
+        if let Some(ctx) = self.owner {
+            // SAFETY: a copy made by `new`, freed once, here.
+            unsafe { api!(RedisModule_FreeString)(ctx, self.s) };
+        }
     }
 }
 
 /// Carries out a lease plan on `key` (named `name`, open for writing) and
 /// tells replicas and the AOF, in this order and with absolute values:
 /// `ZREM key id ...`, `ZADD key deadline id`, `PEXPIREAT key latest`.
-pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan) {
+/// `named` is the call's lease-id argument, used as is where the plan
+/// names that id rather than copied. `put_done`: the call already added
+/// the plan's `put` (`Key::put_new`), which is then only propagated.
+pub fn execute_leases(
+    ctx: Ctx,
+    key: &mut Key,
+    name: Str,
+    plan: &Plan,
+    named: Option<Str>,
+    put_done: bool,
+) {
     if !plan.writes {
         return;
     }
     let Some(open) = key.live() else { return };
-    let removed: Vec<Owned> = plan
+    let named = named.as_ref().map(|s| (*s, str_bytes(s)));
+    let removed: Vec<Member> = plan
         .remove
         .iter()
-        .filter_map(|id| Owned::new(ctx, id))
+        .filter_map(|id| Member::new(ctx, id, named))
         .collect();
     if !removed.is_empty() {
         for id in &removed {
@@ -221,10 +272,12 @@ pub fn execute_leases(ctx: Ctx, key: &mut Key, name: Str, plan: &Plan) {
         };
     }
     if let Some((id, deadline)) = &plan.put {
-        if let Some(id) = Owned::new(ctx, id) {
-            // SAFETY: open for writing (an emptied key is made again); a
-            // live member string; an integer score, never NaN.
-            unsafe { api!(RedisModule_ZsetAdd)(open, *deadline as f64, id.s, ptr::null_mut()) };
+        if let Some(id) = Member::new(ctx, id, named) {
+            if !put_done {
+                // SAFETY: open for writing (an emptied key is made again);
+                // a live member string; an integer score, never NaN.
+                unsafe { api!(RedisModule_ZsetAdd)(open, *deadline as f64, id.s, ptr::null_mut()) };
+            }
             let at = *deadline as c_longlong;
             // SAFETY: "sls": a live string, a long long, a live string.
             unsafe {
