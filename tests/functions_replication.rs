@@ -142,11 +142,22 @@ fn workload(
 /// Primary, replica and the primary's snapshot agree, read when no key
 /// expired in between (the primary read twice around the replica).
 fn assert_same(primary: &Server, other: &Server, keys: &[&str], what: &str) {
+    assert_same_by(|con, keys| snapshot(con, keys), primary, other, keys, what)
+}
+
+/// `assert_same`, with the keys read by `snap` (strings or lease sets).
+fn assert_same_by<T: PartialEq + std::fmt::Debug>(
+    snap: impl Fn(&mut Connection, &[&str]) -> T,
+    primary: &Server,
+    other: &Server,
+    keys: &[&str],
+    what: &str,
+) {
     let (mut p, mut o) = (primary.client(), other.client());
     for _ in 0..20 {
-        let before = snapshot(&mut p, keys);
-        let seen = snapshot(&mut o, keys);
-        if snapshot(&mut p, keys) == before {
+        let before = snap(&mut p, keys);
+        let seen = snap(&mut o, keys);
+        if snap(&mut p, keys) == before {
             assert_eq!(seen, before, "{what}");
             return;
         }
@@ -367,16 +378,7 @@ fn lease_snapshot(con: &mut Connection, keys: &[&str]) -> Vec<(String, String, i
 
 /// `assert_same` for lease keys.
 fn assert_same_leases(primary: &Server, other: &Server, keys: &[&str], what: &str) {
-    let (mut p, mut o) = (primary.client(), other.client());
-    for _ in 0..20 {
-        let before = lease_snapshot(&mut p, keys);
-        let seen = lease_snapshot(&mut o, keys);
-        if lease_snapshot(&mut p, keys) == before {
-            assert_eq!(seen, before, "{what}");
-            return;
-        }
-    }
-    panic!("{what}: the primary never held still");
+    assert_same_by(lease_snapshot, primary, other, keys, what)
 }
 
 /// One random lease call in the module's syntax; `held` are the (key, id)
