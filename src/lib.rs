@@ -345,8 +345,9 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 }
 
 /// Called by the server on `MODULE UNLOAD` (and at shutdown): frees what
-/// loading made, so that unloading and loading again leaks nothing. Refused
-/// from inside one of our own calls.
+/// loading made, so that unloading and loading again leaks nothing but the
+/// config layer's 48 bytes (see `config::register`). Refused from inside
+/// one of our own calls.
 ///
 /// # Safety
 /// Only the server calls this.
