@@ -3,14 +3,18 @@
 //! The arguments are the configs' defaults: config lines and `CONFIG SET`
 //! override them, so a `CONFIG REWRITE` keeps what `CONFIG GET` shows (the
 //! server writes a line for every value that differs from the default).
-//! Raw FFI: redis-module's config layer rejects values with its own
-//! messages and cannot take module arguments as the configs' defaults.
+//! Registered through redis-module's config layer (the server itself
+//! checks names and values); the values live in atomics the command path
+//! reads. Raw FFI: `RedisModule_LoadConfigs`, which redis-module calls only
+//! inside `redis_module!`, and the check for the API its layer unwraps.
 
-use std::os::raw::{c_char, c_int, c_void};
-use std::ptr;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
 
-use redis_module::raw;
+use redis_module::configuration::{
+    register_bool_configuration, register_enum_configuration, ConfigurationContext,
+    ConfigurationFlags,
+};
+use redis_module::{raw, ConfigurationValue, Context, EnumConfigurationValue, RedisError};
 
 use crate::algo::{Algo, ALGORITHMS};
 
@@ -27,40 +31,78 @@ pub fn hit_events() -> bool {
     HIT_EVENTS.load(Relaxed)
 }
 
-const OK: c_int = raw::REDISMODULE_OK as c_int;
-const ERR: c_int = raw::REDISMODULE_ERR as c_int;
+/// The configs' names; a config's index is its bit in `APPLIED`.
+const CONFIGS: [&str; 2] = ["default-algorithm", "hit-events"];
+const ALGO_CONFIG: usize = 0;
+const HIT_EVENTS_CONFIG: usize = 1;
 
-extern "C" fn get_algo(_name: *const c_char, _data: *mut c_void) -> c_int {
-    c_int::from(DEFAULT_ALGO.load(Relaxed))
+/// Which configs the server has set since `register` began. The config
+/// layer drops the server's answer to each registration, but
+/// `RedisModule_LoadConfigs` sets every registered config (to its config
+/// line or its default), so a config never set here failed to register.
+static APPLIED: AtomicU8 = AtomicU8::new(0);
+
+fn applied(config: usize) {
+    APPLIED.fetch_or(1 << config, Relaxed);
 }
 
-extern "C" fn set_algo(
-    _name: *const c_char,
-    value: c_int,
-    _data: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    match u8::try_from(value) {
-        Ok(v) if usize::from(v) < Algo::ALL.len() => {
-            DEFAULT_ALGO.store(v, Relaxed);
-            OK
-        }
-        _ => ERR,
+/// `ratelimit.default-algorithm` as the config layer holds it.
+struct DefaultAlgorithm;
+
+/// One of its values; the names and numbers come from `ALGORITHMS`.
+#[derive(Clone, Copy)]
+struct AlgoChoice(Algo);
+
+impl TryFrom<i32> for AlgoChoice {
+    type Error = RedisError;
+
+    fn try_from(value: i32) -> Result<AlgoChoice, RedisError> {
+        let algo = usize::try_from(value).ok().and_then(|i| Algo::ALL.get(i));
+        algo.map(|&a| AlgoChoice(a))
+            .ok_or(RedisError::Str("no such algorithm"))
     }
 }
 
-extern "C" fn get_hit_events(_name: *const c_char, _data: *mut c_void) -> c_int {
-    c_int::from(HIT_EVENTS.load(Relaxed))
+impl From<AlgoChoice> for i32 {
+    fn from(choice: AlgoChoice) -> i32 {
+        choice.0 as i32
+    }
 }
 
-extern "C" fn set_hit_events(
-    _name: *const c_char,
-    value: c_int,
-    _data: *mut c_void,
-    _err: *mut *mut raw::RedisModuleString,
-) -> c_int {
-    HIT_EVENTS.store(value != 0, Relaxed);
-    OK
+impl EnumConfigurationValue for AlgoChoice {
+    fn get_options(&self) -> (Vec<String>, Vec<i32>) {
+        let rows = ALGORITHMS
+            .iter()
+            .map(|a| (a.algo.name().to_owned(), a.algo as i32));
+        rows.unzip()
+    }
+}
+
+impl ConfigurationValue<AlgoChoice> for DefaultAlgorithm {
+    fn get(&self, _: &ConfigurationContext) -> AlgoChoice {
+        AlgoChoice(default_algo())
+    }
+
+    fn set(&self, _: &ConfigurationContext, choice: AlgoChoice) -> Result<(), RedisError> {
+        DEFAULT_ALGO.store(choice.0 as u8, Relaxed);
+        applied(ALGO_CONFIG);
+        Ok(())
+    }
+}
+
+/// `ratelimit.hit-events` as the config layer holds it.
+struct HitEvents;
+
+impl ConfigurationValue<bool> for HitEvents {
+    fn get(&self, _: &ConfigurationContext) -> bool {
+        hit_events()
+    }
+
+    fn set(&self, _: &ConfigurationContext, on: bool) -> Result<(), RedisError> {
+        HIT_EVENTS.store(on, Relaxed);
+        applied(HIT_EVENTS_CONFIG);
+        Ok(())
+    }
 }
 
 /// Reads the `loadmodule` arguments (pairs of name and value) as defaults,
@@ -69,57 +111,45 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     let defaults = Defaults::from_module_args(args)?;
     DEFAULT_ALGO.store(defaults.algo as u8, Relaxed);
     HIT_EVENTS.store(defaults.hit_events, Relaxed);
+    // The config layer unwraps these pointers: an older server must get an
+    // error here, not a panic there.
     // SAFETY: read at load, after Init filled the API table.
-    let (Some(enum_config), Some(bool_config), Some(load)) = (
+    let (Some(_), Some(_), Some(load)) = (
         unsafe { raw::RedisModule_RegisterEnumConfig },
         unsafe { raw::RedisModule_RegisterBoolConfig },
         unsafe { raw::RedisModule_LoadConfigs },
     ) else {
         return Err("this server lacks module configuration".into());
     };
-    let mut names: Vec<*const c_char> = ALGORITHMS.iter().map(|a| a.name.as_ptr()).collect();
-    let values: Vec<c_int> = (0..Algo::ALL.len() as c_int).collect();
-    let flags = raw::REDISMODULE_CONFIG_DEFAULT;
-    // SAFETY: the load's context; `names` and `values` hold as many entries
-    // as passed, and the server copies them; the callbacks live as long as
-    // the library.
-    let rc = unsafe {
-        enum_config(
-            ctx,
-            c"default-algorithm".as_ptr(),
-            defaults.algo as c_int,
-            flags,
-            names.as_mut_ptr(),
-            values.as_ptr(),
-            values.len() as c_int,
-            Some(get_algo),
-            Some(set_algo),
-            None,
-            ptr::null_mut(),
-        )
-    };
-    if rc != OK {
-        return Err("registering ratelimit.default-algorithm failed".into());
-    }
-    // SAFETY: the load's context; the callbacks live as long as the library.
-    let rc = unsafe {
-        bool_config(
-            ctx,
-            c"hit-events".as_ptr(),
-            c_int::from(defaults.hit_events),
-            flags,
-            Some(get_hit_events),
-            Some(set_hit_events),
-            None,
-            ptr::null_mut(),
-        )
-    };
-    if rc != OK {
-        return Err("registering ratelimit.hit-events failed".into());
-    }
+    APPLIED.store(0, Relaxed);
+    // The layer boxes each config's private data (24 bytes) and nothing
+    // frees it: every load leaves these 48 bytes of the process's malloc.
+    let module = Context::new(ctx);
+    register_enum_configuration(
+        &module,
+        CONFIGS[ALGO_CONFIG],
+        &DefaultAlgorithm,
+        AlgoChoice(defaults.algo),
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
+    register_bool_configuration(
+        &module,
+        CONFIGS[HIT_EVENTS_CONFIG],
+        &HitEvents,
+        defaults.hit_events,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
     // SAFETY: the load's context, once every config is registered.
-    if unsafe { load(ctx) } != OK {
+    if unsafe { load(ctx) } != raw::REDISMODULE_OK as i32 {
         return Err("loading ratelimit.* configuration failed".into());
+    }
+    let applied = APPLIED.load(Relaxed);
+    for (i, name) in CONFIGS.iter().enumerate() {
+        if applied & (1 << i) == 0 {
+            return Err(format!("registering ratelimit.{name} failed"));
+        }
     }
     Ok(())
 }

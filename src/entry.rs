@@ -1,7 +1,9 @@
 //! The FFI boundary: every command enters here. A panic becomes an error
 //! reply and never unwinds into the server; the nesting depth (a keyspace
 //! event subscriber may call us from inside one of our calls) guards
-//! MODULE UNLOAD; the arguments are read once into byte slices.
+//! MODULE UNLOAD; the arguments are read once into byte slices. Raw FFI:
+//! redis-module's `redis_command!` wrapper allocates a Vec and retains
+//! every argument on each call.
 
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -5,8 +5,9 @@
 //! flows one way: `entry` (the FFI boundary) -> `commands` -> `args` (the
 //! grammar) -> `resolve` (META) -> `algo` (pure decisions) -> `plan` (pure
 //! effects) -> `store` (keyspace, replication, events) and `reply`.
-//! Raw FFI for load: redis-module's `redis_module!` macro cannot register
-//! key-specs, command docs or Valkey's module options.
+//! Raw FFI for load: `redis_module!` decodes each command's arguments per
+//! call, takes key-specs and docs only from `#[command]` attributes (not
+//! this table), and its `ModuleOptions` lacks Valkey's option bits.
 
 // Pure code, public for tests and fuzzing.
 pub mod algo;
@@ -30,7 +31,7 @@ mod store;
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;
 
-use redis_module::raw;
+use redis_module::{raw, InfoContext};
 
 use args::{Opt, LEASE, POLICY};
 use entry::{
@@ -325,8 +326,17 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
             return fail();
         }
     }
+    // The INFO builder unwraps the two functions it calls: the callback
+    // goes in only where they exist.
     // SAFETY: the table is filled (Init above).
-    if let Some(register_info) = unsafe { raw::RedisModule_RegisterInfoFunc } {
+    let info_api = unsafe {
+        (
+            raw::RedisModule_RegisterInfoFunc,
+            raw::RedisModule_InfoAddSection,
+            raw::RedisModule_InfoAddFieldULongLong,
+        )
+    };
+    if let (Some(register_info), Some(_), Some(_)) = info_api {
         // SAFETY: the load's context and a callback that lives as long as
         // the library.
         unsafe { register_info(ctx, Some(info)) };
@@ -335,8 +345,9 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
 }
 
 /// Called by the server on `MODULE UNLOAD` (and at shutdown): frees what
-/// loading made, so that unloading and loading again leaks nothing. Refused
-/// from inside one of our own calls.
+/// loading made, so that unloading and loading again leaks nothing but the
+/// config layer's 48 bytes (see `config::register`). Refused from inside
+/// one of our own calls.
 ///
 /// # Safety
 /// Only the server calls this.
@@ -387,7 +398,8 @@ fn load_micros() -> u64 {
 }
 
 extern "C" fn info(ctx: *mut raw::RedisModuleInfoCtx, _for_crash_report: c_int) {
-    stats::add_info(ctx);
+    // INFO has no error reply: a failure can only leave fields out.
+    let _ = stats::add_info(&InfoContext::new(ctx));
 }
 
 fn log(ctx: *mut raw::RedisModuleCtx, level: &CStr, message: &str) {

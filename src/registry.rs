@@ -1,8 +1,8 @@
 //! Turns the command table of `lib.rs` into server registrations: the
 //! command itself, its key-specs (for cluster routing, CROSSSLOT and ACL
 //! key patterns), its docs (argument trees derived from the vocabulary
-//! tables) and its ACL category. Raw FFI: redis-module's safe layer has no
-//! key-specs, argument docs or ACL categories.
+//! tables) and its ACL category. Raw FFI: redis-module sets key-specs and
+//! docs only for the `#[command]` functions in its link-time list.
 
 use std::ffi::{CStr, CString};
 use std::os::raw::c_int;

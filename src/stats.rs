@@ -1,13 +1,12 @@
 //! The counters behind `INFO ratelimit`: monotonic since the module was
 //! loaded (CONFIG RESETSTAT leaves them alone), as scrapers of counters
 //! expect. Only the main thread writes them, but INFO may be asked from a
-//! crash report, so they are relaxed atomics. Raw FFI for the INFO
-//! callback: redis-module's safe INFO layer needs its own module macro.
+//! crash report, so they are relaxed atomics. INFO is answered through
+//! redis-module's `InfoContext` builder.
 
-use std::ffi::{CStr, CString};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use redis_module::raw;
+use redis_module::{InfoContext, RedisResult};
 
 use crate::algo::{Algo, ALGORITHMS};
 use crate::plan::{LeaseOutcome, LeaseTally, Source, Tally};
@@ -45,12 +44,12 @@ struct Counters {
 }
 
 /// The lease counters' INFO names, each after `leases_`.
-const LEASE_FIELDS: [&CStr; 5] = [
-    c"leases_acquired",
-    c"leases_refused",
-    c"leases_released",
-    c"leases_extended",
-    c"leases_reclaimed",
+const LEASE_FIELDS: [&str; 5] = [
+    "leases_acquired",
+    "leases_refused",
+    "leases_released",
+    "leases_extended",
+    "leases_reclaimed",
 ];
 const RECLAIMED: usize = 4;
 
@@ -117,45 +116,37 @@ fn total(counters: &[AtomicU64; SLOTS]) -> u64 {
     counters.iter().map(|c| c.load(Relaxed)).sum()
 }
 
-/// The `ratelimit_stats` section of `INFO ratelimit`.
-pub fn add_info(ctx: *mut raw::RedisModuleInfoCtx) {
-    // SAFETY: the API table is filled before any INFO callback runs.
-    let (Some(section), Some(field)) = (unsafe { raw::RedisModule_InfoAddSection }, unsafe {
-        raw::RedisModule_InfoAddFieldULongLong
-    }) else {
-        return;
-    };
-    // SAFETY: `ctx` is the INFO callback's own; names are C strings.
-    let put = |name: &CStr, value: u64| unsafe {
-        field(ctx, name.as_ptr(), value);
-    };
-    // SAFETY: as above.
-    if unsafe { section(ctx, c"stats".as_ptr()) } != raw::REDISMODULE_OK as i32 {
-        return;
-    }
-    put(c"calls_admitted", total(&COUNTERS.admitted));
-    put(c"calls_refused", total(&COUNTERS.refused));
-    put(c"backoff_ms_total", COUNTERS.backoff_ms.load(Relaxed));
-    put(c"errors", COUNTERS.errors.load(Relaxed));
+/// The `ratelimit_stats` section of `INFO ratelimit`. The server leaves
+/// it out (the builder skips it) unless INFO asked for it; the crash report
+/// asks for it too. Every `InfoContext` API function it calls was checked
+/// at load, before the INFO callback was registered.
+pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
+    let mut section = ctx
+        .builder()
+        .add_section("stats")
+        .field("calls_admitted", total(&COUNTERS.admitted))?
+        .field("calls_refused", total(&COUNTERS.refused))?
+        .field("backoff_ms_total", COUNTERS.backoff_ms.load(Relaxed))?
+        .field("errors", COUNTERS.errors.load(Relaxed))?;
     for (name, counter) in LEASE_FIELDS.iter().zip(&COUNTERS.leases) {
-        put(name, counter.load(Relaxed));
+        section = section.field(name, counter.load(Relaxed))?;
     }
     for at in 0..SLOTS {
         let name = slot_name(at);
-        let rows = [
-            ("admitted", &COUNTERS.admitted[at]),
-            ("refused", &COUNTERS.refused[at]),
-        ];
-        for (what, counter) in rows {
-            // An unlimited call is never refused: no field for it.
-            if at == slot(Source::Unlimited) && what == "refused" {
-                continue;
-            }
-            if let Ok(field_name) = CString::new(format!("{name}_{what}")) {
-                put(&field_name, counter.load(Relaxed));
-            }
+        section = section.field(
+            &format!("{name}_admitted"),
+            COUNTERS.admitted[at].load(Relaxed),
+        )?;
+        // An unlimited call is never refused: no field for it.
+        if at != slot(Source::Unlimited) {
+            section = section.field(
+                &format!("{name}_refused"),
+                COUNTERS.refused[at].load(Relaxed),
+            )?;
         }
     }
+    section.build_section()?.build_info()?;
+    Ok(())
 }
 
 #[cfg(test)]

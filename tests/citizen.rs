@@ -1048,3 +1048,178 @@ fn valkey_cli_hints_show_every_commands_syntax() {
         assert_eq!(hint.trim_end(), want, "the hint after {typed:?}");
     }
 }
+
+/// A load refused for its module arguments, or for a config value the
+/// server rejects, says why in the log and leaves no `ratelimit.*` config
+/// or command behind; a good load afterwards has the built-in defaults.
+#[test]
+fn refused_loads_say_why_and_leave_nothing_behind() {
+    let server = Server::start_with(&["--enable-module-command", "local"]);
+    let mut con = server.client();
+    let module = module_path();
+    let module = module.to_str().unwrap();
+    let _: () = redis::cmd("MODULE")
+        .arg(&["UNLOAD", "ratelimit"])
+        .query(&mut con)
+        .unwrap();
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["LOAD", module, "default-algorithm", "magic"],
+            "ratelimit: default-algorithm must be one of ",
+        ),
+        (
+            &["LOAD", module, "hit-events", "maybe"],
+            "ratelimit: hit-events must be yes or no",
+        ),
+        (
+            &["LOAD", module, "hit-events"],
+            "ratelimit: module arguments come in pairs",
+        ),
+        (
+            &["LOAD", module, "bogus", "1"],
+            "ratelimit: unknown module argument 'bogus'",
+        ),
+        (
+            &[
+                "LOADEX",
+                module,
+                "CONFIG",
+                "ratelimit.default-algorithm",
+                "magic",
+            ],
+            "ratelimit: loading ratelimit.* configuration failed",
+        ),
+    ];
+    for (args, message) in cases {
+        let logged = server.log().len();
+        let module_cmd: Vec<&str> = [&["MODULE"][..], args].concat();
+        let err = cmd_err(&mut con, &module_cmd);
+        assert!(err.starts_with("ERR"), "{args:?}: {err}");
+        let log = server.log();
+        assert!(
+            log[logged..].contains(message),
+            "{args:?}: no '{message}' in the log:\n{}",
+            &log[logged..]
+        );
+        assert!(module_configs(&mut con).is_empty(), "{args:?}");
+        let err = cmd_err(&mut con, &["RL.ADMIT", "k"]);
+        assert!(err.starts_with("ERR unknown command"), "{args:?}: {err}");
+    }
+    let _: () = redis::cmd("MODULE")
+        .arg(&["LOAD", module])
+        .query(&mut con)
+        .unwrap();
+    assert_eq!(
+        module_configs(&mut con),
+        [
+            "ratelimit.default-algorithm=fixed",
+            "ratelimit.hit-events=yes"
+        ]
+    );
+}
+
+/// A server started from a config file (CONFIG REWRITE needs one), on a
+/// unix socket in its own directory; killed when dropped.
+struct FromConfigFile {
+    child: std::process::Child,
+    socket: std::path::PathBuf,
+}
+
+impl FromConfigFile {
+    fn start(conf: &std::path::Path, socket: &std::path::Path) -> FromConfigFile {
+        let _ = std::fs::remove_file(socket);
+        let child = std::process::Command::new(common::server_binary())
+            .arg(conf)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn valkey-server");
+        let server = FromConfigFile {
+            child,
+            socket: socket.to_path_buf(),
+        };
+        common::wait_until(
+            std::time::Duration::from_secs(10),
+            "the server's socket",
+            || server.try_client().is_some(),
+        );
+        server
+    }
+
+    fn try_client(&self) -> Option<redis::Connection> {
+        let url = format!("redis+unix://{}", self.socket.display());
+        let mut con = redis::Client::open(url).ok()?.get_connection().ok()?;
+        redis::cmd("PING").query::<String>(&mut con).ok()?;
+        Some(con)
+    }
+}
+
+impl Drop for FromConfigFile {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// CONFIG REWRITE against module-argument defaults: a value that differs
+/// from this load's default is written even where it is the built-in one
+/// (`fixed`), one equal to it is not (`no`), and the server started again
+/// from the rewritten file shows what CONFIG GET showed.
+#[test]
+fn config_rewrite_round_trips_with_module_argument_defaults() {
+    let dir = std::env::temp_dir().join(format!("rl-config-rewrite-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("valkey.conf");
+    let socket = dir.join("valkey.sock");
+    let module = module_path();
+    std::fs::write(
+        &conf,
+        format!(
+            "port 0\nunixsocket {}\ndir {}\nlogfile {}\nsave \"\"\nappendonly no\n\
+             loadmodule {} default-algorithm sliding hit-events no\n",
+            socket.display(),
+            dir.display(),
+            dir.join("server.log").display(),
+            module.display()
+        ),
+    )
+    .unwrap();
+    let configs = |server: &FromConfigFile| module_configs(&mut server.try_client().unwrap());
+
+    let server = FromConfigFile::start(&conf, &socket);
+    assert_eq!(
+        configs(&server),
+        [
+            "ratelimit.default-algorithm=sliding",
+            "ratelimit.hit-events=no"
+        ]
+    );
+    let mut con = server.try_client().unwrap();
+    for set in [
+        ["SET", "ratelimit.default-algorithm", "fixed"],
+        ["SET", "ratelimit.hit-events", "no"],
+    ] {
+        let _: () = redis::cmd("CONFIG").arg(&set).query(&mut con).unwrap();
+    }
+    let _: () = redis::cmd("CONFIG").arg("REWRITE").query(&mut con).unwrap();
+    let written = std::fs::read_to_string(&conf).unwrap();
+    let ours: Vec<&str> = written
+        .lines()
+        .filter(|l| l.starts_with("ratelimit."))
+        .collect();
+    assert_eq!(ours, ["ratelimit.default-algorithm fixed"], "{written}");
+    drop(server);
+
+    let server = FromConfigFile::start(&conf, &socket);
+    assert_eq!(
+        configs(&server),
+        [
+            "ratelimit.default-algorithm=fixed",
+            "ratelimit.hit-events=no"
+        ]
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,7 @@
 //! The argument trees `COMMAND DOCS` shows (and `valkey-cli` hints from):
 //! one `Arg` per argument, derived from the vocabulary tables where an
-//! option is concerned, and laid out as the server's C arrays.
+//! option is concerned, and laid out as the server's C arrays. Raw FFI:
+//! the arrays feed registry.rs's own `SetCommandInfo` call (see its reason).
 
 use std::ffi::CStr;
 use std::os::raw::c_int;

@@ -1,7 +1,8 @@
 //! The keyspace for leases: a lease key is a sorted set (member = lease
 //! id, score = deadline in ms). Reads what a lease call needs of it (never
 //! the whole set), carries out a lease plan, and tells replicas and the AOF
-//! the effect.
+//! the effect. Raw FFI: redis-module's safe layer has no sorted-set API,
+//! and this is the command path.
 
 use std::os::raw::{c_char, c_longlong};
 use std::ptr;
