@@ -61,7 +61,7 @@ pub fn clamp(v: i128) -> i64 {
 
 /// Splits the bytes before the first ':' from those after it, if any.
 /// Eight bytes at a time: a state's fields are 1 to 20 bytes long.
-#[inline]
+#[inline(always)]
 fn split_at_colon(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
     const EACH: u64 = 0x0101_0101_0101_0101;
     let mut at = 0;
