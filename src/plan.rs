@@ -5,7 +5,7 @@
 
 use std::ffi::CStr;
 
-use crate::algo::{state, Algo, State, Write};
+use crate::algo::{state, Algo, Write};
 
 pub use crate::algo::Found;
 
@@ -50,12 +50,10 @@ pub fn change(write: Write, before: Found, buf: &mut [u8; state::MAX_LEN]) -> Ch
             let new_key = before.is_none();
             let (before, expiry_before) = before.unzip();
             let same_expiry = expiry_before == Some(Some(expires_at));
-            let delta = match (before, state) {
-                (Some(State::Fixed { count: old }), State::Fixed { count }) => {
-                    count.checked_sub(old)
-                }
-                _ => None,
-            };
+            // Only a bare integer moves by INCRBY.
+            let delta = state
+                .integer()
+                .and_then(|count| count.checked_sub(before?.integer()?));
             let replicate = match (same_expiry, delta) {
                 (true, Some(delta)) => Replicate::IncrBy(delta),
                 (true, None) => Replicate::SetKeepTtl,
@@ -164,6 +162,9 @@ pub fn lease_receipt(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::fixed::Count;
+    use crate::algo::gcra::Tat;
+    use crate::algo::state::Layout;
 
     fn plan(write: Write, before: Found) -> String {
         let mut buf = [0u8; state::MAX_LEN];
@@ -174,16 +175,16 @@ mod tests {
 
     fn counter(count: i64, expires_at: i64) -> Write {
         Write::State {
-            state: State::Fixed { count },
+            state: Count(count).stored(),
             expires_at,
         }
     }
 
     #[test]
     fn each_write_is_replicated_with_the_cheapest_absolute_form() {
-        let fixed = |c, at| Some((State::Fixed { count: c }, at));
+        let fixed = |c, at| Some((Count(c).stored(), at));
         let gcra = Write::State {
-            state: State::Gcra { tat_ns: 7 },
+            state: Tat { tat_ns: 7 }.stored(),
             expires_at: 900,
         };
         let cases: &[(Write, Found, &str)] = &[
@@ -220,7 +221,7 @@ mod tests {
             // Bucket state under an unchanged expiry: SET ... KEEPTTL.
             (
                 gcra,
-                Some((State::Gcra { tat_ns: 3 }, Some(900))),
+                Some((Tat { tat_ns: 3 }.stored(), Some(900))),
                 "Value{bytes:[103,99,114,97,58,55],new_key:false,expires_at:None,replicate:SetKeepTtl}",
             ),
         ];

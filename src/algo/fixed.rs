@@ -1,7 +1,32 @@
 //! Fixed window counter: one integer per window, and the key's expiry is
 //! the reset.
 
-use super::{Decision, Now, Outcome, Policy, State, Write};
+use super::state::Layout;
+use super::{Algo, Decision, Now, Outcome, Policy, State, Write};
+
+/// The stored state: the count alone, a bare integer that INCR and GET
+/// clients share.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Count(pub i64);
+
+impl Layout for Count {
+    const ALGO: Algo = Algo::Fixed;
+    const BARE: bool = true;
+    const FIELDS: usize = 1;
+
+    #[inline]
+    fn read(fields: &[i64]) -> Option<Count> {
+        match fields {
+            &[count] => Some(Count(count)),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn stored(self) -> State {
+        State::new(Algo::Fixed, [self.0])
+    }
+}
 
 /// The counter as found in the keyspace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +88,7 @@ pub fn admit(
                 Write::Nothing
             } else {
                 Write::State {
-                    state: State::Fixed { count: next },
+                    state: Count(next).stored(),
                     expires_at,
                 }
             };
@@ -155,7 +180,7 @@ pub fn refund(
         Write::Nothing
     } else {
         Write::State {
-            state: State::Fixed { count },
+            state: Count(count).stored(),
             expires_at,
         }
     };
@@ -165,11 +190,9 @@ pub fn refund(
 /// The live counter in a stored state: the server never hands out an
 /// expired key, but one is treated as gone anyway.
 pub fn counter_of(found: Option<(State, Option<i64>)>, now_ms: i64) -> Option<Counter> {
-    match found {
-        Some((State::Fixed { count }, expires_at)) => Some(Counter { count, expires_at })
-            .filter(|c| c.expires_at.is_none_or(|at| at > now_ms)),
-        _ => None,
-    }
+    let (state, expires_at) = found?;
+    let Count(count) = Count::of(state)?;
+    Some(Counter { count, expires_at }).filter(|c| c.expires_at.is_none_or(|at| at > now_ms))
 }
 
 /// The read side (RL.TTL): the back-off when the counter is at or over the
@@ -208,7 +231,7 @@ mod tests {
         assert_eq!(
             w,
             Write::State {
-                state: State::Fixed { count: 1 },
+                state: Count(1).stored(),
                 expires_at: 11_000
             }
         );
@@ -223,7 +246,7 @@ mod tests {
         assert_eq!(
             w,
             Write::State {
-                state: State::Fixed { count: 3 },
+                state: Count(3).stored(),
                 expires_at: 11_000
             }
         );
@@ -251,7 +274,7 @@ mod tests {
     #[test]
     fn a_refund_to_empty_deletes_the_counter() {
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
-        let found = Some((State::Fixed { count: 2 }, Some(10_500)));
+        let found = Some((Count(2).stored(), Some(10_500)));
         let out = refund(found, &p, 5, Now::from_ms(10_000));
         assert_eq!(out.write, Write::Delete);
         assert_eq!(
@@ -262,7 +285,7 @@ mod tests {
         assert_eq!(
             out.write,
             Write::State {
-                state: State::Fixed { count: 1 },
+                state: Count(1).stored(),
                 expires_at: 10_500
             }
         );
@@ -274,17 +297,17 @@ mod tests {
         // An empty counter (count 0) written under a longer window: nothing
         // to give back, but the expiry is repaired as a refusal repairs it.
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
-        let found = Some((State::Fixed { count: 0 }, Some(10_000 + 100 * W)));
+        let found = Some((Count(0).stored(), Some(10_000 + 100 * W)));
         let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(
             out.write,
             Write::State {
-                state: State::Fixed { count: 0 },
+                state: Count(0).stored(),
                 expires_at: 11_000
             }
         );
         // Within one window: nothing to write.
-        let found = Some((State::Fixed { count: 0 }, Some(10_500)));
+        let found = Some((Count(0).stored(), Some(10_500)));
         assert_eq!(
             refund(found, &p, 1, Now::from_ms(10_000)).write,
             Write::Nothing
@@ -295,13 +318,13 @@ mod tests {
     fn a_refund_cuts_a_window_longer_than_the_policy() {
         // Written under a longer window, or before the clock went back.
         let p = Policy::new(crate::algo::Algo::Fixed, 3, W, None, 10_000).unwrap();
-        let found = Some((State::Fixed { count: 5 }, Some(10_000 + 100 * W)));
+        let found = Some((Count(5).stored(), Some(10_000 + 100 * W)));
         let out = refund(found, &p, 1, Now::from_ms(10_000));
         assert_eq!(out.decision.reset_after_ms, W);
         assert_eq!(
             out.write,
             Write::State {
-                state: State::Fixed { count: 4 },
+                state: Count(4).stored(),
                 expires_at: 11_000
             },
             "the key expires when the reply says it resets"
@@ -333,7 +356,7 @@ mod tests {
         assert_eq!(
             w,
             Write::State {
-                state: State::Fixed { count: 2 },
+                state: Count(2).stored(),
                 expires_at: 6_000
             }
         );
@@ -363,7 +386,7 @@ mod tests {
         assert_eq!(
             w,
             Write::State {
-                state: State::Fixed { count: 2 },
+                state: Count(2).stored(),
                 expires_at: 6_000
             }
         );
@@ -424,10 +447,11 @@ mod tests {
             }
             assert!(admitted_in_window <= limit);
             if let Write::State {
-                state: State::Fixed { count },
+                state: written,
                 expires_at,
             } = w
             {
+                let Count(count) = Count::of(written).unwrap();
                 assert_eq!(expires_at, window_end);
                 state = Some(Counter {
                     count,

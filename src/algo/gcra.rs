@@ -3,7 +3,35 @@
 //! is how far ahead of the sustained rate the limiter has been used, and a
 //! request is admitted while the debt it leaves fits the bucket.
 
-use super::{ceil_ms, div, ns_of_us, Decision, Outcome, Policy, State, Write};
+use super::state::{clamp, Layout};
+use super::{ceil_ms, div, ns_of_us, Algo, Decision, Outcome, Policy, State, Write};
+
+/// The stored state, `gcra:<theoretical_arrival_time_ns>`; RL.THROTTLE
+/// keeps the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tat {
+    pub tat_ns: i128,
+}
+
+impl Layout for Tat {
+    const ALGO: Algo = Algo::Gcra;
+    const FIELDS: usize = 1;
+
+    #[inline]
+    fn read(fields: &[i64]) -> Option<Tat> {
+        match *fields {
+            [tat] => Some(Tat {
+                tat_ns: i128::from(tat),
+            }),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn stored(self) -> State {
+        State::new(Algo::Gcra, [clamp(self.tat_ns)])
+    }
+}
 
 /// The debt (ns) a stored TAT leaves at `now_ns`, never below 0 and never
 /// beyond `capacity`: a policy change applies to existing state at once.
@@ -81,11 +109,8 @@ pub struct Schedule {
 }
 
 const GCRA: Schedule = Schedule {
-    read: |state| match state {
-        Some(State::Gcra { tat_ns }) => Some(tat_ns),
-        _ => None,
-    },
-    make: |tat_ns| State::Gcra { tat_ns },
+    read: |state| Some(Tat::of(state?)?.tat_ns),
+    make: |tat_ns| Tat { tat_ns }.stored(),
     tells_delay: false,
 };
 
@@ -230,9 +255,10 @@ mod tests {
     #[test]
     fn state_far_in_the_future_never_blocks_beyond_one_bucket() {
         let p = policy(10, 1_000, 3);
-        let future = State::Gcra {
+        let future = Tat {
             tat_ns: i128::from(i64::MAX),
-        };
+        }
+        .stored();
         let out = admit(Some(future), &p, 1, ms(1_000));
         assert!(!out.decision.admitted);
         assert_eq!(
@@ -244,9 +270,12 @@ mod tests {
     #[test]
     fn state_beyond_the_bucket_is_written_back_so_it_drains() {
         let p = policy(10, 1_000, 3);
-        let future = Some(State::Gcra {
-            tat_ns: i128::from(i64::MAX),
-        });
+        let future = Some(
+            Tat {
+                tat_ns: i128::from(i64::MAX),
+            }
+            .stored(),
+        );
         let out = admit(future, &p, 1, ms(1_000));
         assert!(!out.decision.admitted);
         let Write::State { state, expires_at } = out.write else {
@@ -254,9 +283,10 @@ mod tests {
         };
         assert_eq!(
             state,
-            State::Gcra {
+            Tat {
                 tat_ns: (1_000 + 300) * NS_PER_MS
             }
+            .stored()
         );
         assert_eq!(expires_at, 1_300);
         assert!(
@@ -297,9 +327,10 @@ mod tests {
         };
         assert_eq!(
             state,
-            State::Gcra {
+            Tat {
                 tat_ns: start_ns + 500_000
             }
+            .stored()
         );
         assert_eq!(expires_at, 1_764_000_000_002, "full at .100 of the next ms");
         assert_eq!(first.reset_at, expires_at);
@@ -314,9 +345,12 @@ mod tests {
         // The leaky queue tells the delay from the µs too: 500 µs ahead.
         let leaky = Policy::new(Algo::Leaky, 4_000, 1_000, Some(2), 0).unwrap();
         let queued = super::super::leaky::admit(
-            Some(State::Leaky {
-                tat_ns: start_ns + 500_000,
-            }),
+            Some(
+                super::super::leaky::Queue {
+                    drained_ns: start_ns + 500_000,
+                }
+                .stored(),
+            ),
             &leaky,
             1,
             start + 100,

@@ -6,17 +6,41 @@
 //! queue drains, stored in ns.
 
 use super::gcra::Schedule;
-use super::{Outcome, Policy, State};
+use super::state::{clamp, Layout};
+use super::{Algo, Outcome, Policy, State};
+
+/// The stored state, `leaky:<queue_drained_at_ns>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Queue {
+    pub drained_ns: i128,
+}
+
+impl Layout for Queue {
+    const ALGO: Algo = Algo::Leaky;
+    const FIELDS: usize = 1;
+
+    #[inline]
+    fn read(fields: &[i64]) -> Option<Queue> {
+        match *fields {
+            [drained] => Some(Queue {
+                drained_ns: i128::from(drained),
+            }),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn stored(self) -> State {
+        State::new(Algo::Leaky, [clamp(self.drained_ns)])
+    }
+}
 
 /// The queue is GCRA's schedule read as delays: the state is the time the
 /// queue drains, and the capacity holds `burst` waiting requests plus the
 /// one being served (see `Policy::capacity_ns`).
 const LEAKY: Schedule = Schedule {
-    read: |state| match state {
-        Some(State::Leaky { tat_ns }) => Some(tat_ns),
-        _ => None,
-    },
-    make: |tat_ns| State::Leaky { tat_ns },
+    read: |state| Some(Queue::of(state?)?.drained_ns),
+    make: |drained_ns| Queue { drained_ns }.stored(),
     tells_delay: true,
 };
 
@@ -31,7 +55,7 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::{Algo, Write, NS_PER_US};
+    use crate::algo::{Write, NS_PER_US};
     use proptest::prelude::*;
 
     fn policy(limit: i64, window_ms: i64, queue: i64) -> Policy {
@@ -102,8 +126,7 @@ mod tests {
                 now += step;
                 let out = admit(state, &p, 1, now);
                 if let Write::State { state: s, .. } = out.write {
-                    let State::Leaky { tat_ns } = s else { unreachable!() };
-                    let start = tat_ns - interval; // this request's start
+                    let start = Queue::of(s).unwrap().drained_ns - interval; // this request's start
                     if let Some(prev) = last_start {
                         prop_assert!(start - prev >= interval, "{} then {}", prev, start);
                     }

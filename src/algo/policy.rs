@@ -5,50 +5,65 @@ use std::ffi::CStr;
 use crate::error::RlError;
 use crate::keyword::Keyword;
 
+use super::state::{self, Layout, Prefix, MAX_FIELDS};
 use super::{
     fixed, gcra, leaky, sliding, token, with_repair, Decide, Found, Outcome, State, NS_PER_MS,
 };
 
+/// What BURST means to an algorithm, and so how far ahead of now its state
+/// reaches (which must fit the clock).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Algo {
-    Fixed,
-    Sliding,
-    Token,
-    Gcra,
-    Leaky,
+pub enum Reach {
+    /// Nothing: its state spans this many windows (ms).
+    Windows(i64),
+    /// A bucket of BURST requests, at least one (ns).
+    Bucket,
+    /// A queue of BURST waiting requests, maybe none, and the one being
+    /// served (ns).
+    Queue,
 }
 
 /// What the rest of the module knows of an algorithm besides its code:
-/// ALGO's keyword, COMMAND DOCS, the config's enum, the META field and the
-/// INFO field names all come from this row.
+/// ALGO's keyword, COMMAND DOCS, the config's enum, the META field, the
+/// INFO field names and the stored state's prefix all come from this row.
 pub struct AlgoSpec {
     pub algo: Algo,
     pub name: &'static CStr,
     /// `name` as text.
     text: &'static str,
     keyword: Keyword,
-    /// Whether BURST means anything to it.
-    pub uses_burst: bool,
-    /// The least BURST: a leaky queue may be empty, a bucket holds one.
-    pub min_burst: i64,
+    pub reach: Reach,
+    /// Its state is a bare integer (see `Layout::BARE`).
+    pub bare: bool,
+    /// What its stored state starts with.
+    pub prefix: Prefix,
+    /// Its stored state parsed and checked (by its `Layout::read`).
+    pub decode: fn(&[u8]) -> Option<State>,
     /// Its decisions (see `algo::admit` and `algo::refund`).
     pub admit: Decide,
     pub refund: Decide,
 }
 
-const fn row(
-    algo: Algo,
+/// The row of the algorithm whose state is `L`.
+const fn row<L: Layout>(
     name: &'static CStr,
-    (uses_burst, min_burst): (bool, i64),
+    reach: Reach,
     (admit, refund): (Decide, Decide),
 ) -> AlgoSpec {
+    assert!(
+        L::FIELDS >= 1 && L::FIELDS <= MAX_FIELDS,
+        "a state is 1 to MAX_FIELDS integers"
+    );
+    assert!(!L::BARE || L::FIELDS == 1, "a bare state is one integer");
     AlgoSpec {
-        algo,
+        algo: L::ALGO,
         name,
         text: crate::keyword::text(name),
         keyword: Keyword::new(crate::keyword::text(name)),
-        uses_burst,
-        min_burst,
+        reach,
+        bare: L::BARE,
+        prefix: Prefix::of(crate::keyword::text(name), L::BARE),
+        decode: state::decode::<L>,
         admit,
         refund,
     }
@@ -66,52 +81,57 @@ pub(super) fn with_state(
     refund(found.map(|f| f.0), policy, amount, now)
 }
 
-/// Every algorithm, in `Algo` order: adding one is its file and a row here.
-/// The windows read the clock's ms, the buckets its µs.
-pub const ALGORITHMS: [AlgoSpec; 5] = [
-    row(
-        Algo::Fixed,
-        c"fixed",
-        (false, 1),
-        (fixed::decide, fixed::refund),
-    ),
-    row(
-        Algo::Sliding,
+/// Declares `Algo`, the table's key, with one variant per row of
+/// `ALGORITHMS`, each written beside its row.
+macro_rules! algorithms {
+    ($($algo:ident => $row:expr,)+) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Algo {
+            $($algo,)+
+        }
+
+        pub const ALGORITHMS: [AlgoSpec; [$(Algo::$algo),+].len()] = [$($row),+];
+    };
+}
+
+// Every algorithm: adding one is its file (its state's `Layout` and its
+// decisions), its `pub mod` in algo/mod.rs and a row here. The windows read
+// the clock's ms, the buckets its µs.
+algorithms! {
+    Fixed => row::<fixed::Count>(c"fixed", Reach::Windows(1), (fixed::decide, fixed::refund)),
+    Sliding => row::<sliding::Windows>(
         c"sliding",
-        (false, 1),
+        Reach::Windows(2),
         (
             |f, p, c, n| with_repair(sliding::admit, f, p, c, n.ms),
             |f, p, a, n| with_state(sliding::refund, f, p, a, n.ms),
         ),
     ),
-    row(
-        Algo::Token,
+    Token => row::<token::Bucket>(
         c"token",
-        (true, 1),
+        Reach::Bucket,
         (
             |f, p, c, n| with_repair(token::admit, f, p, c, n.us),
             |f, p, a, n| with_state(token::refund, f, p, a, n.us),
         ),
     ),
-    row(
-        Algo::Gcra,
+    Gcra => row::<gcra::Tat>(
         c"gcra",
-        (true, 1),
+        Reach::Bucket,
         (
             |f, p, c, n| with_repair(gcra::admit, f, p, c, n.us),
             |f, p, a, n| with_state(gcra::refund, f, p, a, n.us),
         ),
     ),
-    row(
-        Algo::Leaky,
+    Leaky => row::<leaky::Queue>(
         c"leaky",
-        (true, 0),
+        Reach::Queue,
         (
             |f, p, c, n| with_repair(leaky::admit, f, p, c, n.us),
             |f, p, a, n| with_state(leaky::refund, f, p, a, n.us),
         ),
     ),
-];
+}
 
 impl Algo {
     pub const ALL: [Algo; ALGORITHMS.len()] = {
@@ -119,7 +139,10 @@ impl Algo {
         let mut i = 0;
         while i < all.len() {
             all[i] = ALGORITHMS[i].algo;
-            assert!(all[i] as usize == i, "ALGORITHMS is in Algo order");
+            assert!(
+                all[i] as usize == i,
+                "each row's Layout is its own algorithm's"
+            );
             i += 1;
         }
         all
@@ -147,12 +170,15 @@ impl Algo {
 
     /// Whether BURST means anything to this algorithm.
     pub fn uses_burst(self) -> bool {
-        self.spec().uses_burst
+        !matches!(self.spec().reach, Reach::Windows(_))
     }
 
-    /// The least BURST: a leaky queue may be empty, a bucket holds one.
+    /// The least BURST: a queue may be empty, a bucket holds one.
     pub fn min_burst(self) -> i64 {
-        self.spec().min_burst
+        match self.spec().reach {
+            Reach::Queue => 0,
+            _ => 1,
+        }
     }
 }
 
@@ -230,9 +256,8 @@ impl Policy {
         // The longest span of state: two windows (sliding) or a full bucket.
         // The buckets store absolute times in ns, which must fit an i64
         // (until the year 2262); the windows store ms.
-        let fits = match algo {
-            Algo::Fixed => fits_ms(now_ms, i128::from(window_ms)),
-            Algo::Sliding => fits_ms(now_ms, 2 * i128::from(window_ms)),
+        let fits = match algo.spec().reach {
+            Reach::Windows(n) => fits_ms(now_ms, i128::from(n) * i128::from(window_ms)),
             _ => policy.capacity_ns().is_some_and(|cap| fits_ns(now_ms, cap)),
         };
         if !fits {
@@ -250,10 +275,10 @@ impl Policy {
     }
 
     /// How much debt (ns) the bucket holds when full: `burst` intervals, plus
-    /// the request being served for `leaky`.
+    /// the request being served for a queue.
     pub fn capacity_ns(&self) -> Option<i128> {
-        let slots = match self.algo {
-            Algo::Leaky => i128::from(self.burst) + 1,
+        let slots = match self.algo.spec().reach {
+            Reach::Queue => i128::from(self.burst) + 1,
             _ => i128::from(self.burst),
         };
         slots.checked_mul(self.interval_ns())

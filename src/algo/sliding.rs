@@ -8,21 +8,60 @@
 //! All comparisons are exact: `estimate + cost <= limit` is evaluated as
 //! `previous * (window - elapsed) + (current + cost) * window <= limit * window`.
 
-use super::{div, Decision, Outcome, Policy, State, Write};
+use super::state::Layout;
+use super::{div, Algo, Decision, Outcome, Policy, State, Write};
+
+/// The stored state, `sliding:<window_start_ms>:<current_count>:<previous_count>`,
+/// none of them negative.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    pub window_start: i64,
+    pub current: i64,
+    pub previous: i64,
+}
+
+impl Layout for Windows {
+    const ALGO: Algo = Algo::Sliding;
+    const FIELDS: usize = 3;
+
+    #[inline]
+    fn read(fields: &[i64]) -> Option<Windows> {
+        match *fields {
+            [window_start, current, previous]
+                if window_start >= 0 && current >= 0 && previous >= 0 =>
+            {
+                Some(Windows {
+                    window_start,
+                    current,
+                    previous,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn stored(self) -> State {
+        State::new(
+            Algo::Sliding,
+            [self.window_start, self.current, self.previous],
+        )
+    }
+}
 
 /// The counts in view at `now_ms`: (window start, current, previous).
-fn in_view(state: Option<State>, window: i64, now_ms: i64) -> (i64, i64, i64) {
+fn in_view(state: Option<Windows>, window: i64, now_ms: i64) -> (i64, i64, i64) {
     let start = now_ms - now_ms.rem_euclid(window);
     match state {
         // A window stamped after now (a clock that went back) is read as
         // the current one: forgetting it would admit a whole fresh budget
         // on top of what it counted.
-        Some(State::Sliding {
+        Some(Windows {
             window_start,
             current,
             previous,
         }) if window_start == start || window_start > now_ms => (start, current, previous),
-        Some(State::Sliding {
+        Some(Windows {
             window_start,
             current,
             ..
@@ -32,17 +71,18 @@ fn in_view(state: Option<State>, window: i64, now_ms: i64) -> (i64, i64, i64) {
 }
 
 /// Whether the stored window starts after `now_ms`.
-fn from_the_future(state: Option<State>, now_ms: i64) -> bool {
-    matches!(state, Some(State::Sliding { window_start, .. }) if window_start > now_ms)
+fn from_the_future(state: Option<Windows>, now_ms: i64) -> bool {
+    matches!(state, Some(Windows { window_start, .. }) if window_start > now_ms)
 }
 
 /// The state for these counts, expiring once nothing of it is in view.
 fn stored(start: i64, current: i64, previous: i64, window: i64) -> Write {
-    let state = State::Sliding {
+    let state = Windows {
         window_start: start,
         current,
         previous,
-    };
+    }
+    .stored();
     match (current, previous) {
         (0, 0) => Write::Delete,
         (0, _) => Write::State {
@@ -119,6 +159,10 @@ fn view(policy: &Policy, window_start: i64, now_ms: i64) -> View {
 }
 
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
+    judge(state.and_then(Windows::of), policy, cost, now_ms)
+}
+
+fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
     let (start, current, previous) = in_view(state, policy.window_ms, now_ms);
     let v = view(policy, start, now_ms);
     let fits = cost <= policy.limit
@@ -161,11 +205,12 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
         write: match cost {
             0 => Write::Nothing,
             _ => Write::State {
-                state: State::Sliding {
+                state: Windows {
                     window_start: start,
                     current: after,
                     previous,
-                },
+                }
+                .stored(),
                 expires_at: start + 2 * policy.window_ms,
             },
         },
@@ -174,9 +219,10 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
 
 /// Gives back `amount` from the current window's count (never below 0).
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
+    let state = state.and_then(Windows::of);
     let (start, current, previous) = in_view(state, policy.window_ms, now_ms);
     let after = current.saturating_sub(amount).max(0);
-    let next = State::Sliding {
+    let next = Windows {
         window_start: start,
         current: after,
         previous,
@@ -189,14 +235,13 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
     };
     Outcome {
         write,
-        ..admit(Some(next), policy, 0, now_ms)
+        ..judge(Some(next), policy, 0, now_ms)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::Algo;
     use proptest::prelude::*;
 
     fn policy(limit: i64, window_ms: i64) -> Policy {
@@ -215,11 +260,14 @@ mod tests {
     fn a_refund_with_nothing_in_the_current_window_writes_nothing() {
         let p = policy(5, 1_000);
         // Three in the previous window, none in this one.
-        let s = Some(State::Sliding {
-            window_start: 0,
-            current: 3,
-            previous: 0,
-        });
+        let s = Some(
+            Windows {
+                window_start: 0,
+                current: 3,
+                previous: 0,
+            }
+            .stored(),
+        );
         let out = refund(s, &p, 2, 1_500);
         assert_eq!(out.write, Write::Nothing);
         assert_eq!(out.decision, admit(s, &p, 0, 1_500).decision);
@@ -286,11 +334,12 @@ mod tests {
             (out.decision.retry_after_ms, out.decision.reset_after_ms),
             (800, 1_700)
         );
-        let written = State::Sliding {
+        let written = Windows {
             window_start: 1_000,
             current: 10,
             previous: 0,
-        };
+        }
+        .stored();
         assert_eq!(
             out.write,
             Write::State {
@@ -309,11 +358,12 @@ mod tests {
         assert_eq!(
             back.write,
             Write::State {
-                state: State::Sliding {
+                state: Windows {
                     window_start: 1_000,
                     current: 6,
                     previous: 0
-                },
+                }
+                .stored(),
                 expires_at: 3_000
             }
         );
@@ -427,7 +477,7 @@ mod accuracy {
                 exact_admitted += 1;
             }
             // The estimate against the exact count of what it let through.
-            let (start, current, previous) = in_view(state, window, now);
+            let (start, current, previous) = in_view(state.and_then(Windows::of), window, now);
             let weight = (start + window - now) as f64 / window as f64;
             let estimate = previous as f64 * weight + current as f64;
             errors.push((estimate - admitted_log.len() as f64).abs() / limit as f64);

@@ -1,58 +1,67 @@
-//! Limiter state as stored in one plain string key, readable with GET:
-//!
-//! | algorithm | value |
-//! |---|---|
-//! | fixed   | `<count>` (a plain integer, shared with INCR clients) |
-//! | sliding | `sliding:<window_start_ms>:<current_count>:<previous_count>` |
-//! | token   | `token:<credit_ns>:<last_refill_ms>:<last_refill_ns_into_that_ms>` |
-//! | gcra    | `gcra:<theoretical_arrival_time_ns>` |
-//! | leaky   | `leaky:<queue_drained_at_ns>` |
-//!
-//! The token bucket's last refill is a ms and the ns into it (0 to 999,999;
-//! the clock gives µs). Builds that read the clock in ms wrote the ms
-//! alone, `token:<credit_ns>:<last_refill_ms>`: that form still reads, as
-//! the start of that ms, and is written back in the new one.
+//! Limiter state as stored in one plain string key, readable with GET: the
+//! codec every algorithm shares. A state is one to `MAX_FIELDS` integers.
+//! An algorithm whose state is one bare integer (`fixed`, shared with INCR
+//! clients) stores just that; every other one stores
+//! `<name>:<int>(:<int>)*`, its name from its row in `ALGORITHMS`. What
+//! the integers mean, and which are valid, is the algorithm's own
+//! `Layout`, in its file.
 
 use crate::error::RlError;
 use crate::num::{format_i64, parse_i64, MAX_DIGITS};
 
-use super::{div, Algo, NS_PER_MS};
+use super::Algo;
 
+/// The most integers a state holds.
+pub const MAX_FIELDS: usize = 3;
+
+/// A state as stored: whose it is and its integers. Built by an
+/// algorithm's `Layout::stored`, or decoded and checked by its `read`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    Fixed {
-        count: i64,
-    },
-    Sliding {
-        window_start: i64,
-        current: i64,
-        previous: i64,
-    },
-    Token {
-        credit_ns: i128,
-        /// The last refill, absolute ns.
-        last_ns: i128,
-    },
-    Gcra {
-        tat_ns: i128,
-    },
-    Leaky {
-        tat_ns: i128,
-    },
+pub struct State {
+    algo: Algo,
+    len: u8,
+    /// Those past `len` are 0.
+    fields: [i64; MAX_FIELDS],
 }
 
-/// Parses the field up to the next ':' and moves past both; `None` when
-/// there is no ':' (the field is not the last) or no integer before it.
-#[inline]
-fn field(rest: &mut &[u8]) -> Option<i64> {
-    let (field, after) = split_at_colon(rest);
-    *rest = after?;
-    parse_i64(field)
+/// An algorithm's state in its own types, and how it is stored.
+pub trait Layout: Sized {
+    /// Whose state this is.
+    const ALGO: Algo;
+    /// Stored as one bare integer, without the name: INCR's format, so
+    /// anything else is refused as INCR refuses it.
+    const BARE: bool = false;
+    /// How many integers it stores, and so the most it reads (it may read
+    /// fewer: an older form).
+    const FIELDS: usize;
+
+    /// The state in the stored integers (as many as were stored), or
+    /// `None` when they are not one of this algorithm's: the value is
+    /// refused.
+    fn read(fields: &[i64]) -> Option<Self>;
+
+    /// The state to store.
+    fn stored(self) -> State;
+
+    /// `state` as this algorithm's; `None` for another algorithm's.
+    #[inline]
+    fn of(state: State) -> Option<Self> {
+        match state.algo == Self::ALGO {
+            true => Self::read(state.fields()),
+            false => None,
+        }
+    }
 }
 
-/// The bytes before the first ':' and, when there is one, those after it.
+/// `v` as a stored integer: values beyond an i64 are clamped (policies are
+/// validated so that they never are).
+pub fn clamp(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+}
+
+/// Splits the bytes before the first ':' from those after it, if any.
 /// Eight bytes at a time: a state's fields are 1 to 20 bytes long.
-#[inline]
+#[inline(always)]
 fn split_at_colon(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
     const EACH: u64 = 0x0101_0101_0101_0101;
     let mut at = 0;
@@ -74,15 +83,150 @@ fn split_at_colon(bytes: &[u8]) -> (&[u8], Option<&[u8]>) {
     }
 }
 
-/// Longest encoding: "sliding:" and three i64 with separators ("token:",
-/// two i64 and six digits are shorter).
-pub const MAX_LEN: usize = 8 + 3 * 20 + 2;
+/// Room for the longest prefix, `<name>:`.
+pub const PREFIX: usize = 16;
+
+/// What a stored value starts with: `<name>:`, or nothing for a bare
+/// integer.
+pub struct Prefix {
+    /// At the start, for reading.
+    bytes: [u8; PREFIX],
+    /// At the end, for writing right to left.
+    right: [u8; PREFIX],
+    len: u8,
+}
+
+impl Prefix {
+    pub const fn of(name: &str, bare: bool) -> Prefix {
+        let mut bytes = [0u8; PREFIX];
+        let mut right = [0u8; PREFIX];
+        if bare {
+            return Prefix {
+                bytes,
+                right,
+                len: 0,
+            };
+        }
+        let name = name.as_bytes();
+        assert!(name.len() < PREFIX, "an algorithm's name fits a prefix");
+        let len = name.len() + 1;
+        let mut i = 0;
+        while i < len {
+            let byte = if i < name.len() { name[i] } else { b':' };
+            bytes[i] = byte;
+            right[PREFIX - len + i] = byte;
+            i += 1;
+        }
+        Prefix {
+            bytes,
+            right,
+            len: len as u8,
+        }
+    }
+
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len).min(PREFIX)]
+    }
+
+    /// `bytes` after this prefix, `None` when they do not start with it.
+    /// A stored state is usually longer than `PREFIX`: then one compare.
+    #[inline]
+    fn strip<'a>(&self, bytes: &'a [u8]) -> Option<&'a [u8]> {
+        let len = usize::from(self.len).min(PREFIX);
+        match bytes.first_chunk::<PREFIX>() {
+            Some(head) => {
+                let mask = u128::MAX
+                    .checked_shr(8 * (PREFIX - len) as u32)
+                    .unwrap_or(0);
+                let same =
+                    (u128::from_le_bytes(*head) ^ u128::from_le_bytes(self.bytes)) & mask == 0;
+                same.then(|| &bytes[len..])
+            }
+            None => bytes.strip_prefix(self.as_bytes()),
+        }
+    }
+}
+
+/// Room for the longest encoding, written right to left: `MAX_FIELDS`
+/// integers, each given `MAX_DIGITS` to be formatted in and a separator,
+/// and a whole prefix before them.
+pub const MAX_LEN: usize = PREFIX + MAX_FIELDS * (MAX_DIGITS + 1);
+
+/// Parses a stored value as `L`'s state: the codec, made for each row
+/// (see `AlgoSpec::decode`) so that its name, its number of fields and its
+/// checks are constants there.
+pub fn decode<L: Layout>(bytes: &[u8]) -> Option<State> {
+    if L::BARE {
+        return parse_i64(bytes).map(|v| State::new(L::ALGO, [v]));
+    }
+    let mut rest = L::ALGO.spec().prefix.strip(bytes)?;
+    // Each field but the last ends at a ':'; the last one the algorithm
+    // reads is the rest, which `parse_i64` refuses if it holds another.
+    let mut fields = [0; MAX_FIELDS];
+    let mut len = 0;
+    loop {
+        if len + 1 >= L::FIELDS {
+            *fields.get_mut(len)? = parse_i64(rest)?;
+            len += 1;
+            break;
+        }
+        let (field, after) = split_at_colon(rest);
+        *fields.get_mut(len)? = parse_i64(field)?;
+        len += 1;
+        match after {
+            Some(after) => rest = after,
+            None => break,
+        }
+    }
+    let state = State {
+        algo: L::ALGO,
+        len: len as u8,
+        fields,
+    };
+    L::read(state.fields())?;
+    Some(state)
+}
 
 impl State {
+    /// `algo`'s state holding `fields`.
+    #[inline]
+    pub fn new<const N: usize>(algo: Algo, fields: [i64; N]) -> State {
+        const {
+            assert!(
+                N >= 1 && N <= MAX_FIELDS,
+                "a state is 1 to MAX_FIELDS integers"
+            )
+        };
+        let mut all = [0; MAX_FIELDS];
+        all[..N].copy_from_slice(&fields);
+        State {
+            algo,
+            len: N as u8,
+            fields: all,
+        }
+    }
+
+    pub fn algo(self) -> Algo {
+        self.algo
+    }
+
+    /// The integers as stored.
+    #[inline]
+    pub fn fields(&self) -> &[i64] {
+        &self.fields[..usize::from(self.len).min(MAX_FIELDS)]
+    }
+
+    /// The value when it is a bare integer (see `Layout::BARE`).
+    #[inline]
+    pub fn integer(self) -> Option<i64> {
+        self.algo.spec().bare.then_some(self.fields[0])
+    }
+
     /// Parses a stored value as `algo`'s state. Anything else, including
-    /// another algorithm's state, is an error naming the algorithm.
+    /// another algorithm's state, is an error: INCR's for a bare integer,
+    /// else one naming the algorithm.
     pub fn decode(algo: Algo, bytes: &[u8]) -> Result<State, RlError> {
-        match Self::parse(algo, bytes) {
+        match (algo.spec().decode)(bytes) {
             Some(state) => Ok(state),
             None => Err(Self::not_its_state(algo)),
         }
@@ -90,162 +234,111 @@ impl State {
 
     #[cold]
     fn not_its_state(algo: Algo) -> RlError {
-        match algo {
-            Algo::Fixed => RlError::NotACounter,
-            _ => RlError::BadState(algo.name()),
+        match algo.spec().bare {
+            true => RlError::NotACounter,
+            false => RlError::BadState(algo.name()),
         }
     }
 
-    fn parse(algo: Algo, bytes: &[u8]) -> Option<State> {
-        if algo == Algo::Fixed {
-            return parse_i64(bytes).map(|count| State::Fixed { count });
-        }
-        let rest = bytes
-            .strip_prefix(algo.name().as_bytes())?
-            .strip_prefix(b":")?;
-        // Each field but the last ends at a ':'; the last is the rest, which
-        // `parse_i64` refuses if it holds another ':'.
-        let mut rest = rest;
-        let state = match algo {
-            Algo::Sliding => {
-                let (window_start, current) = (field(&mut rest)?, field(&mut rest)?);
-                let previous = parse_i64(rest)?;
-                if window_start < 0 || current < 0 || previous < 0 {
-                    return None;
-                }
-                State::Sliding {
-                    window_start,
-                    current,
-                    previous,
-                }
-            }
-            Algo::Token => {
-                let credit = field(&mut rest)?;
-                let (last_ms, into_ms) = split_at_colon(rest);
-                // Absent in the old form: the start of that ms.
-                let into_ms = match into_ms {
-                    None => 0,
-                    Some(into_ms) => parse_i64(into_ms)?,
-                };
-                if credit < 0 || !(0..1_000_000).contains(&into_ms) {
-                    return None;
-                }
-                State::Token {
-                    credit_ns: i128::from(credit),
-                    last_ns: i128::from(parse_i64(last_ms)?) * NS_PER_MS + i128::from(into_ms),
-                }
-            }
-            Algo::Gcra => State::Gcra {
-                tat_ns: i128::from(parse_i64(rest)?),
-            },
-            Algo::Leaky => State::Leaky {
-                tat_ns: i128::from(parse_i64(rest)?),
-            },
-            Algo::Fixed => return None,
-        };
-        Some(state)
-    }
-
-    /// Writes the value into `buf` and returns it. Values that do not fit an
-    /// i64 are clamped (policies are validated so that they never do).
+    /// Writes the value into `buf` and returns it. Right to left: each
+    /// integer is formatted where it belongs, ending where the next one's
+    /// ':' is, so nothing is copied but the prefix, whole.
     pub fn encode(self, buf: &mut [u8; MAX_LEN]) -> &[u8] {
-        let mut len = 0;
-        let mut put = |bytes: &[u8]| {
-            buf[len..len + bytes.len()].copy_from_slice(bytes);
-            len += bytes.len();
-        };
-        let mut digits = [0u8; MAX_DIGITS];
-        let clamp = |v: i128| i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX });
-        match self {
-            State::Fixed { count } => put(format_i64(count, &mut digits)),
-            State::Sliding {
-                window_start,
-                current,
-                previous,
-            } => {
-                put(b"sliding:");
-                put(format_i64(window_start, &mut digits));
-                put(b":");
-                put(format_i64(current, &mut digits));
-                put(b":");
-                put(format_i64(previous, &mut digits));
+        let mut start = MAX_LEN;
+        for (i, &field) in self.fields().iter().rev().enumerate() {
+            if i > 0 {
+                start -= 1;
+                buf[start] = b':';
             }
-            State::Token { credit_ns, last_ns } => {
-                // `div` for a time the module wrote (never negative): i128
-                // division is a library call.
-                let ms = match last_ns {
-                    0.. => div(last_ns, NS_PER_MS),
-                    _ => last_ns.div_euclid(NS_PER_MS),
-                };
-                put(b"token:");
-                put(format_i64(clamp(credit_ns), &mut digits));
-                put(b":");
-                put(format_i64(clamp(ms), &mut digits));
-                put(b":");
-                put(format_i64(clamp(last_ns - ms * NS_PER_MS), &mut digits));
-            }
-            State::Gcra { tat_ns } => {
-                put(b"gcra:");
-                put(format_i64(clamp(tat_ns), &mut digits));
-            }
-            State::Leaky { tat_ns } => {
-                put(b"leaky:");
-                put(format_i64(clamp(tat_ns), &mut digits));
-            }
+            let Some(room) = buf[..start].last_chunk_mut::<MAX_DIGITS>() else {
+                break; // never: MAX_LEN has room for every field
+            };
+            start -= format_i64(field, room).len();
         }
-        &buf[..len]
+        let prefix = &self.algo.spec().prefix;
+        if let Some(room) = buf[..start].last_chunk_mut::<PREFIX>() {
+            *room = prefix.right;
+        }
+        &buf[start.saturating_sub(usize::from(prefix.len))..]
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algo::{fixed, gcra, leaky, sliding, token};
     use proptest::prelude::*;
+
+    fn text(state: State) -> String {
+        let mut buf = [0u8; MAX_LEN];
+        String::from_utf8_lossy(state.encode(&mut buf)).into_owned()
+    }
 
     #[test]
     fn round_trips_every_algorithm() {
         let states = [
-            (Algo::Fixed, State::Fixed { count: -3 }),
+            (fixed::Count(-3).stored(), "-3"),
             (
-                Algo::Sliding,
-                State::Sliding {
+                sliding::Windows {
                     window_start: 1_764_000_000_000,
                     current: 4,
                     previous: 9,
-                },
+                }
+                .stored(),
+                "sliding:1764000000000:4:9",
             ),
             (
-                Algo::Token,
-                State::Token {
+                token::Bucket {
                     credit_ns: 5_000_000,
                     last_ns: 1_764_000_000_123_456_000,
-                },
+                }
+                .stored(),
+                "token:5000000:1764000000123:456000",
             ),
             (
-                Algo::Token,
-                State::Token {
+                token::Bucket {
                     credit_ns: 0,
                     last_ns: -1_000_001,
-                },
+                }
+                .stored(),
+                "token:0:-2:999999",
             ),
             (
-                Algo::Gcra,
-                State::Gcra {
+                gcra::Tat {
                     tat_ns: 1_764_000_000_123_456_789,
-                },
+                }
+                .stored(),
+                "gcra:1764000000123456789",
             ),
-            (Algo::Leaky, State::Leaky { tat_ns: 1 }),
+            (leaky::Queue { drained_ns: 1 }.stored(), "leaky:1"),
+            (
+                sliding::Windows {
+                    window_start: i64::MAX,
+                    current: i64::MAX,
+                    previous: i64::MAX,
+                }
+                .stored(),
+                "sliding:9223372036854775807:9223372036854775807:9223372036854775807",
+            ),
         ];
-        for (algo, state) in states {
-            let mut buf = [0u8; MAX_LEN];
-            let bytes = state.encode(&mut buf).to_vec();
+        for (state, want) in states {
+            let bytes = text(state);
+            assert_eq!(bytes, want);
             assert_eq!(
-                State::decode(algo, &bytes),
+                State::decode(state.algo(), bytes.as_bytes()),
                 Ok(state),
-                "{}",
-                String::from_utf8_lossy(&bytes)
+                "{bytes}"
             );
         }
+        // Beyond an i64 is clamped.
+        let far = gcra::Tat {
+            tat_ns: i128::from(i64::MAX) + 1,
+        };
+        assert_eq!(text(far.stored()), "gcra:9223372036854775807");
+        assert_eq!(
+            text(fixed::Count(i64::MIN).stored()),
+            "-9223372036854775808"
+        );
     }
 
     #[test]
@@ -286,39 +379,6 @@ mod tests {
     }
 
     #[test]
-    fn reads_the_token_form_without_the_ns_into_the_ms_as_that_ms() {
-        let old = State::decode(Algo::Token, b"token:7:1764000000123");
-        let new = State::decode(Algo::Token, b"token:7:1764000000123:0");
-        let want = State::Token {
-            credit_ns: 7,
-            last_ns: 1_764_000_000_123 * NS_PER_MS,
-        };
-        assert_eq!((old, new), (Ok(want), Ok(want)));
-        let extremes = State::decode(
-            Algo::Token,
-            b"token:9223372036854775807:-9223372036854775808",
-        );
-        assert_eq!(
-            extremes,
-            Ok(State::Token {
-                credit_ns: i128::from(i64::MAX),
-                last_ns: i128::from(i64::MIN) * NS_PER_MS,
-            })
-        );
-        let mut buf = [0u8; MAX_LEN];
-        let written = want.encode(&mut buf);
-        assert_eq!(
-            written, b"token:7:1764000000123:0",
-            "written in the new form"
-        );
-        let within = State::Token {
-            credit_ns: 7,
-            last_ns: 1_764_000_000_123 * NS_PER_MS + 456_000,
-        };
-        assert_eq!(within.encode(&mut buf), b"token:7:1764000000123:456000");
-    }
-
-    #[test]
     fn splits_at_the_first_colon_at_every_offset() {
         for len in 0..20 {
             let field = vec![b'7'; len];
@@ -345,6 +405,50 @@ mod tests {
             for algo in Algo::ALL {
                 let _ = State::decode(algo, &bytes);
             }
+        }
+
+        /// The prefix is stripped as the standard library strips it, on
+        /// values shorter and longer than `PREFIX`, near misses included.
+        #[test]
+        fn strips_the_prefix_as_the_standard_library_does(
+            algo in proptest::sample::select(Algo::ALL.to_vec()),
+            keep in 0usize..=PREFIX,
+            change in proptest::option::of((0usize..PREFIX, any::<u8>())),
+            tail in proptest::collection::vec(any::<u8>(), 0..24),
+        ) {
+            let prefix = &algo.spec().prefix;
+            let mut bytes = prefix.as_bytes()[..keep.min(prefix.as_bytes().len())].to_vec();
+            if let Some((at, byte)) = change {
+                if let Some(b) = bytes.get_mut(at) {
+                    *b = byte;
+                }
+            }
+            bytes.extend_from_slice(&tail);
+            prop_assert_eq!(prefix.strip(&bytes), bytes.strip_prefix(prefix.as_bytes()));
+        }
+
+        /// Right to left, any integers are written as `format!` writes them.
+        #[test]
+        fn encodes_as_format_does(
+            algo in proptest::sample::select(Algo::ALL.to_vec()),
+            fields in prop_oneof![
+                any::<i64>().prop_map(|a| vec![a]),
+                any::<[i64; 2]>().prop_map(|f| f.to_vec()),
+                any::<[i64; 3]>().prop_map(|f| f.to_vec()),
+            ],
+        ) {
+            let state = match *fields {
+                [a] => State::new(algo, [a]),
+                [a, b] => State::new(algo, [a, b]),
+                [a, b, c] => State::new(algo, [a, b, c]),
+                _ => unreachable!(),
+            };
+            let joined = fields.iter().map(i64::to_string).collect::<Vec<_>>().join(":");
+            let want = match algo.spec().bare {
+                true => joined,
+                false => format!("{}:{joined}", algo.name()),
+            };
+            prop_assert_eq!(text(state), want);
         }
     }
 }

@@ -3,6 +3,8 @@
 //! checked arithmetic, ns precision whatever the rate, absolute expiry, and
 //! `quantity 0` as a pure peek. State is the same `gcra:<tat_ns>` string.
 
+use super::gcra::Tat;
+use super::state::Layout;
 use super::{ceil_ms, div, ns_of_us, Now, State, Write};
 use crate::error::RlError;
 
@@ -65,13 +67,13 @@ impl Params {
             return Err(RlError::TooLarge("period", PAST_THE_CLOCK));
         }
         // The bucket, (max_burst + 1) intervals, must fit too.
-        let too_big = RlError::TooLarge("max_burst", PAST_THE_CLOCK);
-        let limit = self.max_burst.checked_add(1).ok_or(too_big.clone())?;
+        let too_big = || RlError::TooLarge("max_burst", PAST_THE_CLOCK);
+        let limit = self.max_burst.checked_add(1).ok_or_else(too_big)?;
         let tolerance = interval
             .checked_mul(i128::from(limit))
-            .ok_or(too_big.clone())?;
+            .ok_or_else(too_big)?;
         if !super::policy::fits_ns(now_ms, tolerance) {
-            return Err(too_big);
+            return Err(too_big());
         }
         Ok(Meter {
             interval,
@@ -95,10 +97,9 @@ pub fn throttle(
     now: Now,
 ) -> (Reply, Write) {
     let now = ns_of_us(now.us);
-    let stored = match found {
-        Some((State::Gcra { tat_ns }, _)) => Some(tat_ns),
-        _ => None,
-    };
+    let stored = found
+        .and_then(|(state, _)| Tat::of(state))
+        .map(|t| t.tat_ns);
     let tat = stored.map_or(now, |t| t.clamp(now, now + meter.tolerance));
     // A quantity beyond the tolerance can never pass: no need to multiply it.
     let increment = i128::from(quantity)
@@ -111,7 +112,7 @@ pub fn throttle(
             let write = match quantity {
                 0 => Write::Nothing,
                 _ => Write::State {
-                    state: State::Gcra { tat_ns: new_tat },
+                    state: Tat { tat_ns: new_tat }.stored(),
                     expires_at: ceil_ms(new_tat),
                 },
             };
@@ -121,7 +122,7 @@ pub fn throttle(
         // drains instead of blocking for ever (see gcra::beyond).
         None if quantity > 0 && super::gcra::beyond(stored, now, meter.tolerance) => {
             let write = Write::State {
-                state: State::Gcra { tat_ns: tat },
+                state: Tat { tat_ns: tat }.stored(),
                 expires_at: ceil_ms(tat),
             };
             (tat - now, write)
@@ -264,7 +265,7 @@ mod tests {
         .meter(1_000)
         .unwrap();
         let tat = 9_000 * NS_PER_MS + 500;
-        let gcra = State::Gcra { tat_ns: tat };
+        let gcra = Tat { tat_ns: tat }.stored();
         let needed = Write::Expiry { expires_at: 9_001 };
         for (expires_at, quantity, want) in [
             (None, 1, needed),
@@ -287,7 +288,7 @@ mod tests {
         }
         // A TAT already past is no debt: nothing to keep. Without a TTL the
         // key is deleted, as its expiry would have; with one, left to it.
-        let past = State::Gcra { tat_ns: 0 };
+        let past = Tat { tat_ns: 0 }.stored();
         let (reply, write) = throttle(Some((past, None)), &meter, 5, Now::from_ms(1_000));
         assert_eq!((reply.limited, write), (true, Write::Delete));
         let (_, write) = throttle(Some((past, Some(1_005))), &meter, 5, Now::from_ms(1_000));
@@ -341,18 +342,18 @@ mod tests {
         assert_eq!(
             write,
             Write::State {
-                state: State::Gcra { tat_ns: tat },
+                state: Tat { tat_ns: tat }.stored(),
                 expires_at: 1_764_000_000_001,
             }
         );
-        let found = Some((State::Gcra { tat_ns: tat }, Some(1_764_000_000_001)));
+        let found = Some((Tat { tat_ns: tat }.stored(), Some(1_764_000_000_001)));
         let at = |us: i64| throttle(found, &meter, 1, Now::from_us(start.us + us));
         assert!(at(249).0.limited, "1 µs early");
         assert_eq!(at(249).0.retry_after_ms, 1);
         assert!(!at(250).0.limited);
         // Without a TTL, the refusal gives the key the end of the TAT's ms.
         let (_, repair) = throttle(
-            Some((State::Gcra { tat_ns: tat }, None)),
+            Some((Tat { tat_ns: tat }.stored(), None)),
             &meter,
             1,
             Now::from_us(start.us + 100),

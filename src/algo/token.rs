@@ -5,18 +5,64 @@
 //! read in µs, so a high rate refills every µs, not in 1 ms steps.
 
 use super::gcra::{Meter, Verdict};
-use super::{ceil_ms, ns_of_us, Decision, Outcome, Policy, State, Write};
+use super::state::{clamp, Layout};
+use super::{ceil_ms, div, ns_of_us, Algo, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+
+/// The stored state, `token:<credit_ns>:<last_refill_ms>:<ns_into_that_ms>`:
+/// the last refill is a ms and the ns into it (0 to 999,999; the clock
+/// gives µs). Builds that read the clock in ms wrote the ms alone,
+/// `token:<credit_ns>:<last_refill_ms>`: that form still reads, as the
+/// start of that ms, and is written back in the new one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    /// Never negative.
+    pub credit_ns: i128,
+    /// The last refill, absolute ns.
+    pub last_ns: i128,
+}
+
+impl Layout for Bucket {
+    const ALGO: Algo = Algo::Token;
+    const FIELDS: usize = 3;
+
+    #[inline]
+    fn read(fields: &[i64]) -> Option<Bucket> {
+        let (credit, last_ms, into_ms) = match *fields {
+            [credit, last_ms, into_ms] => (credit, last_ms, into_ms),
+            [credit, last_ms] => (credit, last_ms, 0),
+            _ => return None,
+        };
+        if credit < 0 || !(0..1_000_000).contains(&into_ms) {
+            return None;
+        }
+        Some(Bucket {
+            credit_ns: i128::from(credit),
+            last_ns: i128::from(last_ms) * NS_PER_MS + i128::from(into_ms),
+        })
+    }
+
+    #[inline]
+    fn stored(self) -> State {
+        // `div` for a time the module wrote (never negative): i128
+        // division is a library call.
+        let ms = match self.last_ns {
+            0.. => div(self.last_ns, NS_PER_MS),
+            _ => self.last_ns.div_euclid(NS_PER_MS),
+        };
+        let into_ms = self.last_ns - ms * NS_PER_MS;
+        State::new(
+            Algo::Token,
+            [clamp(self.credit_ns), clamp(ms), clamp(into_ms)],
+        )
+    }
+}
 
 /// Credit (ns) at `now_ns`: the stored level plus the refill since, capped
 /// at a full bucket. A clock that went backwards refills nothing.
-fn credit(state: Option<State>, now_ns: i128, capacity: i128) -> Option<i128> {
-    match state {
-        Some(State::Token { credit_ns, last_ns }) => {
-            let elapsed = (now_ns - last_ns).max(0);
-            Some(credit_ns.saturating_add(elapsed).clamp(0, capacity))
-        }
-        _ => None,
-    }
+fn credit(state: Option<Bucket>, now_ns: i128, capacity: i128) -> Option<i128> {
+    let Bucket { credit_ns, last_ns } = state?;
+    let elapsed = (now_ns - last_ns).max(0);
+    Some(credit_ns.saturating_add(elapsed).clamp(0, capacity))
 }
 
 /// When a bucket holding `credit_ns` at `now_ns` is full again (absolute
@@ -27,21 +73,26 @@ fn full_at(credit_ns: i128, now_ns: i128, capacity: i128) -> i64 {
 
 fn stored(credit_ns: i128, now_ns: i128, capacity: i128) -> Write {
     Write::State {
-        state: State::Token {
+        state: Bucket {
             credit_ns,
             last_ns: now_ns,
-        },
+        }
+        .stored(),
         expires_at: full_at(credit_ns, now_ns, capacity),
     }
 }
 
 /// A last refill in the future (a clock that went back, a hand-written
 /// value) would refill nothing until then: a real call restamps it to now.
-fn from_the_future(state: Option<State>, now_ns: i128) -> bool {
-    matches!(state, Some(State::Token { last_ns, .. }) if last_ns > now_ns)
+fn from_the_future(state: Option<Bucket>, now_ns: i128) -> bool {
+    matches!(state, Some(Bucket { last_ns, .. }) if last_ns > now_ns)
 }
 
 pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
+    judge(state.and_then(Bucket::of), policy, cost, now_us)
+}
+
+fn judge(state: Option<Bucket>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
     let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);
     let level = credit(state, now_ns, meter.capacity).unwrap_or(meter.capacity);
@@ -87,10 +138,10 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> O
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
     let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);
-    let Some(level) = credit(state, now_ns, meter.capacity) else {
+    let Some(level) = credit(state.and_then(Bucket::of), now_ns, meter.capacity) else {
         return Outcome {
             write: Write::Nothing,
-            ..admit(None, policy, 0, now_us)
+            ..judge(None, policy, 0, now_us)
         };
     };
     let after = meter.capacity - meter.forgive(meter.capacity - level, amount);
@@ -100,20 +151,21 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -
         (false, true) => Write::Delete,
         (false, false) => stored(after, now_ns, meter.capacity),
     };
-    let peek_state = State::Token {
+    let peek_state = Bucket {
         credit_ns: after,
         last_ns: now_ns,
     };
     Outcome {
         write,
-        ..admit(Some(peek_state), policy, 0, now_us)
+        ..judge(Some(peek_state), policy, 0, now_us)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algo::{gcra, Algo, NS_PER_MS};
+    use crate::algo::gcra;
+    use crate::algo::state::MAX_LEN;
     use proptest::prelude::*;
 
     fn policy(algo: Algo, limit: i64, window_ms: i64, burst: i64) -> Policy {
@@ -185,10 +237,13 @@ mod tests {
     #[test]
     fn a_refill_time_in_the_future_is_restamped() {
         let p = policy(Algo::Token, 4, 1_000, 2);
-        let stuck = Some(State::Token {
-            credit_ns: 0,
-            last_ns: i128::from(i64::MAX) * NS_PER_MS,
-        });
+        let stuck = Some(
+            Bucket {
+                credit_ns: 0,
+                last_ns: i128::from(i64::MAX) * NS_PER_MS,
+            }
+            .stored(),
+        );
         let out = admit(stuck, &p, 1, ms(1_000));
         assert!(!out.decision.admitted);
         let Write::State { state, .. } = out.write else {
@@ -196,10 +251,11 @@ mod tests {
         };
         assert_eq!(
             state,
-            State::Token {
+            Bucket {
                 credit_ns: 0,
                 last_ns: 1_000 * NS_PER_MS
             }
+            .stored()
         );
         assert!(
             admit(Some(state), &p, 1, ms(1_250)).decision.admitted,
@@ -220,10 +276,11 @@ mod tests {
         };
         assert_eq!(
             state,
-            State::Token {
+            Bucket {
                 credit_ns: 0,
                 last_ns: i128::from(start) * 1_000,
             }
+            .stored()
         );
         // Full at .850 of the ms: the key lives to the end of that ms.
         assert_eq!(expires_at, 1_764_000_000_001);
@@ -266,6 +323,40 @@ mod tests {
         let at = |us| admit(Some(old), &p, 1, ms(1_764_000_000_000) + us);
         assert!(!at(249).decision.admitted);
         assert!(at(250).decision.admitted);
+    }
+
+    #[test]
+    fn reads_the_form_without_the_ns_into_the_ms_as_that_ms() {
+        let read = |text: &[u8]| State::decode(Algo::Token, text).map(|s| Bucket::of(s).unwrap());
+        let want = Bucket {
+            credit_ns: 7,
+            last_ns: 1_764_000_000_123 * NS_PER_MS,
+        };
+        let old = read(b"token:7:1764000000123");
+        let new = read(b"token:7:1764000000123:0");
+        assert_eq!((old, new), (Ok(want), Ok(want)));
+        let extremes = read(b"token:9223372036854775807:-9223372036854775808");
+        assert_eq!(
+            extremes,
+            Ok(Bucket {
+                credit_ns: i128::from(i64::MAX),
+                last_ns: i128::from(i64::MIN) * NS_PER_MS,
+            })
+        );
+        let mut buf = [0u8; MAX_LEN];
+        let written = want.stored().encode(&mut buf);
+        assert_eq!(
+            written, b"token:7:1764000000123:0",
+            "written in the new form"
+        );
+        let within = Bucket {
+            credit_ns: 7,
+            last_ns: 1_764_000_000_123 * NS_PER_MS + 456_000,
+        };
+        assert_eq!(
+            within.stored().encode(&mut buf),
+            b"token:7:1764000000123:456000"
+        );
     }
 
     proptest! {
@@ -344,9 +435,8 @@ mod tests {
         ) {
             let p = policy(Algo::Token, limit, window_ms, burst);
             let now = ms(1_764_000_000_000) + at_us;
-            if let Write::State { state: State::Token { credit_ns, last_ns }, expires_at } =
-                admit(None, &p, cost, now).write
-            {
+            if let Write::State { state, expires_at } = admit(None, &p, cost, now).write {
+                let Bucket { credit_ns, last_ns } = Bucket::of(state).unwrap();
                 let full_ns = last_ns + p.capacity_ns().unwrap() - credit_ns;
                 prop_assert!(i128::from(expires_at) * NS_PER_MS >= full_ns);
                 prop_assert!(i128::from(expires_at - 1) * NS_PER_MS < full_ns);

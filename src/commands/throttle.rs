@@ -3,6 +3,8 @@
 //! integer.
 
 use super::Call;
+use crate::algo::gcra::Tat;
+use crate::algo::state::Layout;
 use crate::algo::{throttle, Algo, State};
 use crate::args;
 use crate::error::RlError;
@@ -21,9 +23,12 @@ pub fn throttle(call: &Call) -> Result<(), RlError> {
         None => None,
         Some(bytes) => match State::decode(Algo::Gcra, bytes) {
             Ok(state) => Some(state),
-            Err(_) => Some(State::Gcra {
-                tat_ns: i128::from(parse_i64(bytes).ok_or(RlError::BadState("gcra"))?),
-            }),
+            Err(_) => Some(
+                Tat {
+                    tat_ns: i128::from(parse_i64(bytes).ok_or(RlError::BadState("gcra"))?),
+                }
+                .stored(),
+            ),
         },
     };
     let before = found.map(|state| (state, key.expires_at()));
