@@ -4,7 +4,7 @@
 
 use super::Call;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
-use crate::args::{self, parse_options, Opt, POLICY};
+use crate::args::{self, parse_options, OptSet, POLICY_SET};
 use crate::error::RlError;
 use crate::plan::{Event, Source};
 use crate::resolve::{meta_limit, resolve};
@@ -12,7 +12,7 @@ use crate::store::{self, Key, KeyKind};
 use crate::{reply, stats};
 
 /// RL.ADMIT and RL.REFUND take every option.
-const ADMIT_OPTIONS: &[Opt] = args::LIMITER;
+const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 pub fn admit(call: &Call) -> Result<(), RlError> {
@@ -93,7 +93,7 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 pub fn ttl(call: &Call) -> Result<(), RlError> {
-    let opts = parse_options(call.args, 2, POLICY)?;
+    let opts = parse_options(call.args, 2, POLICY_SET)?;
     let now = store::now();
     let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
         reply::int(call.ctx, 0);
