@@ -273,6 +273,8 @@ pub struct Options {
 pub const MAX_ARGS: usize = 256;
 
 /// Parses `args[first..]` as option/value pairs, accepting only `allowed`.
+/// Inlined: the options are then built where the caller keeps them.
+#[inline]
 pub fn parse_options(args: &[&[u8]], first: usize, allowed: OptSet) -> Result<Options, RlError> {
     let mut opts = Options::default();
     let mut at = first;
