@@ -316,7 +316,9 @@ impl Options {
         self.try_set(opt, args, at).map_err(|p| p.about(opt))
     }
 
-    #[inline]
+    // Always inlined: in `parse_options` the keyword's match and this one
+    // then become one dispatch.
+    #[inline(always)]
     fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), Problem> {
         let value = *args.get(at).ok_or(Problem::Missing)?;
         let int = || {
