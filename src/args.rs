@@ -272,11 +272,16 @@ pub struct Options {
 /// More arguments than any valid call has; refused before any parsing.
 pub const MAX_ARGS: usize = 256;
 
-/// Parses `args[first..]` as option/value pairs, accepting only `allowed`.
-/// Inlined: the options are then built where the caller keeps them.
+/// Parses `args[first..]` as option/value pairs, accepting only `allowed`,
+/// into the caller's `opts` (given empty): not returned through a
+/// `Result`, which would copy them out.
 #[inline]
-pub fn parse_options(args: &[&[u8]], first: usize, allowed: OptSet) -> Result<Options, RlError> {
-    let mut opts = Options::default();
+pub fn read_options(
+    args: &[&[u8]],
+    first: usize,
+    allowed: OptSet,
+    opts: &mut Options,
+) -> Result<(), RlError> {
     let mut at = first;
     while at < args.len() {
         let Some(opt) = Opt::parse(args[at], allowed) else {
@@ -287,7 +292,7 @@ pub fn parse_options(args: &[&[u8]], first: usize, allowed: OptSet) -> Result<Op
         }
         at += 2;
     }
-    Ok(opts)
+    Ok(())
 }
 
 /// What is wrong with an option's value; the error is made only when one
@@ -503,6 +508,12 @@ pub fn admit_all_keys(args: &[&[u8]], mut key: impl FnMut(usize, bool)) {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn parse_options(args: &[&[u8]], first: usize, allowed: OptSet) -> Result<Options, RlError> {
+        let mut opts = Options::default();
+        read_options(args, first, allowed, &mut opts)?;
+        Ok(opts)
+    }
 
     fn parse(words: &[&str]) -> Result<Options, RlError> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();

@@ -4,7 +4,7 @@
 
 use super::Call;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
-use crate::args::{self, parse_options, OptSet, POLICY_SET};
+use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
 use crate::error::RlError;
 use crate::plan::{Event, Source};
 use crate::resolve::{meta_limit, resolve};
@@ -69,7 +69,8 @@ struct Updated {
 /// resolved, the state read, `decide` called and its write carried out.
 /// `None`: the limiter has no limit.
 fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
-    let opts = parse_options(call.args, 2, ADMIT_OPTIONS)?;
+    let mut opts = Options::default();
+    read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
     let now = store::now();
     let Some(policy) = resolve(call.ctx, call.argv, &opts)?
         .map(|r| r.policy(now.ms))
@@ -93,7 +94,8 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 pub fn ttl(call: &Call) -> Result<(), RlError> {
-    let opts = parse_options(call.args, 2, POLICY_SET)?;
+    let mut opts = Options::default();
+    read_options(call.args, 2, POLICY_SET, &mut opts)?;
     let now = store::now();
     let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
         reply::int(call.ctx, 0);
