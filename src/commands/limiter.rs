@@ -68,6 +68,9 @@ struct Updated {
 /// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
 /// resolved, the state read, `decide` called and its write carried out.
 /// `None`: the limiter has no limit.
+// Always inlined into its two callers: its large result then is not
+// copied out, and `decide` is a direct call.
+#[inline(always)]
 fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
