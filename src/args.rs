@@ -8,7 +8,7 @@ use std::ffi::CStr;
 
 use crate::algo::{throttle, Algo};
 use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE};
-use crate::keyword::{text, Keyword};
+use crate::keyword::{fold, text, Keyword};
 use crate::num::parse_i64;
 
 /// Options a command may take after its key.
@@ -153,11 +153,57 @@ impl Opt {
         self.spec().meta_field_name
     }
 
-    pub fn parse(word: &[u8], allowed: &[Opt]) -> Option<Opt> {
-        // Folded once, compared with every keyword.
-        let folded = Keyword::fold_word(word)?;
-        let opt = OPTIONS.iter().find(|o| o.keyword.is(folded))?.opt;
-        allowed.contains(&opt).then_some(opt)
+    /// The option `word` names, if `allowed` has it: one match on the
+    /// folded word, whose arms are OPTIONS' keywords (a unit test checks
+    /// every row is one).
+    #[inline]
+    pub fn parse(word: &[u8], allowed: OptSet) -> Option<Opt> {
+        const fn key(opt: Opt) -> (usize, u64) {
+            opt.spec().keyword.key()
+        }
+        const ALGO: (usize, u64) = key(Opt::Algo);
+        const LIMIT: (usize, u64) = key(Opt::Limit);
+        const WINDOW: (usize, u64) = key(Opt::Window);
+        const BURST: (usize, u64) = key(Opt::Burst);
+        const META: (usize, u64) = key(Opt::Meta);
+        const COST: (usize, u64) = key(Opt::Cost);
+        const TTL: (usize, u64) = key(Opt::Ttl);
+        const ID: (usize, u64) = key(Opt::Id);
+        let opt = match (word.len(), fold(word)?) {
+            ALGO => Opt::Algo,
+            LIMIT => Opt::Limit,
+            WINDOW => Opt::Window,
+            BURST => Opt::Burst,
+            META => Opt::Meta,
+            COST => Opt::Cost,
+            TTL => Opt::Ttl,
+            ID => Opt::Id,
+            _ => return None,
+        };
+        allowed.has(opt).then_some(opt)
+    }
+}
+
+/// A set of options, one bit each, for the options a command takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptSet(u16);
+
+impl OptSet {
+    pub const ALL: OptSet = OptSet::of(&Opt::ALL);
+
+    pub const fn of(opts: &[Opt]) -> OptSet {
+        let mut bits = 0u16;
+        let mut i = 0;
+        while i < opts.len() {
+            bits |= 1 << opts[i] as u16;
+            i += 1;
+        }
+        OptSet(bits)
+    }
+
+    #[inline]
+    pub fn has(self, opt: Opt) -> bool {
+        self.0 & (1 << opt as u16) != 0
     }
 }
 
@@ -203,6 +249,10 @@ pub const LIMITER: &[Opt] = &[
 ];
 /// RL.ACQUIRE's options.
 pub const LEASE: &[Opt] = &[Opt::Limit, Opt::Ttl, Opt::Meta, Opt::Id];
+/// `POLICY`, `LIMITER` and `LEASE` as sets, for parsing.
+pub const POLICY_SET: OptSet = OptSet::of(POLICY);
+pub const LIMITER_SET: OptSet = OptSet::of(LIMITER);
+pub const LEASE_SET: OptSet = OptSet::of(LEASE);
 
 /// The options as given; `meta` is the index of the META key in the
 /// argument slice, so the caller can open it without copying.
@@ -222,9 +272,16 @@ pub struct Options {
 /// More arguments than any valid call has; refused before any parsing.
 pub const MAX_ARGS: usize = 256;
 
-/// Parses `args[first..]` as option/value pairs, accepting only `allowed`.
-pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Options, RlError> {
-    let mut opts = Options::default();
+/// Parses `args[first..]` as option/value pairs, accepting only `allowed`,
+/// into the caller's `opts` (given empty): not returned through a
+/// `Result`, which would copy them out.
+#[inline]
+pub fn read_options(
+    args: &[&[u8]],
+    first: usize,
+    allowed: OptSet,
+    opts: &mut Options,
+) -> Result<(), RlError> {
     let mut at = first;
     while at < args.len() {
         let Some(opt) = Opt::parse(args[at], allowed) else {
@@ -235,7 +292,7 @@ pub fn parse_options(args: &[&[u8]], first: usize, allowed: &[Opt]) -> Result<Op
         }
         at += 2;
     }
-    Ok(opts)
+    Ok(())
 }
 
 /// What is wrong with an option's value; the error is made only when one
@@ -264,7 +321,9 @@ impl Options {
         self.try_set(opt, args, at).map_err(|p| p.about(opt))
     }
 
-    #[inline]
+    // Always inlined: in `parse_options` the keyword's match and this one
+    // then become one dispatch.
+    #[inline(always)]
     fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), Problem> {
         let value = *args.get(at).ok_or(Problem::Missing)?;
         let int = || {
@@ -361,7 +420,7 @@ impl AdmitAll {
                 continue;
             }
             // COST anywhere, once; policy options in the latest POLICY.
-            let Some(opt) = Opt::parse(word, LIMITER) else {
+            let Some(opt) = Opt::parse(word, LIMITER_SET) else {
                 return Err(match unknown(word) {
                     RlError::UnknownOption(shown) if policies.is_empty() => {
                         RlError::NoPolicyAfterKeys(keys.len(), shown)
@@ -450,9 +509,15 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn parse_options(args: &[&[u8]], first: usize, allowed: OptSet) -> Result<Options, RlError> {
+        let mut opts = Options::default();
+        read_options(args, first, allowed, &mut opts)?;
+        Ok(opts)
+    }
+
     fn parse(words: &[&str]) -> Result<Options, RlError> {
         let args: Vec<&[u8]> = words.iter().map(|w| w.as_bytes()).collect();
-        parse_options(&args, 2, LIMITER)
+        parse_options(&args, 2, LIMITER_SET)
     }
 
     #[test]
@@ -508,18 +573,18 @@ mod tests {
     #[test]
     fn every_name_parses_to_itself() {
         for opt in Opt::ALL {
-            assert_eq!(Opt::parse(opt.name().as_bytes(), &Opt::ALL), Some(opt));
+            assert_eq!(Opt::parse(opt.name().as_bytes(), OptSet::ALL), Some(opt));
             let lower = opt.name().to_ascii_lowercase();
-            assert_eq!(Opt::parse(lower.as_bytes(), &Opt::ALL), Some(opt));
+            assert_eq!(Opt::parse(lower.as_bytes(), OptSet::ALL), Some(opt));
         }
-        assert_eq!(Opt::parse(b"LIMITS", &Opt::ALL), None);
+        assert_eq!(Opt::parse(b"LIMITS", OptSet::ALL), None);
     }
 
     #[test]
     fn honours_the_allowed_set() {
         let args: Vec<&[u8]> = vec![b"rl.ttl", b"k", b"COST", b"1"];
         assert_eq!(
-            parse_options(&args, 2, &[Opt::Limit, Opt::Meta]),
+            parse_options(&args, 2, OptSet::of(&[Opt::Limit, Opt::Meta])),
             Err(RlError::UnknownOption("COST".into()))
         );
     }
@@ -533,7 +598,7 @@ mod tests {
                 proptest::collection::vec(any::<u8>(), 0..12),
             ], 0..12)) {
             let args: Vec<&[u8]> = words.iter().map(|w| w.as_slice()).collect();
-            if let Ok(o) = parse_options(&args, 0, &Opt::ALL) {
+            if let Ok(o) = parse_options(&args, 0, OptSet::ALL) {
                 prop_assert!(o.limit.is_none_or(|v| v >= 0));
                 prop_assert!(o.window.is_none_or(|v| v >= 1));
                 prop_assert!(o.cost.is_none_or(|v| v >= 0));

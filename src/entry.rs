@@ -5,6 +5,7 @@
 //! redis-module's `redis_command!` wrapper allocates a Vec and retains
 //! every argument on each call.
 
+use std::mem::MaybeUninit;
 use std::os::raw::c_int;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU32;
@@ -23,29 +24,35 @@ type Body = fn(&Call) -> Result<(), RlError>;
 type Keys = fn(&[&[u8]], &mut dyn FnMut(usize, bool));
 
 macro_rules! entry_point {
-    ($name:ident => $body:path) => {
+    ($name:ident => $body:path, $read:expr) => {
         pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
-            run(ctx, argv, argc, $body, None)
+            run(ctx, argv, argc, $body, $read, None)
         }
     };
-    ($name:ident => $body:path, keys: $keys:path) => {
+    ($name:ident => $body:path, $read:expr, keys: $keys:path) => {
         pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
-            run(ctx, argv, argc, $body, Some($keys))
+            run(ctx, argv, argc, $body, $read, Some($keys))
         }
     };
 }
 
-entry_point!(rl_admit => limiter::admit, keys: limiter::keys_rw);
-entry_point!(rl_admitall => admitall::admit_all, keys: admitall::keys);
-entry_point!(rl_ttl => limiter::ttl, keys: limiter::keys_ro);
-entry_point!(rl_limit => limiter::limit);
-entry_point!(rl_refund => limiter::refund, keys: limiter::keys_rw);
-entry_point!(rl_reset => limiter::reset);
-entry_point!(rl_throttle => throttle::throttle);
-entry_point!(rl_acquire => lease::acquire, keys: lease::keys);
-entry_point!(rl_release => lease::release);
-entry_point!(rl_extend => lease::extend);
-entry_point!(rl_inflight => lease::in_flight);
+/// Which arguments a body reads as bytes: the command name never, the key
+/// only where its name matters (RL.ADMITALL's duplicate check), since each
+/// read is a module-API call. The others are empty slices in `Call::args`.
+const AFTER_THE_KEY: usize = 2;
+const AFTER_THE_NAME: usize = 1;
+
+entry_point!(rl_admit => limiter::admit, AFTER_THE_KEY, keys: limiter::keys_rw);
+entry_point!(rl_admitall => admitall::admit_all, AFTER_THE_NAME, keys: admitall::keys);
+entry_point!(rl_ttl => limiter::ttl, AFTER_THE_KEY, keys: limiter::keys_ro);
+entry_point!(rl_limit => limiter::limit, AFTER_THE_KEY);
+entry_point!(rl_refund => limiter::refund, AFTER_THE_KEY, keys: limiter::keys_rw);
+entry_point!(rl_reset => limiter::reset, AFTER_THE_KEY);
+entry_point!(rl_throttle => throttle::throttle, AFTER_THE_KEY);
+entry_point!(rl_acquire => lease::acquire, AFTER_THE_KEY, keys: lease::keys);
+entry_point!(rl_release => lease::release, AFTER_THE_KEY);
+entry_point!(rl_extend => lease::extend, AFTER_THE_KEY);
+entry_point!(rl_inflight => lease::in_flight, AFTER_THE_KEY);
 
 /// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
 const INLINE_ARGS: usize = 16;
@@ -61,7 +68,14 @@ pub fn in_a_call() -> bool {
     CALLS_RUNNING.load(Relaxed) > 0
 }
 
-fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) -> c_int {
+fn run(
+    ctx: Ctx,
+    argv: *mut Str,
+    argc: c_int,
+    body: Body,
+    read_from: usize,
+    keys: Option<Keys>,
+) -> c_int {
     let argc = usize::try_from(argc).unwrap_or(0);
     let argv: &[Str] = if argv.is_null() || argc == 0 {
         &[]
@@ -90,14 +104,28 @@ fn run(ctx: Ctx, argv: *mut Str, argc: c_int, body: Body, keys: Option<Keys>) ->
             return Err(RlError::TooManyArguments);
         }
         if argc <= INLINE_ARGS {
-            let mut bytes: [&[u8]; INLINE_ARGS] = [&[]; INLINE_ARGS];
-            for (slot, s) in bytes.iter_mut().zip(argv) {
-                *slot = str_bytes(s);
+            // Only the slots used are written: filling all 16 first costs
+            // more than reading a typical call's 6 to 10 arguments.
+            let mut bytes = [MaybeUninit::<&[u8]>::uninit(); INLINE_ARGS];
+            let read_from = read_from.min(argc);
+            for slot in &mut bytes[..read_from] {
+                slot.write(&[]);
             }
-            let args = &bytes[..argc];
+            for (slot, s) in bytes[read_from..].iter_mut().zip(&argv[read_from..]) {
+                slot.write(str_bytes(s));
+            }
+            let written: *const [MaybeUninit<&[u8]>] = &bytes[..argc];
+            // SAFETY: `argv` has `argc` (at most INLINE_ARGS) handles, so
+            // the loops wrote the first `argc` slots; MaybeUninit<T> has T's
+            // layout, and the slice borrows `bytes`, which outlives `body`.
+            let args = unsafe { &*(written as *const [&[u8]]) };
             body(&Call { ctx, argv, args })
         } else {
-            let bytes: Vec<&[u8]> = argv.iter().map(str_bytes).collect();
+            let bytes: Vec<&[u8]> = argv
+                .iter()
+                .enumerate()
+                .map(|(i, s)| if i < read_from { &[][..] } else { str_bytes(s) })
+                .collect();
             body(&Call {
                 ctx,
                 argv,

@@ -61,28 +61,15 @@ impl Keyword {
         }
     }
 
+    /// The length and fold a word must have to be this keyword, for
+    /// matching several keywords in one `match`.
+    pub const fn key(&self) -> (usize, u64) {
+        (self.len, self.folded)
+    }
+
     pub fn matches(&self, word: &[u8]) -> bool {
         word.len() == self.len && fold(word) == Some(self.folded)
     }
-
-    /// A word folded by `fold_word`, for matching against several keywords.
-    pub fn fold_word(word: &[u8]) -> Option<FoldedWord> {
-        Some(FoldedWord {
-            len: word.len(),
-            folded: fold(word)?,
-        })
-    }
-
-    pub fn is(&self, word: FoldedWord) -> bool {
-        word.len == self.len && word.folded == self.folded
-    }
-}
-
-/// A word as `fold` packs it, with its length.
-#[derive(Clone, Copy)]
-pub struct FoldedWord {
-    len: usize,
-    folded: u64,
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! RL.EXTEND's lease id and TTL, and RL.ACQUIRE's keys. The words
 //! themselves are rows of the shared OPTIONS table.
 
-use super::{limiter_keys, unknown, Opt, Options, LEASE};
+use super::{limiter_keys, unknown, Opt, OptSet, Options, LEASE_SET};
 use crate::error::{RlError, NON_EMPTY, POSITIVE};
 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]. A lease
@@ -12,7 +12,7 @@ pub fn acquire(args: &[&[u8]]) -> Result<Options, RlError> {
     let mut opts = Options::default();
     let mut at = 2;
     while at < args.len() {
-        let Some(opt) = Opt::parse(args[at], LEASE) else {
+        let Some(opt) = Opt::parse(args[at], LEASE_SET) else {
             return Err(unknown(args[at]));
         };
         opts.set(opt, args, at + 1).map_err(|err| match err {
@@ -41,7 +41,7 @@ pub fn extend<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], i64), RlError> {
         return Err(RlError::WrongArity("rl.extend"));
     };
     let id = lease_id(id)?;
-    if Opt::parse(keyword, &[Opt::Ttl]).is_none() {
+    if Opt::parse(keyword, OptSet::of(&[Opt::Ttl])).is_none() {
         return Err(unknown(keyword));
     }
     let mut opts = Options::default();

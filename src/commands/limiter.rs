@@ -4,7 +4,7 @@
 
 use super::Call;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
-use crate::args::{self, parse_options, Opt, POLICY};
+use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
 use crate::error::RlError;
 use crate::plan::{Event, Source};
 use crate::resolve::{meta_limit, resolve};
@@ -12,7 +12,7 @@ use crate::store::{self, Key, KeyKind};
 use crate::{reply, stats};
 
 /// RL.ADMIT and RL.REFUND take every option.
-const ADMIT_OPTIONS: &[Opt] = args::LIMITER;
+const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 pub fn admit(call: &Call) -> Result<(), RlError> {
@@ -68,8 +68,12 @@ struct Updated {
 /// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
 /// resolved, the state read, `decide` called and its write carried out.
 /// `None`: the limiter has no limit.
+// Always inlined into its two callers: its large result then is not
+// copied out, and `decide` is a direct call.
+#[inline(always)]
 fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
-    let opts = parse_options(call.args, 2, ADMIT_OPTIONS)?;
+    let mut opts = Options::default();
+    read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
     let now = store::now();
     let Some(policy) = resolve(call.ctx, call.argv, &opts)?
         .map(|r| r.policy(now.ms))
@@ -93,7 +97,8 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
 pub fn ttl(call: &Call) -> Result<(), RlError> {
-    let opts = parse_options(call.args, 2, POLICY)?;
+    let mut opts = Options::default();
+    read_options(call.args, 2, POLICY_SET, &mut opts)?;
     let now = store::now();
     let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
         reply::int(call.ctx, 0);

@@ -19,6 +19,9 @@ use crate::{algo, stats};
 pub struct Call<'a> {
     pub ctx: Ctx,
     pub argv: &'a [Str],
+    /// One per argument; the command name's and (except for RL.ADMITALL,
+    /// which compares its keys) the key's are empty: not read, as the
+    /// key is used through its handle in `argv`.
     pub args: &'a [&'a [u8]],
 }
 
