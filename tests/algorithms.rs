@@ -812,10 +812,16 @@ fn buckets_refill_to_the_microsecond() {
     let interval = 100_000; // ns
     for (what, call) in cases {
         let _: () = con.del("us").unwrap();
+        // Each call and the GET of what it wrote in one transaction: the
+        // key may expire 0.1 ms after an admission, and a server preempted
+        // between two pipelined commands would find it gone. EXEC runs on
+        // one snapshot of the clock, so its GET sees what its call wrote.
         let mut batch = vec![c!["TIME"]];
-        for _ in 0..2_000 {
+        for _ in 0..1_000 {
+            batch.push(c!["MULTI"]);
             batch.push(call.clone());
             batch.push(c!["GET", "us"]);
+            batch.push(c!["EXEC"]);
         }
         batch.push(c!["TIME"]);
         // The time (ns) of every admission, from the state it wrote.
@@ -825,7 +831,10 @@ fn buckets_refill_to_the_microsecond() {
             let replies = common::pipeline(&mut con, &batch).expect("pipeline");
             let n = replies.len();
             busy_us += common::time_us(&replies[n - 1]) - common::time_us(&replies[0]);
-            for pair in replies[1..n - 1].chunks(2) {
+            for transaction in replies[1..n - 1].chunks(4) {
+                let redis::Value::Array(pair) = &transaction[3] else {
+                    panic!("{what}: EXEC answered {:?}", transaction[3]);
+                };
                 let r = ints(&pair[0]);
                 // RL.THROTTLE answers `limited`, the others `admitted`.
                 if (r[0] == 1) == (what == "throttle") {
