@@ -43,33 +43,34 @@ impl Resolved {
 /// limit at all. Fields the policy does not use are never read or judged.
 /// `argv` holds the META key at `opts.meta`.
 pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved>, RlError> {
+    // No META key: nothing to read, and no empty hash to build per call.
     let meta = match opts.meta {
-        Some(at) => Meta::read(ctx, argv[at], &META_FIELDS)?,
-        None => Meta::default(),
+        Some(at) => Some(Meta::read(ctx, argv[at], &META_FIELDS)?),
+        None => None,
     };
-    let algo = match opts.algo {
-        Some(algo) => algo,
-        None => meta.algorithm()?.unwrap_or_else(config::default_algo),
+    let meta = meta.as_ref();
+    let algo = match (opts.algo, meta) {
+        (Some(algo), _) => algo,
+        (None, Some(meta)) => meta.algorithm()?.unwrap_or_else(config::default_algo),
+        (None, None) => config::default_algo(),
     };
     if opts.burst.is_some() && !algo.uses_burst() {
         return Err(RlError::NotForAlgo(Opt::Burst.name(), algo.name()));
     }
     let limit = match opts.limit {
         Some(limit) => limit,
-        None => meta.int(Opt::Limit, 0, NON_NEGATIVE)?.unwrap_or(0),
+        None => Meta::int_of(meta, Opt::Limit, 0, NON_NEGATIVE)?.unwrap_or(0),
     };
     if limit == 0 {
         return Ok(None);
     }
     let window = match opts.window {
         Some(w) => Some((w, Opt::Window.name())),
-        None => meta
-            .int(Opt::Window, 1, POSITIVE)?
-            .map(|d| (d, "META field 'duration'")),
+        None => Meta::int_of(meta, Opt::Window, 1, POSITIVE)?.map(|d| (d, "META field 'duration'")),
     };
     let burst = match (opts.burst, algo.uses_burst()) {
         (Some(b), _) => Some((b, false)),
-        (None, true) => meta.int(Opt::Burst, 0, BURST_RANGE)?.map(|b| (b, true)),
+        (None, true) => Meta::int_of(meta, Opt::Burst, 0, BURST_RANGE)?.map(|b| (b, true)),
         (None, false) => None,
     };
     Ok(Some(Resolved {
@@ -155,6 +156,16 @@ impl Meta {
             Some(Some(v)) if v >= min => Ok(Some(v)),
             _ => Err(RlError::BadMetaField(opt.meta_field(), must)),
         }
+    }
+
+    /// `int` of a META hash that may not have been given.
+    fn int_of(
+        meta: Option<&Meta>,
+        opt: Opt,
+        min: i64,
+        must: &'static str,
+    ) -> Result<Option<i64>, RlError> {
+        meta.map_or(Ok(None), |meta| meta.int(opt, min, must))
     }
 
     fn algorithm(&self) -> Result<Option<Algo>, RlError> {
