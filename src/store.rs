@@ -13,6 +13,7 @@ use redis_module::raw;
 use crate::algo::{Algo, Now, State};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str};
+use crate::num::{format_i64, MAX_DIGITS};
 use crate::plan::{Change, Event, Replicate};
 
 mod leases;
@@ -310,25 +311,41 @@ fn shared(slot: &AtomicPtr<raw::RedisModuleString>) -> Str {
 /// is passed by reference.
 fn replicate_set(ctx: Ctx, key: Str, value: &[u8], created: Option<&Created>, expires_at: i64) {
     let (set, pxat) = (c"SET".as_ptr(), shared(&PXAT));
+    // The time goes as bytes formatted here: the server makes one object of
+    // a buffer, but two (and its own formatting) of a long long.
+    let mut digits = [0u8; MAX_DIGITS];
+    let at = format_i64(expires_at, &mut digits);
+    let (at_ptr, at_len) = (at.as_ptr().cast::<c_char>(), at.len());
     if let Some(created) = created {
-        let (at, fmt) = (expires_at as c_longlong, c"sssl".as_ptr());
-        // SAFETY: the format matches the arguments: three live strings and
-        // a long long.
-        unsafe { api!(RedisModule_Replicate)(ctx, set, fmt, key, created.value, pxat, at) };
+        // SAFETY: "sssb": three live strings, a buffer and its length.
+        unsafe {
+            api!(RedisModule_Replicate)(
+                ctx,
+                set,
+                c"sssb".as_ptr(),
+                key,
+                created.value,
+                pxat,
+                at_ptr,
+                at_len,
+            )
+        };
         return;
     }
     let (ptr, len) = (value.as_ptr().cast::<c_char>(), value.len());
-    // SAFETY: "sbsl": a string, a buffer and its length, a string, a long long.
+    // SAFETY: "sbsb": a string, a buffer and its length, a string, a buffer
+    // and its length.
     unsafe {
         api!(RedisModule_Replicate)(
             ctx,
             set,
-            c"sbsl".as_ptr(),
+            c"sbsb".as_ptr(),
             key,
             ptr,
             len,
             pxat,
-            expires_at as c_longlong,
+            at_ptr,
+            at_len,
         )
     };
 }
