@@ -5,10 +5,10 @@
 
 use super::gcra::Tat;
 use super::state::Layout;
-use super::{ceil_ms, div, ns_of_us, Now, State, Write};
+use super::{div, Now, State, Write};
 use crate::error::RlError;
 
-const NS_PER_S: i128 = 1_000_000_000;
+const NS_PER_S: i64 = 1_000_000_000;
 
 /// Bucket times are absolute ns, which must fit an i64.
 const PAST_THE_CLOCK: &str = "its times would pass the ns clock (the year 2262)";
@@ -33,11 +33,14 @@ pub struct Reply {
     pub retry_after_ms: i64,
 }
 
-/// The validated meter: emission interval and delay variation tolerance.
+/// The validated meter: emission interval and delay variation tolerance,
+/// in ns. Both fit an i64, and so does the tolerance added to the time the
+/// meter was made for (`Params::meter` checks it), so a call at that time
+/// is worked out in i64, without i128 arithmetic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Meter {
-    interval: i128,
-    tolerance: i128,
+    interval: i64,
+    tolerance: i64,
     limit: i64,
 }
 
@@ -56,7 +59,10 @@ impl Params {
             return Err(RlError::BadValue("period", crate::error::POSITIVE));
         }
         // Integer division like redis-cell's; sub-ns intervals are refused.
-        let interval = div(i128::from(self.period_s) * NS_PER_S, i128::from(self.count));
+        let interval = div(
+            i128::from(self.period_s) * i128::from(NS_PER_S),
+            i128::from(self.count),
+        );
         if interval == 0 {
             return Err(RlError::TooLarge(
                 "count_per_period",
@@ -75,6 +81,12 @@ impl Params {
         if !super::policy::fits_ns(now_ms, tolerance) {
             return Err(too_big());
         }
+        // Both fit once they fit after the clock (never fails for a clock
+        // after 1970).
+        let (Ok(interval), Ok(tolerance)) = (i64::try_from(interval), i64::try_from(tolerance))
+        else {
+            return Err(too_big());
+        };
         Ok(Meter {
             interval,
             tolerance,
@@ -83,47 +95,69 @@ impl Params {
     }
 }
 
-fn ceil_s(ns: i128) -> i64 {
-    let s = div(ns.max(0) + NS_PER_S - 1, NS_PER_S);
-    i64::try_from(s).unwrap_or(i64::MAX)
+/// A non-negative span of ns in whole `unit`s, rounded up (a negative one
+/// is 0).
+fn ceil_in(ns: i64, unit: i64) -> i64 {
+    let ns = ns.max(0);
+    ns / unit + i64::from(ns % unit != 0)
 }
 
-/// Decides one call at `now` (its µs). `found` is the stored state and the
-/// key's absolute expiry (`None`: no TTL), as for `algo::admit`.
+/// Decides one call at `now` (its µs), the time `meter` was made for.
+/// `found` is the stored state and the key's absolute expiry (`None`: no
+/// TTL), as for `algo::admit`.
 pub fn throttle(
     found: Option<(State, Option<i64>)>,
     meter: &Meter,
     quantity: i64,
     now: Now,
 ) -> (Reply, Write) {
-    let now = ns_of_us(now.us);
+    const NS_PER_MS: i64 = 1_000_000;
+    let now = now.us.saturating_mul(1_000).max(0);
+    let tolerance = meter.tolerance;
     let stored = found
         .and_then(|(state, _)| Tat::of(state))
-        .map(|t| t.tat_ns);
-    let tat = stored.map_or(now, |t| t.clamp(now, now + meter.tolerance));
+        .map(|t| super::state::clamp(t.tat_ns));
+    // In [now, now + tolerance], which fits (see `Meter`).
+    let tat = stored.map_or(now, |t| t.clamp(now, now.saturating_add(tolerance)));
     // A quantity beyond the tolerance can never pass: no need to multiply it.
-    let increment = i128::from(quantity)
+    let increment = quantity
         .checked_mul(meter.interval)
-        .filter(|&i| i <= meter.tolerance);
-    let new_tat = increment.map(|i| tat + i);
-    let allowed = new_tat.filter(|&t| t - meter.tolerance <= now);
+        .filter(|&i| (0..=tolerance).contains(&i));
+    // The new TAT less the tolerance: the earliest time it allows, within
+    // `now` and the tolerance either side, so it fits where the new TAT
+    // itself may not.
+    let due = increment.map(|i| tat - tolerance + i);
+    let allowed = due.filter(|&due| due <= now);
     let (ttl, write) = match allowed {
-        Some(new_tat) => {
+        Some(due) => {
+            let new_tat = due + tolerance;
             let write = match quantity {
                 0 => Write::Nothing,
                 _ => Write::State {
-                    state: Tat { tat_ns: new_tat }.stored(),
-                    expires_at: ceil_ms(new_tat),
+                    state: Tat {
+                        tat_ns: i128::from(new_tat),
+                    }
+                    .stored(),
+                    expires_at: ceil_in(new_tat, NS_PER_MS),
                 },
             };
             (new_tat - now, write)
         }
         // A stored time beyond the tolerance is written back clamped, so it
         // drains instead of blocking for ever (see gcra::beyond).
-        None if quantity > 0 && super::gcra::beyond(stored, now, meter.tolerance) => {
+        None if quantity > 0
+            && super::gcra::beyond(
+                stored.map(i128::from),
+                i128::from(now),
+                i128::from(tolerance),
+            ) =>
+        {
             let write = Write::State {
-                state: Tat { tat_ns: tat }.stored(),
-                expires_at: ceil_ms(tat),
+                state: Tat {
+                    tat_ns: i128::from(tat),
+                }
+                .stored(),
+                expires_at: ceil_in(tat, NS_PER_MS),
             };
             (tat - now, write)
         }
@@ -136,28 +170,26 @@ pub fn throttle(
     // make. State this module wrote always expires at its TAT already, so its
     // refusals still write nothing.
     let write = match write {
-        Write::Nothing if allowed.is_none() && quantity > 0 => {
-            super::refusal_repair(ceil_ms(ttl), ceil_ms(now + ttl), found.map(|f| f.1))
-        }
+        Write::Nothing if allowed.is_none() && quantity > 0 => super::refusal_repair(
+            ceil_in(ttl, NS_PER_MS),
+            ceil_in(now + ttl, NS_PER_MS),
+            found.map(|f| f.1),
+        ),
         write => write,
     };
-    let next = meter.tolerance - ttl;
-    let remaining = if next > -meter.interval {
-        div(next, meter.interval)
-    } else {
-        0
-    };
-    let wait = match (allowed, new_tat) {
+    // `ttl` is within [0, tolerance], so this is never negative.
+    let remaining = (tolerance - ttl).max(0) / meter.interval.max(1);
+    let wait = match (allowed, due) {
         (Some(_), _) | (None, None) => None,
-        (None, Some(t)) => Some(t - meter.tolerance - now),
+        (None, Some(due)) => Some(due - now),
     };
     let reply = Reply {
         limited: allowed.is_none(),
         limit: meter.limit,
-        remaining: i64::try_from(remaining).unwrap_or(i64::MAX),
-        retry_after_s: wait.map_or(-1, ceil_s),
-        reset_after_s: ceil_s(ttl),
-        retry_after_ms: wait.map_or(-1, ceil_ms),
+        remaining,
+        retry_after_s: wait.map_or(-1, |ns| ceil_in(ns, NS_PER_S)),
+        reset_after_s: ceil_in(ttl, NS_PER_S),
+        retry_after_ms: wait.map_or(-1, |ns| ceil_in(ns, NS_PER_MS)),
     };
     (reply, write)
 }

@@ -4,8 +4,8 @@
 
 use super::Call;
 use crate::algo::gcra::Tat;
-use crate::algo::state::Layout;
-use crate::algo::{throttle, Algo, State};
+use crate::algo::state::{self, Layout};
+use crate::algo::throttle;
 use crate::args;
 use crate::error::RlError;
 use crate::num::parse_i64;
@@ -21,9 +21,11 @@ pub fn throttle(call: &Call) -> Result<(), RlError> {
     let mut key = Key::write(call.ctx, name);
     let found = match key.read_string()? {
         None => None,
-        Some(bytes) => match State::decode(Algo::Gcra, bytes) {
-            Ok(state) => Some(state),
-            Err(_) => Some(
+        // Our own format, decoded here rather than through the algorithm
+        // table: this command only ever reads GCRA state.
+        Some(bytes) => match state::decode::<Tat>(bytes) {
+            Some(state) => Some(state),
+            None => Some(
                 Tat {
                     tat_ns: i128::from(parse_i64(bytes).ok_or(RlError::BadState("gcra"))?),
                 }
