@@ -130,7 +130,9 @@ pub fn throttle(
     let allowed = due.filter(|&due| due <= now);
     let (ttl, write) = match allowed {
         Some(due) => {
-            let new_tat = due + tolerance;
+            // Fits for the meter's own time; saturates (as a stored TAT is
+            // clamped) for any later one.
+            let new_tat = due.saturating_add(tolerance);
             let write = match quantity {
                 0 => Write::Nothing,
                 _ => Write::State {
