@@ -110,11 +110,15 @@ impl View {
         i128::from(previous) * self.weight + i128::from(current) * self.window
     }
 
-    fn room(&self, current: i64, previous: i64) -> i64 {
-        let free = div(
-            (self.limit * self.window - self.used(current, previous)).max(0),
-            self.window,
-        );
+    /// What is left under the limit, in requests times ms: negative when
+    /// the estimate is over it.
+    fn spare(&self, current: i64, previous: i64) -> i128 {
+        self.limit * self.window - self.used(current, previous)
+    }
+
+    /// Whole requests that fit in `spare` (see `spare`).
+    fn room(&self, spare: i128) -> i64 {
+        let free = div(spare.max(0), self.window);
         i64::try_from(free).unwrap_or(i64::MAX)
     }
 
@@ -165,8 +169,10 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
 fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
     let (start, current, previous) = in_view(state, policy.window_ms, now_ms);
     let v = view(policy, start, now_ms);
-    let fits = cost <= policy.limit
-        && v.used(current, previous) + i128::from(cost) * v.window <= v.limit * v.window;
+    let spare = v.spare(current, previous);
+    // What the cost takes, once it is known to be at most the limit.
+    let taken = i128::from(cost) * v.window;
+    let fits = cost <= policy.limit && taken <= spare;
     if !fits {
         let retry = if cost > policy.limit {
             -1
@@ -178,7 +184,7 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
             decision: Decision {
                 admitted: false,
                 limit: policy.limit,
-                remaining: v.room(current, previous),
+                remaining: v.room(spare),
                 retry_after_ms: retry,
                 reset_after_ms: reset,
             },
@@ -197,7 +203,7 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
         decision: Decision {
             admitted: true,
             limit: policy.limit,
-            remaining: v.room(after, previous),
+            remaining: v.room(spare - taken),
             retry_after_ms: 0,
             reset_after_ms: reset,
         },
