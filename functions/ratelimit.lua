@@ -17,6 +17,7 @@ says how to load and call it and lists every difference.
   FCALL    rl_release  1 key lease-id
   FCALL    rl_extend   1 key lease-id TTL ms
   FCALL_RO rl_inflight 1 key
+  FCALL_RO rl_version  0
 
 Every key is a key: the META hash of rl_admit, rl_ttl, rl_refund and
 rl_acquire is KEYS[2]. rl_admitall takes one counter per POLICY block, in order, first,
@@ -1322,6 +1323,16 @@ local function rl_inflight(keys, args)
   return live_count(read_held(keys[1], now))
 end
 
+-- The library's version: the crate's (Cargo.toml; a test holds them equal).
+-- A package that bundles this file loads it over an older copy, or over one
+-- without rl_version, and never over a newer one.
+local VERSION = '0.1.0'
+
+local function rl_version(keys, args)
+  if #keys ~= 0 or #args ~= 0 then wrong_arity('rl_version') end
+  return VERSION
+end
+
 ---------------------------------------------------------------- registration
 
 server.register_function{function_name = 'rl_admit', callback = entry(rl_admit)}
@@ -1337,3 +1348,4 @@ server.register_function{function_name = 'rl_acquire', callback = entry(rl_acqui
 server.register_function{function_name = 'rl_release', callback = entry(rl_release), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_extend', callback = entry(rl_extend), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_inflight', callback = entry(rl_inflight), flags = {'no-writes'}}
+server.register_function{function_name = 'rl_version', callback = entry(rl_version), flags = {'no-writes', 'allow-stale'}}

@@ -8,13 +8,12 @@
 //! transaction, so TIME there is exactly the `now` the module used. The
 //! windows read it in ms, the buckets in µs (`timed_us`).
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     ceil_ms, cmd_err, cmd_ints, cmd_raw, exec, get, int, ints, pttl, raw_state, repl_offset,
     server_time_ms, snapshot, text, timed, timed_us, wait_replica_offset, Server, QUIET,
 };

@@ -18,16 +18,15 @@
 //! it). Without them these tests fail when `$CI` is set and are skipped,
 //! with a note on stderr, otherwise.
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod common;
+use crate::common;
+use crate::common::cluster;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::backend::Backend;
+use crate::common::backend::Backend;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// A test program that runs longer than this is hung.

@@ -4,16 +4,12 @@
 //! The library is loaded into every primary (Valkey does not spread
 //! FUNCTION LOAD across shards).
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod common;
-
 use std::net::TcpListener;
 use std::time::Duration;
 
-use cluster::{cluster_info, err_line, redirect};
-use common::backend::{load_library, show, start_without_module, Backend, BOTH};
-use common::{cmd_raw, wait_until, Server};
+use crate::common::backend::{load_library, show, start_without_module, Backend, BOTH};
+use crate::common::cluster::{cluster_info, err_line, redirect};
+use crate::common::{cmd_raw, wait_until, Server};
 use redis::Value;
 
 /// Two primaries of `backend`, slots split in half.

@@ -8,7 +8,7 @@
 //! budget holds for the server it was calibrated on; against another
 //! (`make test-valkey8`) this test says so and checks nothing.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::Command;

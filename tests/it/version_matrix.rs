@@ -5,9 +5,9 @@
 //! `valkey_version` must start with (e.g. `8.1.`); the Makefile sets it for
 //! `make test-valkey8`. Unset, the version is only printed.
 
-mod common;
+use crate::common;
 
-use common::{cmd_ints, Server};
+use crate::common::{cmd_ints, Server};
 
 #[test]
 fn the_server_is_the_expected_version_and_loads_the_module() {

@@ -1,11 +1,11 @@
 //! The seed scenarios of the fixed window, against a real server.
 
-mod common;
+use crate::common;
 
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{cmd_err, cmd_int, cmd_ints, dump, pexpiretime, pttl, server_time_ms, Server};
+use crate::common::{cmd_err, cmd_int, cmd_ints, dump, pexpiretime, pttl, server_time_ms, Server};
 use redis::Commands;
 use serial_test::serial;
 

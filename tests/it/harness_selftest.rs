@@ -1,9 +1,7 @@
 //! Checks of the test harness itself (tests/common): server start with the
 //! module loaded, restart with persistence, replication, error helpers.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 #[test]
 fn starts_with_module_loaded() {

@@ -1,8 +1,9 @@
 //! Integration-test harness: starts throwaway valkey-server processes with the
 //! module loaded, plus small helpers for talking to them.
 //!
-//! Each test binary includes this file with `mod common;` and uses a subset of
-//! it, hence the one `#![allow(dead_code)]` below.
+//! `tests/it/main.rs` declares it first, with `#[macro_use]`, so its macros
+//! reach every test module; each module uses a subset of it, hence the one
+//! `#![allow(dead_code)]` below.
 //!
 //! Environment:
 //! - `RL_MODULE`: module to load (default `target/release/libvalkey_ratelimit.so`).
@@ -12,7 +13,6 @@
 #![allow(dead_code)]
 
 /// A command from words of any printable type: `c!["RL.ADMIT", key, "LIMIT", 5]`.
-/// (A test file that uses it declares `#[macro_use] mod common;`.)
 #[allow(unused_macros)]
 macro_rules! c {
     ($($w:expr),* $(,)?) => { vec![$($w.to_string()),*] };
@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 use redis::{Connection, ConnectionLike, Value};
 
 pub mod backend;
+pub mod cluster;
 
 /// Binds `$pubsub`, a subscription to the keyspace events matching
 /// `$pattern` on `$server`, whose reads time out after 5 s. A macro, not a

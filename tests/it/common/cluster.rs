@@ -3,8 +3,7 @@
 //! joined with `CLUSTER MEET`, replicas added with `CLUSTER REPLICATE`, and a
 //! manual router that asks the node owning a key's slot and follows `MOVED`.
 //!
-//! Include it with `#[path = "common/cluster.rs"] mod cluster;` next to
-//! `mod common;`. Each test binary uses a part of it.
+//! `common::cluster`; the cluster tests of both backends use it.
 
 #![allow(dead_code)]
 

@@ -6,10 +6,9 @@
 //! together with TIME (or inside one script): the server's time is frozen
 //! there, so TIME is exactly the `now` the module used, to the µs.
 
-#[macro_use]
-mod common;
+use crate::common;
 
-use common::{
+use crate::common::{
     assert_refused_naming, ceil_ms, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
     server_time_ms, snapshot, text, timed, timed_us, wait_replica_offset, Server, QUIET,
 };

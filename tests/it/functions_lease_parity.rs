@@ -7,10 +7,10 @@
 //! and generated lease ids (which differ by design) matched by the
 //! contract's pattern `^[0-9a-f]+-[0-9a-f]{16}$`.
 
-mod common;
+use crate::common;
 
-use common::backend::{error_text, is_generated_id, show, without_ids, Backend, BOTH};
-use common::{cmd_raw, exec, time_ms, Rng, Server};
+use crate::common::backend::{error_text, is_generated_id, show, without_ids, Backend, BOTH};
+use crate::common::{cmd_raw, exec, time_ms, Rng, Server};
 use redis::{Connection, Value};
 
 /// A step of a lease scenario.

@@ -3,15 +3,11 @@
 //! `scripts/load-functions-cluster.sh` into every primary of a cluster,
 //! run as a user runs them, with the command-line client.
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod common;
-
 use std::path::Path;
 use std::process::{Command, Output};
 
-use cluster::Cluster;
-use common::{cmd_raw, in_ci, try_ints, wait_until, Server};
+use crate::common::cluster::Cluster;
+use crate::common::{cmd_raw, in_ci, try_ints, wait_until, Server};
 use redis::{Connection, Value};
 
 /// Whether a command-line client is there for the scripts to use.
@@ -68,7 +64,7 @@ fn functions(con: &mut Connection) -> Vec<String> {
     names
 }
 
-const FUNCTIONS: [&str; 11] = [
+const FUNCTIONS: [&str; 12] = [
     "rl_acquire",
     "rl_admit",
     "rl_admitall",
@@ -80,6 +76,7 @@ const FUNCTIONS: [&str; 11] = [
     "rl_reset",
     "rl_throttle",
     "rl_ttl",
+    "rl_version",
 ];
 
 #[test]
@@ -102,6 +99,9 @@ fn loads_into_one_server_and_again_over_itself() {
         ],
     );
     assert_eq!(try_ints(&reply), Some(vec![1, 2, 1, 0, 1000]));
+    // The library states the crate's version, for the packages that bundle it.
+    let version = cmd_raw(&mut con, &["FCALL_RO", "rl_version", "0"]);
+    assert_eq!(version, Value::BulkString(env!("CARGO_PKG_VERSION").into()));
     // Nothing listening: a failure, said so.
     let port = server.port;
     drop(server);

@@ -10,10 +10,10 @@
 //! answer, the module is checked against them too, so the table also pins
 //! what the two agree on.
 
-mod common;
+use crate::common;
 
-use common::backend::{call, run_scenario, seed, show, Backend, Step, Transcript, BOTH};
-use common::Server;
+use crate::common::backend::{call, run_scenario, seed, show, Backend, Step, Transcript, BOTH};
+use crate::common::Server;
 
 /// A sliding window of 100 ms, seen at phase 37 on every server.
 const PIN: Option<(i64, i64)> = Some((100, 37));

@@ -4,14 +4,14 @@
 //! leases: members and scores) and PEXPIRETIME for every key, and refusals
 //! and reads leave `master_repl_offset` alone.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::backend::{error_text, show, Backend, BOTH};
-use common::{
+use crate::common::backend::{error_text, show, Backend, BOTH};
+use crate::common::{
     cmd_raw, pexpiretime, repl_offset, snapshot, wait_replica_offset, Rng, Server, QUIET,
 };
 use redis::{Connection, Value};

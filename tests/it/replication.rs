@@ -1,12 +1,12 @@
 //! Replicas and the AOF receive effects with absolute expiry, never the
 //! time-dependent command: after any run of calls they agree exactly.
 
-mod common;
-
 use std::thread::sleep;
 use std::time::Duration;
 
-use common::{cmd_ints, pexpiretime, repl_offset, snapshot, wait_replica_offset, Server, QUIET};
+use crate::common::{
+    cmd_ints, pexpiretime, repl_offset, snapshot, wait_replica_offset, Server, QUIET,
+};
 use redis::Commands;
 
 #[test]

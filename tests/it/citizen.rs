@@ -1,11 +1,11 @@
 //! A first-class Valkey citizen: command metadata, ACL category, INFO,
 //! CONFIG, keyspace events and RESP3.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 
-use common::{cmd_err, cmd_ints, module_path, Server};
+use crate::common::{cmd_err, cmd_ints, module_path, Server};
 use redis::{Commands, Value};
 
 /// (name, arity, flags that must be present, key-specs, ACL categories)

@@ -2,10 +2,10 @@
 //! module's exact error text from both backends, and changes nothing on
 //! either (every key's DUMP and PEXPIRETIME before and after).
 
-mod common;
+use crate::common;
 
-use common::backend::{error_text, show, Backend, BOTH};
-use common::{dump, pexpiretime, Server};
+use crate::common::backend::{error_text, show, Backend, BOTH};
+use crate::common::{dump, pexpiretime, Server};
 use redis::Connection;
 
 const KEYS: &[&str] = &[

@@ -5,7 +5,7 @@
 //!
 //! The random workloads print their seed; rerun one with `RL_SEED=<n>`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,7 +13,7 @@ use std::sync::{Arc, Barrier};
 use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
-use common::{
+use crate::common::{
     cmd_err, cmd_ints, cmd_raw, err_text, get, info_field, keyspace, pexpiretime, pipeline,
     raw_state, run, seed, server_time_ms, split, timed, try_ints, try_text, wait_replica_offset,
     words, Rng, Server, Snap, QUIET,

@@ -6,11 +6,11 @@
 //!
 //! The run prints its seed; replay one with `RL_SEED=<n>`.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 
-use common::{info_field, pipeline, raw_state, server_time_ms, Rng, Server};
+use crate::common::{info_field, pipeline, raw_state, server_time_ms, Rng, Server};
 use redis::{Connection, Value};
 
 const COMMANDS: &[&str] = &[

@@ -7,10 +7,7 @@
 //! after TIME (`common::timed`): the server's time is frozen there, so TIME
 //! is exactly the `now` the module used.
 
-#[path = "common/cluster.rs"]
-mod cluster;
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,8 +15,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cluster::{err_line, Cluster};
-use common::{
+use crate::common::cluster::{err_line, Cluster};
+use crate::common::{
     cmd_err, cmd_int, cmd_raw, dump, err_text, exec, info_field, pexpiretime, repl_offset, run,
     server_time_ms, split, timed, wait_replica_offset, Rng, Server, QUIET,
 };

@@ -5,13 +5,13 @@
 //! drift). That user has no @admin or @dangerous command, reaches only
 //! `app:*` keys, can use every function there, and gets NOPERM elsewhere.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::Path;
 
-use common::backend::{error_text, show, Backend};
-use common::{cmd_raw, module_path};
+use crate::common::backend::{error_text, show, Backend};
+use crate::common::{cmd_raw, module_path};
 use redis::{Connection, Value};
 
 /// The user name and the rules of the first `ACL SETUSER` line of the doc.

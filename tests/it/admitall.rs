@@ -5,12 +5,11 @@
 //! the server's time is frozen there, so a limiter answers RL.ADMITALL and
 //! RL.ADMIT (on a COPY of its key) from the same state at the same time.
 
-#[macro_use]
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
-use common::{
+use crate::common::{
     cmd_err, cmd_raw, dump, exec, int, ints, pexpiretime, raw_state, repl_offset, run, snapshot,
     split, wait_replica_offset, words, Server, QUIET,
 };

@@ -1,9 +1,9 @@
 //! Malformed calls get a clear error, change nothing, and never take the
 //! server down.
 
-mod common;
+use crate::common;
 
-use common::{assert_refused_naming, raw_state, split, Server};
+use crate::common::{assert_refused_naming, raw_state, split, Server};
 use redis::Commands;
 
 #[test]

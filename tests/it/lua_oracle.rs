@@ -14,14 +14,14 @@
 //! exercised; the timings vary from run to run, the comparison stays
 //! exact.
 
-mod common;
+use crate::common;
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{cmd_raw, exec, Rng, Server};
+use crate::common::{cmd_raw, exec, Rng, Server};
 use redis::{Connection, Value};
 
 /// A reply reduced to what is compared.

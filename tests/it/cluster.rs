@@ -5,16 +5,14 @@
 //! (exact copies, READONLY reads, redirected writes, manual failovers);
 //! numbered databases in cluster mode (Valkey 9's `cluster-databases`).
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use cluster::{err_line, redirect, Cluster};
-use common::{cmd_raw, pexpiretime, split, try_ints, try_text};
+use crate::common::cluster::{err_line, redirect, Cluster};
+use crate::common::{cmd_raw, pexpiretime, split, try_ints, try_text};
 use redis::{Connection, Value};
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];

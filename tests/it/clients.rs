@@ -11,16 +11,15 @@
 //! (`make client-deps`; `.ci/run` runs it). Without them these tests fail
 //! when `$CI` is set and are skipped, with a note on stderr, otherwise.
 
-#[path = "common/cluster.rs"]
-mod cluster;
-mod common;
+use crate::common;
+use crate::common::cluster;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::backend::Backend;
-use common::{cmd_raw, wait_until, Server};
+use crate::common::backend::Backend;
+use crate::common::{cmd_raw, wait_until, Server};
 use redis::Commands;
 
 const REPO: &str = env!("CARGO_MANIFEST_DIR");
@@ -86,14 +85,18 @@ impl Lang {
                 Some(cmd)
             }
             Lang::Rust => {
-                // Same profile as this test, so an up-to-date build is reused.
+                // The release profile, as `make build-test` builds every
+                // example, so an up-to-date build is reused.
                 let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
                 let mut cmd = Command::new(cargo);
-                cmd.args(["run", "--quiet", "--example", "rust_handler"]);
-                if !cfg!(debug_assertions) {
-                    cmd.arg("--release");
-                }
-                cmd.arg("--");
+                cmd.args([
+                    "run",
+                    "--quiet",
+                    "--release",
+                    "--example",
+                    "rust_handler",
+                    "--",
+                ]);
                 Some(cmd)
             }
         }

@@ -1,0 +1,33 @@
+//! The integration tests: one binary, one module per family, each against
+//! real valkey-server processes that the harness in `common` starts. One
+//! binary links the harness once; `make test` builds it in the test profile
+//! while the module under test (`target/release/libvalkey_ratelimit.so`)
+//! keeps the release build it ships with.
+
+#[macro_use]
+mod common;
+
+mod admitall;
+mod algorithms;
+mod bad_input;
+mod citizen;
+mod clients;
+mod cluster;
+mod fixed_window;
+mod frameworks;
+mod functions_bad_input;
+mod functions_cluster;
+mod functions_lease_parity;
+mod functions_managed;
+mod functions_parity;
+mod functions_replication;
+mod fuzz_live;
+mod harness_selftest;
+mod instruction_budget;
+mod leases;
+mod load_functions;
+mod lua_oracle;
+mod reliability;
+mod replication;
+mod throttle;
+mod version_matrix;
