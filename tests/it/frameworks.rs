@@ -14,9 +14,9 @@
 //! Also here: `npm pack` and `python -m build` produce artifacts that
 //! install and import.
 //!
-//! Their dependencies come from `scripts/client-deps.sh` (.ci/run runs
-//! it). Without them these tests fail when `$CI` is set and are skipped,
-//! with a note on stderr, otherwise.
+//! Their dependencies come from `scripts/setup.sh test` (make test runs
+//! it). Without them these tests fail; `make test SKIP_CLIENTS=1` leaves
+//! them out by name and says how many.
 
 use crate::common;
 use crate::common::cluster;
@@ -32,14 +32,14 @@ const REPO: &str = env!("CARGO_MANIFEST_DIR");
 /// A test program that runs longer than this is hung.
 const RUN_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// A dependency is missing: fail under CI, skip (return None) locally.
+/// A dependency is missing: fail, or skip (return None) with RL_ALLOW_SKIP=1.
 fn unavailable<T>(what: &str) -> Option<T> {
     let msg = format!(
         "{what}; install the client packages' test dependencies with \
-         scripts/client-deps.sh (run by .ci/run)"
+         `scripts/setup.sh test` (make test runs it)"
     );
-    if common::in_ci() {
-        panic!("CI=true and {msg}");
+    if common::missing_tool_fails() {
+        panic!("{msg} (RL_ALLOW_SKIP=1 skips instead)");
     }
     eprintln!("SKIPPED: {msg}");
     None

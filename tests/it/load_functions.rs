@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use crate::common::cluster::Cluster;
-use crate::common::{cmd_raw, in_ci, try_ints, wait_until, Server};
+use crate::common::{cmd_raw, missing_tool_fails, try_ints, wait_until, Server};
 use redis::{Connection, Value};
 
 /// Whether a command-line client is there for the scripts to use.
@@ -22,8 +22,8 @@ fn have_cli() -> bool {
         .is_file();
     if !found {
         assert!(
-            !in_ci(),
-            "no valkey-cli or redis-cli (apt-get install redis-tools)"
+            !missing_tool_fails(),
+            "no valkey-cli or redis-cli (scripts/setup.sh test installs redis-tools)"
         );
         eprintln!("skipped: no valkey-cli or redis-cli");
     }

@@ -29,5 +29,6 @@ mod load_functions;
 mod lua_oracle;
 mod reliability;
 mod replication;
+mod setup_script;
 mod throttle;
 mod version_matrix;
