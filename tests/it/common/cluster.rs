@@ -152,6 +152,17 @@ impl Cluster {
         self.nodes[node].client()
     }
 
+    /// What answers the calls: the module, or the library.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// `args` (in the module's syntax) sent to `node` as its backend takes
+    /// them; the raw reply, MOVED and ASK included.
+    pub fn raw(&self, node: usize, args: &[&str]) -> Value {
+        self.backend.raw(&mut self.client(node), args)
+    }
+
     pub fn keyslot(&self, key: &str) -> u16 {
         redis::cmd("CLUSTER")
             .arg("KEYSLOT")
