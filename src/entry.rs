@@ -1,9 +1,10 @@
 //! The FFI boundary: every command enters here. A panic becomes an error
 //! reply and never unwinds into the server; the nesting depth (a keyspace
 //! event subscriber may call us from inside one of our calls) guards
-//! MODULE UNLOAD; the arguments are read once into byte slices. Raw FFI:
-//! redis-module's `redis_command!` wrapper allocates a Vec and retains
-//! every argument on each call.
+//! MODULE UNLOAD; the arguments are read once into byte slices; a getkeys
+//! request is answered from the command's grammar. Raw FFI: redis-module's
+//! `redis_command!` wrapper allocates a Vec and retains every argument on
+//! each call.
 
 use std::mem::MaybeUninit;
 use std::os::raw::c_int;
@@ -11,42 +12,52 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::args::MAX_ARGS;
+use crate::args::{self, MAX_ARGS};
 use crate::commands::{admitall, lease, limiter, throttle, Call};
 use crate::error::RlError;
 use crate::ffi::{str_bytes, Ctx, Str, OK};
-use crate::{reply, stats, store};
+use crate::getkeys::{self, Keys};
+use crate::{reply, stats};
 
 /// A command body: a reply sent, or an error to reply.
 type Body = fn(&Call) -> Result<(), RlError>;
 
-/// Where a command's keys are (getkeys-api): `key(position, read_only)`.
-type Keys = fn(&[&[u8]], &mut dyn FnMut(usize, bool));
-
+/// A command's entry point: its body, the first argument it reads, and
+/// where its keys are when the key-specs cannot say (getkeys-api).
 macro_rules! entry_point {
     ($name:ident => $body:path, $read:expr) => {
         pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
             run(ctx, argv, argc, $body, $read, None)
         }
     };
-    ($name:ident => $body:path, $read:expr, keys: $keys:path) => {
+    ($name:ident => $body:path, $read:expr, keys: $keys:expr) => {
         pub extern "C" fn $name(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
-            run(ctx, argv, argc, $body, $read, Some($keys))
+            const KEYS: Keys = $keys;
+            run(ctx, argv, argc, $body, $read, Some(KEYS))
         }
     };
 }
 
 /// Which arguments a body reads as bytes: the command name never, the key
 /// only where its name matters (RL.ADMITALL's duplicate check), since each
-/// read is a module-API call. The others are empty slices in `Call::args`.
+/// read is a module-API call. The others are empty slices in `Call::args`
+/// (the key is `Call::key`).
 const AFTER_THE_KEY: usize = 2;
 const AFTER_THE_NAME: usize = 1;
 
-entry_point!(rl_admit => limiter::admit, AFTER_THE_KEY, keys: limiter::keys_rw);
-entry_point!(rl_admitall => admitall::admit_all, AFTER_THE_NAME, keys: admitall::keys);
-entry_point!(rl_ttl => limiter::ttl, AFTER_THE_KEY, keys: limiter::keys_ro);
+// The limiters' getkeys: the counter (read-write, read-only for RL.TTL) and
+// the META hash (read-only). Cluster routing asks the command itself, not
+// its key-specs, so this is what makes a META hash in another slot a
+// CROSSSLOT error.
+entry_point!(rl_admit => limiter::admit, AFTER_THE_KEY,
+    keys: |args, key| args::limiter_keys(args, false, key));
+entry_point!(rl_admitall => admitall::admit_all, AFTER_THE_NAME,
+    keys: |args, key| args::admit_all_keys(args, key));
+entry_point!(rl_ttl => limiter::ttl, AFTER_THE_KEY,
+    keys: |args, key| args::limiter_keys(args, true, key));
 entry_point!(rl_limit => limiter::limit, AFTER_THE_KEY);
-entry_point!(rl_refund => limiter::refund, AFTER_THE_KEY, keys: limiter::keys_rw);
+entry_point!(rl_refund => limiter::refund, AFTER_THE_KEY,
+    keys: |args, key| args::limiter_keys(args, false, key));
 entry_point!(rl_reset => limiter::reset, AFTER_THE_KEY);
 entry_point!(rl_throttle => throttle::throttle, AFTER_THE_KEY);
 entry_point!(rl_acquire => lease::acquire, AFTER_THE_KEY, keys: lease::keys);
@@ -87,14 +98,9 @@ fn run(
     };
     // A getkeys-api request only asks where the keys are: nothing to reply
     // to and nothing to count, even when the call itself is malformed.
-    if store::is_keys_request(ctx) {
+    if getkeys::is_request(ctx) {
         if let Some(keys) = keys {
-            let _ = catch_unwind(AssertUnwindSafe(|| {
-                let args: Vec<&[u8]> = argv.iter().map(str_bytes).collect();
-                keys(&args, &mut |pos, read_only| {
-                    store::key_at(ctx, pos, read_only)
-                });
-            }));
+            let _ = catch_unwind(AssertUnwindSafe(|| getkeys::answer(ctx, argv, keys)));
         }
         return OK;
     }

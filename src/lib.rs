@@ -4,7 +4,8 @@
 //! syntax in the doc comment, and the module's load and unload. A call
 //! flows one way: `entry` (the FFI boundary) -> `commands` -> `args` (the
 //! grammar) -> `resolve` (META) -> `algo` (pure decisions) -> `plan` (pure
-//! effects) -> `store` (keyspace, replication, events) and `reply`.
+//! effects) and `receipt` (pure: events, INFO counters) -> `store`
+//! (keyspace, replication, events), `stats` and `reply`.
 //! Raw FFI for load: `redis_module!` decodes each command's arguments per
 //! call, takes key-specs and docs only from `#[command]` attributes (not
 //! this table), and its `ModuleOptions` lacks Valkey's option bits.
@@ -16,12 +17,15 @@ pub mod error;
 pub mod keyword;
 pub mod num;
 pub mod plan;
+pub mod receipt;
 
 // The server-facing layer.
+mod clock;
 mod commands;
 mod config;
 mod entry;
 mod ffi;
+mod getkeys;
 mod registry;
 mod reply;
 mod resolve;

@@ -1,13 +1,10 @@
 //! The effect plan: pure. From an algorithm's `Write` and the state as it
 //! was read, what the store must do to the key and how replicas and the AOF
-//! are told (INCRBY, `SET ... KEEPTTL`, `SET ... PXAT`, PEXPIREAT or DEL);
-//! from a decision, the event to fire and the INFO counter to bump.
+//! are told (INCRBY, `SET ... KEEPTTL`, `SET ... PXAT`, PEXPIREAT or DEL).
+//! What a call reports besides (its event, its INFO counters) is
+//! `receipt`'s.
 
-use std::ffi::CStr;
-
-use crate::algo::{state, Algo, Write};
-
-pub use crate::algo::Found;
+use crate::algo::{state, Found, Write};
 
 /// What happens to the key, and what replicas are told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,96 +64,6 @@ pub fn change(write: Write, before: Found, buf: &mut [u8; state::MAX_LEN]) -> Ch
             }
         }
     }
-}
-
-/// The module's keyspace events (class `d`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Event {
-    /// A refusal.
-    Hit,
-    Refund,
-    Reset,
-}
-
-impl Event {
-    pub fn name(self) -> &'static CStr {
-        match self {
-            Event::Hit => c"rl.hit",
-            Event::Refund => c"rl.refund",
-            Event::Reset => c"rl.reset",
-        }
-    }
-}
-
-/// Which INFO counters a call bumps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Source {
-    Algo(Algo),
-    Throttle,
-    AdmitAll,
-    /// RL.ADMIT or RL.REFUND on a limiter with no limit.
-    Unlimited,
-}
-
-/// The INFO counters a decision bumps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Tally {
-    Admitted(Source),
-    /// Refused, with the back-off told (-1: never).
-    Refused(Source, i64),
-}
-
-/// The receipt of a decision: its counters, and `rl.hit` for a refusal
-/// when hit events are on. A peek (`cost` 0) refuses nobody: no event.
-pub fn receipt(
-    source: Source,
-    admitted: bool,
-    retry_after_ms: i64,
-    cost: i64,
-    hit_events: bool,
-) -> (Tally, Option<Event>) {
-    match admitted {
-        true => (Tally::Admitted(source), None),
-        false => (
-            Tally::Refused(source, retry_after_ms),
-            (hit_events && cost > 0).then_some(Event::Hit),
-        ),
-    }
-}
-
-/// What a lease call did, for its receipt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LeaseOutcome {
-    /// A new lease, or a live one renewed.
-    Acquired,
-    Refused,
-    Released,
-    Extended,
-    /// A release or extend of a lease that was not live.
-    Nothing,
-}
-
-/// The INFO counters a lease call bumps: its outcome, and the expired
-/// leases it reclaimed on the way.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LeaseTally {
-    pub outcome: LeaseOutcome,
-    pub reclaimed: u64,
-}
-
-/// The receipt of a lease call: its counters, and `rl.hit` for a refusal
-/// when hit events are on, as for the limiters' refusals.
-pub fn lease_receipt(
-    outcome: LeaseOutcome,
-    reclaimed: usize,
-    hit_events: bool,
-) -> (LeaseTally, Option<Event>) {
-    let tally = LeaseTally {
-        outcome,
-        reclaimed: reclaimed as u64,
-    };
-    let hit = hit_events && outcome == LeaseOutcome::Refused;
-    (tally, hit.then_some(Event::Hit))
 }
 
 #[cfg(test)]
@@ -228,37 +135,5 @@ mod tests {
         for (write, before, want) in cases {
             assert_eq!(plan(*write, *before), *want, "{write:?} on {before:?}");
         }
-    }
-
-    #[test]
-    fn only_a_lease_refusal_fires_a_hit() {
-        let (tally, event) = lease_receipt(LeaseOutcome::Refused, 2, true);
-        assert_eq!((tally.reclaimed, event), (2, Some(Event::Hit)));
-        assert_eq!(lease_receipt(LeaseOutcome::Refused, 0, false).1, None);
-        for outcome in [
-            LeaseOutcome::Acquired,
-            LeaseOutcome::Released,
-            LeaseOutcome::Nothing,
-        ] {
-            assert_eq!(lease_receipt(outcome, 1, true).1, None, "{outcome:?}");
-        }
-    }
-
-    #[test]
-    fn only_a_real_refusal_fires_a_hit() {
-        let s = Source::Algo(Algo::Token);
-        assert_eq!(receipt(s, true, 0, 1, true), (Tally::Admitted(s), None));
-        assert_eq!(
-            receipt(s, false, 40, 2, true),
-            (Tally::Refused(s, 40), Some(Event::Hit))
-        );
-        assert_eq!(
-            receipt(s, false, 40, 0, true),
-            (Tally::Refused(s, 40), None)
-        );
-        assert_eq!(
-            receipt(s, false, -1, 1, false),
-            (Tally::Refused(s, -1), None)
-        );
     }
 }

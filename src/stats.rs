@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use redis_module::{InfoContext, RedisResult};
 
 use crate::algo::{Algo, ALGORITHMS};
-use crate::plan::{LeaseOutcome, LeaseTally, Source, Tally};
+use crate::receipt::{LeaseOutcome, LeaseTally, Source, Tally};
 
 /// One slot per algorithm, then RL.THROTTLE, RL.ADMITALL and unlimited
 /// calls.

@@ -1,7 +1,8 @@
 //! The keyspace: opens keys, reads and writes limiter state, applies
 //! absolute expiry, replicates effects and fires notifications. Nothing
-//! here decides anything: `execute` carries out a planned `Change`. Raw
-//! FFI: this is the command path, where every instruction per call counts.
+//! here decides anything: `execute` carries out a planned `Change`. (The
+//! clock is `clock`'s, the getkeys-api answer `getkeys`'s.) Raw FFI: this
+//! is the command path, where every instruction per call counts.
 
 use std::ffi::CStr;
 use std::os::raw::{c_char, c_int};
@@ -9,10 +10,11 @@ use std::ptr;
 
 use redis_module::raw;
 
-use crate::algo::{Algo, Now, State};
+use crate::algo::{Algo, State};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str};
-use crate::plan::{Change, Event, Replicate};
+use crate::plan::{Change, Replicate};
+use crate::receipt::Event;
 
 mod leases;
 mod replicate;
@@ -23,19 +25,6 @@ use replicate::{
     replicate_delete, replicate_expiry, replicate_incrby, replicate_set, replicate_set_keep_ttl,
     shared, ONE,
 };
-
-/// The server's time for this call, in ms. It is frozen for the whole of a
-/// command, a MULTI/EXEC or a script, and it is the clock key expiry uses.
-/// Leases need no finer time; the limiters read `now`.
-pub fn now_ms() -> i64 {
-    now().ms
-}
-
-/// The server's time for this call, in µs (and its ms), frozen as above.
-pub fn now() -> Now {
-    // SAFETY: takes no arguments; valid whenever a command runs.
-    Now::from_us(unsafe { api!(RedisModule_CachedMicroseconds)() })
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {
@@ -270,27 +259,6 @@ impl Drop for Key {
             unsafe { api!(RedisModule_CloseKey)(key) };
         }
     }
-}
-
-/// True when the server only asks which arguments are keys (getkeys-api).
-pub fn is_keys_request(ctx: Ctx) -> bool {
-    // SAFETY: the running call's context.
-    unsafe { api!(RedisModule_IsKeysPositionRequest)(ctx) != 0 }
-}
-
-/// Answers a getkeys request: the argument at `pos` is a key.
-pub fn key_at(ctx: Ctx, pos: usize, read_only: bool) {
-    let flags = match read_only {
-        true => raw::REDISMODULE_CMD_KEY_RO | raw::REDISMODULE_CMD_KEY_ACCESS,
-        false => {
-            raw::REDISMODULE_CMD_KEY_RW
-                | raw::REDISMODULE_CMD_KEY_ACCESS
-                | raw::REDISMODULE_CMD_KEY_UPDATE
-        }
-    };
-    // SAFETY: only called while answering a getkeys request, with a
-    // position inside its arguments.
-    unsafe { api!(RedisModule_KeyAtPosWithFlags)(ctx, pos as c_int, flags as c_int) };
 }
 
 /// Tells WATCH and client-side caching that the key changed. Implicit

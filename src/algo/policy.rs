@@ -6,9 +6,7 @@ use crate::error::RlError;
 use crate::keyword::Keyword;
 
 use super::state::{self, Layout, Prefix, MAX_FIELDS};
-use super::{
-    fixed, gcra, leaky, sliding, token, with_repair, Decide, Found, Outcome, State, NS_PER_MS,
-};
+use super::{fixed, gcra, leaky, sliding, token, State, NS_PER_MS};
 
 /// What BURST means to an algorithm, and so how far ahead of now its state
 /// reaches (which must fit the clock).
@@ -39,17 +37,10 @@ pub struct AlgoSpec {
     pub prefix: Prefix,
     /// Its stored state parsed and checked (by its `Layout::read`).
     pub decode: fn(&[u8]) -> Option<State>,
-    /// Its decisions (see `algo::admit` and `algo::refund`).
-    pub admit: Decide,
-    pub refund: Decide,
 }
 
 /// The row of the algorithm whose state is `L`.
-const fn row<L: Layout>(
-    name: &'static CStr,
-    reach: Reach,
-    (admit, refund): (Decide, Decide),
-) -> AlgoSpec {
+const fn row<L: Layout>(name: &'static CStr, reach: Reach) -> AlgoSpec {
     assert!(
         L::FIELDS >= 1 && L::FIELDS <= MAX_FIELDS,
         "a state is 1 to MAX_FIELDS integers"
@@ -64,21 +55,7 @@ const fn row<L: Layout>(
         bare: L::BARE,
         prefix: Prefix::of(crate::keyword::text(name), L::BARE),
         decode: state::decode::<L>,
-        admit,
-        refund,
     }
-}
-
-/// `refund` of an algorithm that reads only the state, not the key's expiry.
-/// `now` is in the algorithm's unit (ms or µs).
-pub(super) fn with_state(
-    refund: fn(Option<State>, &Policy, i64, i64) -> Outcome,
-    found: Found,
-    policy: &Policy,
-    amount: i64,
-    now: i64,
-) -> Outcome {
-    refund(found.map(|f| f.0), policy, amount, now)
 }
 
 /// Declares `Algo`, the table's key, with one variant per row of
@@ -95,42 +72,14 @@ macro_rules! algorithms {
 }
 
 // Every algorithm: adding one is its file (its state's `Layout` and its
-// decisions), its `pub mod` in algo/mod.rs and a row here. The windows read
-// the clock's ms, the buckets its µs.
+// decisions), its `pub mod` and its arms in `algo::admit` and `algo::refund`
+// in algo/mod.rs, and a row here.
 algorithms! {
-    Fixed => row::<fixed::Count>(c"fixed", Reach::Windows(1), (fixed::decide, fixed::refund)),
-    Sliding => row::<sliding::Windows>(
-        c"sliding",
-        Reach::Windows(2),
-        (
-            |f, p, c, n| with_repair(sliding::admit, f, p, c, n.ms),
-            |f, p, a, n| with_state(sliding::refund, f, p, a, n.ms),
-        ),
-    ),
-    Token => row::<token::Bucket>(
-        c"token",
-        Reach::Bucket,
-        (
-            |f, p, c, n| with_repair(token::admit, f, p, c, n.us),
-            |f, p, a, n| with_state(token::refund, f, p, a, n.us),
-        ),
-    ),
-    Gcra => row::<gcra::Tat>(
-        c"gcra",
-        Reach::Bucket,
-        (
-            |f, p, c, n| with_repair(gcra::admit, f, p, c, n.us),
-            |f, p, a, n| with_state(gcra::refund, f, p, a, n.us),
-        ),
-    ),
-    Leaky => row::<leaky::Queue>(
-        c"leaky",
-        Reach::Queue,
-        (
-            |f, p, c, n| with_repair(leaky::admit, f, p, c, n.us),
-            |f, p, a, n| with_state(leaky::refund, f, p, a, n.us),
-        ),
-    ),
+    Fixed => row::<fixed::Count>(c"fixed", Reach::Windows(1)),
+    Sliding => row::<sliding::Windows>(c"sliding", Reach::Windows(2)),
+    Token => row::<token::Bucket>(c"token", Reach::Bucket),
+    Gcra => row::<gcra::Tat>(c"gcra", Reach::Bucket),
+    Leaky => row::<leaky::Queue>(c"leaky", Reach::Queue),
 }
 
 impl Algo {
@@ -148,13 +97,8 @@ impl Algo {
         all
     };
 
-    /// "one of fixed, sliding, ...", for errors.
-    pub const NAMES: &'static str = {
-        match std::str::from_utf8(&ONE_OF) {
-            Ok(text) => text,
-            Err(_) => panic!("algorithm names are ASCII"),
-        }
-    };
+    /// Every name, for errors (the table's test checks it names each row).
+    pub const NAMES: &'static str = "one of fixed, sliding, token, gcra, leaky";
 
     pub const fn spec(self) -> &'static AlgoSpec {
         &ALGORITHMS[self as usize]
@@ -181,46 +125,6 @@ impl Algo {
         }
     }
 }
-
-const ONE_OF_PREFIX: &[u8] = b"one of ";
-
-const ONE_OF_LEN: usize = {
-    let mut len = ONE_OF_PREFIX.len();
-    let mut i = 0;
-    while i < ALGORITHMS.len() {
-        len += ALGORITHMS[i].name.count_bytes() + if i > 0 { 2 } else { 0 };
-        i += 1;
-    }
-    len
-};
-
-const ONE_OF: [u8; ONE_OF_LEN] = {
-    let mut out = [0u8; ONE_OF_LEN];
-    let mut at = 0;
-    let mut put = 0;
-    while put < ONE_OF_PREFIX.len() {
-        out[at] = ONE_OF_PREFIX[put];
-        at += 1;
-        put += 1;
-    }
-    let mut i = 0;
-    while i < ALGORITHMS.len() {
-        if i > 0 {
-            out[at] = b',';
-            out[at + 1] = b' ';
-            at += 2;
-        }
-        let name = ALGORITHMS[i].name.to_bytes();
-        let mut j = 0;
-        while j < name.len() {
-            out[at] = name[j];
-            at += 1;
-            j += 1;
-        }
-        i += 1;
-    }
-    out
-};
 
 /// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -302,7 +206,8 @@ mod tests {
 
     #[test]
     fn the_table_spells_every_name() {
-        assert_eq!(Algo::NAMES, "one of fixed, sliding, token, gcra, leaky");
+        let names: Vec<&str> = Algo::ALL.iter().map(|a| a.name()).collect();
+        assert_eq!(Algo::NAMES, format!("one of {}", names.join(", ")));
         for algo in Algo::ALL {
             assert_eq!(Algo::parse(algo.name().as_bytes()), Some(algo));
             assert_eq!(

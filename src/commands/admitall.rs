@@ -4,19 +4,19 @@
 //! One POLICY per key, in order. All are admitted, or none is consumed.
 
 use super::Call;
-use crate::algo::{self, Decision, Outcome, Policy, Write};
-use crate::args::{self, AdmitAll};
+use crate::algo::{self, Decision, Found, Outcome, Policy, Write};
+use crate::args::AdmitAll;
 use crate::error::RlError;
 use crate::ffi::{Ctx, Str};
-use crate::plan::{Found, Source};
+use crate::receipt::{self, Source};
 use crate::resolve::resolve;
 use crate::store::{self, Key};
-use crate::{config, plan, reply, stats};
+use crate::{clock, config, reply, stats};
 
 pub fn admit_all(call: &Call) -> Result<(), RlError> {
     let ctx = call.ctx;
     let request = AdmitAll::parse(call.args)?;
-    let now = store::now();
+    let now = clock::now();
     let mut limiters = Vec::with_capacity(request.keys);
     for (i, opts) in request.policies.iter().enumerate() {
         let policy = resolve(ctx, call.argv, opts)?
@@ -75,15 +75,20 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
         }
     }
     let decisions: Vec<Decision> = members.iter().map(|m| m.outcome.decision).collect();
-    // Every refusing member fires `rl.hit`; the call counts once.
-    let hit_events = config::hit_events();
-    for name in hits {
-        let (_, event) = plan::receipt(Source::AdmitAll, false, 0, request.cost, hit_events);
-        if let Some(event) = event {
+    // The call counts once; its refusal's event is fired for every refusing
+    // member.
+    let (tally, event) = receipt::of_decision(
+        Source::AdmitAll,
+        all_admitted,
+        longest,
+        request.cost,
+        config::hit_events(),
+    );
+    if let Some(event) = event {
+        for name in hits {
             store::notify(ctx, event, name);
         }
     }
-    let (tally, _) = plan::receipt(Source::AdmitAll, all_admitted, longest, 0, false);
     stats::count(tally);
     reply::admit_all(ctx, all_admitted, refused_by as i64, longest, &decisions);
     Ok(())
@@ -114,9 +119,4 @@ impl Member {
             super::write(ctx, &mut key, self.name, self.outcome.write, self.found);
         }
     }
-}
-
-/// getkeys-api: the counters (read-write) and every META hash (read-only).
-pub fn keys(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
-    args::admit_all_keys(args, key)
 }

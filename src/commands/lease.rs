@@ -12,7 +12,7 @@ use crate::args;
 use crate::config;
 use crate::error::RlError;
 use crate::ffi::Str;
-use crate::plan::{self, LeaseOutcome};
+use crate::receipt::{self, LeaseOutcome};
 use crate::resolve::lease_policy;
 use crate::store::{self, Key};
 use crate::{reply, stats};
@@ -37,7 +37,7 @@ const DEADLINE_TOO_LATE: RlError = RlError::TooLarge("TTL", "the lease deadline 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]
 pub fn acquire(call: &Call) -> Result<(), RlError> {
     let opts = args::lease::acquire(call.args)?;
-    let now = store::now_ms();
+    let now = crate::clock::now().ms;
     let given = opts.id.map(|at| call.args[at]);
     let Some(policy) = lease_policy(call.ctx, call.argv, &opts)? else {
         let id = given.map_or_else(|| lease::generated_id(now, next_nonce()), <[u8]>::to_vec);
@@ -95,7 +95,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
 /// RL.RELEASE key lease-id
 pub fn release(call: &Call) -> Result<(), RlError> {
     let id = args::lease::release(call.args)?;
-    let now = store::now_ms();
+    let now = crate::clock::now().ms;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
     let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
@@ -114,7 +114,7 @@ pub fn release(call: &Call) -> Result<(), RlError> {
 /// RL.EXTEND key lease-id TTL ms
 pub fn extend(call: &Call) -> Result<(), RlError> {
     let (id, ttl_ms) = args::lease::extend(call.args)?;
-    let now = store::now_ms();
+    let now = crate::clock::now().ms;
     lease::deadline_after(now, ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
@@ -133,7 +133,7 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
 
 /// RL.INFLIGHT key: a read; reclaims nothing.
 pub fn in_flight(call: &Call) -> Result<(), RlError> {
-    let now = store::now_ms();
+    let now = crate::clock::now().ms;
     let key = Key::read(call.ctx, call.argv[1]);
     let held = key.read_held(call.ctx, now, None)?;
     reply::int(call.ctx, lease::in_flight(&held));
@@ -147,7 +147,7 @@ pub fn keys(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
 
 /// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`.
 fn record(call: &Call, name: Str, outcome: LeaseOutcome, reclaimed: usize) {
-    let (tally, event) = plan::lease_receipt(outcome, reclaimed, config::hit_events());
+    let (tally, event) = receipt::of_lease(outcome, reclaimed, config::hit_events());
     stats::lease(tally);
     if let Some(event) = event {
         store::notify(call.ctx, event, name);

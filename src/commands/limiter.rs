@@ -6,10 +6,10 @@ use super::Call;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
 use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
 use crate::error::RlError;
-use crate::plan::{Event, Source};
+use crate::receipt::{Event, Source, Tally};
 use crate::resolve::{meta_limit, resolve};
 use crate::store::{self, Key, KeyKind};
-use crate::{reply, stats};
+use crate::{clock, reply, stats};
 
 /// RL.ADMIT and RL.REFUND take every option.
 const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
@@ -18,7 +18,7 @@ const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
 pub fn admit(call: &Call) -> Result<(), RlError> {
     match update(call, algo::admit)? {
         None => {
-            stats::count(crate::plan::Tally::Admitted(Source::Unlimited));
+            stats::count(Tally::Admitted(Source::Unlimited));
             reply::decision(call.ctx, &Decision::UNLIMITED);
         }
         Some(Updated {
@@ -30,7 +30,7 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
             let source = Source::Algo(algo);
             super::record(
                 call.ctx,
-                call.argv[1],
+                call.key(),
                 source,
                 d.admitted,
                 d.retry_after_ms,
@@ -48,7 +48,7 @@ pub fn refund(call: &Call) -> Result<(), RlError> {
         None => reply::decision(call.ctx, &Decision::UNLIMITED),
         Some(updated) => {
             if updated.wrote {
-                store::notify(call.ctx, Event::Refund, call.argv[1]);
+                store::notify(call.ctx, Event::Refund, call.key());
             }
             reply::decision(call.ctx, &updated.decision);
         }
@@ -74,14 +74,14 @@ struct Updated {
 fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
-    let now = store::now();
+    let now = clock::now();
     let Some(policy) = resolve(call.ctx, call.argv, &opts)?
         .map(|r| r.policy(now.ms))
         .transpose()?
     else {
         return Ok(None);
     };
-    let name = call.argv[1];
+    let name = call.key();
     let mut key = Key::write(call.ctx, name);
     let found = key.read_state(policy.algo)?;
     let cost = opts.cost.unwrap_or(1);
@@ -99,7 +99,7 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
 pub fn ttl(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, POLICY_SET, &mut opts)?;
-    let now = store::now();
+    let now = clock::now();
     let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
         reply::int(call.ctx, 0);
         return Ok(());
@@ -110,7 +110,7 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
         (Algo::Fixed, None) => None,
         _ => Some(resolved.policy(now.ms)?),
     };
-    let key = Key::read(call.ctx, call.argv[1]);
+    let key = Key::read(call.ctx, call.key());
     let found = key.read_state(resolved.algo)?;
     let backoff = match policy {
         None => fixed::backoff(fixed::counter_of(found, now.ms), resolved.limit, now.ms),
@@ -127,13 +127,13 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
 
 /// RL.LIMIT metakey
 pub fn limit(call: &Call) -> Result<(), RlError> {
-    reply::int(call.ctx, meta_limit(call.ctx, call.argv[1])?);
+    reply::int(call.ctx, meta_limit(call.ctx, call.key())?);
     Ok(())
 }
 
 /// RL.RESET key
 pub fn reset(call: &Call) -> Result<(), RlError> {
-    let name = call.argv[1];
+    let name = call.key();
     let mut key = Key::write(call.ctx, name);
     let existed = match key.kind() {
         KeyKind::Empty => false,
@@ -147,16 +147,4 @@ pub fn reset(call: &Call) -> Result<(), RlError> {
     }
     reply::int(call.ctx, i64::from(existed));
     Ok(())
-}
-
-/// getkeys-api: the counter (read-write), and the META hash (read-only).
-/// Cluster routing asks the command itself, not its key-specs, so this is
-/// what makes a META hash in another slot a CROSSSLOT error.
-pub fn keys_rw(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
-    args::limiter_keys(args, false, key)
-}
-
-/// getkeys-api for RL.TTL: the counter and the META hash, both read-only.
-pub fn keys_ro(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
-    args::limiter_keys(args, true, key)
 }

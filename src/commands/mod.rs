@@ -1,16 +1,18 @@
 //! The command families, each in its own file: a request parsed by `args`,
 //! its policy resolved, the algorithm's decision planned by `plan`, carried
-//! out by `store`, counted by `stats` and answered by `reply`.
+//! out by `store`, its receipt (`receipt`) counted by `stats` and fired as
+//! an event by `store`, and answered by `reply`.
 
 pub mod admitall;
 pub mod lease;
 pub mod limiter;
 pub mod throttle;
 
-use crate::algo::state;
+use crate::algo::{state, Found};
 use crate::config;
 use crate::ffi::{Ctx, Str};
-use crate::plan::{self, Found, Source};
+use crate::plan;
+use crate::receipt::{self, Source};
 use crate::store::{self, Key};
 use crate::{algo, stats};
 
@@ -19,10 +21,19 @@ use crate::{algo, stats};
 pub struct Call<'a> {
     pub ctx: Ctx,
     pub argv: &'a [Str],
-    /// One per argument; the command name's and (except for RL.ADMITALL,
-    /// which compares its keys) the key's are empty: not read, as the
-    /// key is used through its handle in `argv`.
+    /// One per argument, at its position in `argv`. Only the arguments a
+    /// command parses are read: the command name's slot is empty, and so is
+    /// the key's (but for RL.ADMITALL, which compares its keys), each read
+    /// being a module-API call. The key is `key()`.
     pub args: &'a [&'a [u8]],
+}
+
+impl Call<'_> {
+    /// The key of a one-key command (its first argument), as the handle
+    /// the keyspace takes.
+    pub fn key(&self) -> Str {
+        self.argv[1]
+    }
 }
 
 /// Plans and carries out an algorithm's write on an open key.
@@ -34,7 +45,7 @@ fn write(ctx: Ctx, key: &mut Key, name: Str, write: algo::Write, before: Found) 
 /// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`.
 fn record(ctx: Ctx, name: Str, source: Source, admitted: bool, retry_after_ms: i64, cost: i64) {
     let (tally, event) =
-        plan::receipt(source, admitted, retry_after_ms, cost, config::hit_events());
+        receipt::of_decision(source, admitted, retry_after_ms, cost, config::hit_events());
     stats::count(tally);
     if let Some(event) = event {
         store::notify(ctx, event, name);

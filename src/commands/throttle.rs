@@ -9,15 +9,15 @@ use crate::algo::throttle;
 use crate::args;
 use crate::error::RlError;
 use crate::num::parse_i64;
-use crate::plan::Source;
-use crate::reply;
-use crate::store::{self, Key};
+use crate::receipt::Source;
+use crate::store::Key;
+use crate::{clock, reply};
 
 pub fn throttle(call: &Call) -> Result<(), RlError> {
     let (params, quantity) = args::throttle(call.args)?;
-    let now = store::now();
+    let now = clock::now();
     let meter = params.meter(now.ms)?;
-    let name = call.argv[1];
+    let name = call.key();
     let mut key = Key::write(call.ctx, name);
     let found = match key.read_string()? {
         None => None,

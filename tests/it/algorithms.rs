@@ -14,11 +14,12 @@ use std::thread::sleep;
 use std::time::Duration;
 
 use crate::common::{
-    ceil_ms, cmd_err, cmd_ints, cmd_raw, exec, get, int, ints, pttl, raw_state, repl_offset,
-    server_time_ms, snapshot, text, timed, timed_us, wait_replica_offset, Server, QUIET,
+    cmd_err, cmd_ints, cmd_raw, exec, get, int, ints, pttl, raw_state, repl_offset, server_time_ms,
+    snapshot, text, timed, timed_us, wait_replica_offset, Rng, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
 use serial_test::serial;
+use valkey_ratelimit::algo::ceil_ms;
 
 const NS_PER_MS: i128 = 1_000_000;
 
@@ -47,20 +48,6 @@ fn token_value(credit: i128, now_us: i64) -> String {
 
 fn exists(con: &mut Connection, key: &str) -> bool {
     con.exists(key).unwrap()
-}
-
-/// A small deterministic generator, so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    /// Uniform in `0..n`.
-    fn below(&mut self, n: i64) -> i64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        ((self.0 >> 33) % n as u64) as i64
-    }
 }
 
 // ---------------------------------------------------------------------------
@@ -429,7 +416,7 @@ fn sliding_weights_the_previous_window_by_what_is_left_of_it() {
 fn sliding_matches_the_model_on_crafted_states() {
     let server = Server::start();
     let mut con = server.client();
-    let mut rng = Rng(0x5eed_0001);
+    let mut rng = Rng::new(0x5eed_0001);
     // How many cases took each path: (admitted, peeks, never, wait within
     // this window, wait into the next, refunds deleting, refunds writing).
     let mut seen = [0; 7];
@@ -437,21 +424,21 @@ fn sliding_matches_the_model_on_crafted_states() {
         // Windows of many lengths, so the server clock falls early, midway
         // and late in them whatever time the test runs at: every path is
         // taken on any run.
-        let w = 10_000 + rng.below(50_000);
-        let limit = rng.below(12) + 1;
+        let w = 10_000 + rng.below_i64(50_000);
+        let limit = rng.below_i64(12) + 1;
         let now0 = server_time_ms(&mut con);
         let start0 = now0 - now0.rem_euclid(w);
-        let state = match rng.below(8) {
+        let state = match rng.below_i64(8) {
             0 => None,
             back => Some(Sliding {
                 start: start0 - [0, 0, 0, 0, 1, 1, 2][back as usize - 1] * w,
-                current: rng.below(limit + 3),
+                current: rng.below_i64(limit + 3),
                 // Often none: a refund can only empty a limiter then.
-                previous: rng.below(limit + 3) * rng.below(2),
+                previous: rng.below_i64(limit + 3) * rng.below_i64(2),
             }),
         };
-        let cost = rng.below(limit + 2);
-        let amount = rng.below(4);
+        let cost = rng.below_i64(limit + 2);
+        let amount = rng.below_i64(4);
         let key = format!("s:{case}");
         let back = format!("s:{case}:refund");
         let setup = |k: &str| match state {
@@ -962,12 +949,12 @@ fn gcra_answers_exactly_like_the_token_bucket() {
         c!["RL.ADMIT", "gk"],
         bucket_opts(Kind::Gcra, limit, window, burst),
     );
-    let mut rng = Rng(0x5eed_0002);
+    let mut rng = Rng::new(0x5eed_0002);
     let mut tat: Option<i128> = None;
     let (mut admitted, mut refused) = (0, 0);
     for round in 0..30 {
-        let costs: Vec<i64> = (0..1 + rng.below(4))
-            .map(|_| rng.below(burst + 2))
+        let costs: Vec<i64> = (0..1 + rng.below_i64(4))
+            .map(|_| rng.below_i64(burst + 2))
             .collect();
         let mut cmds = vec![];
         for &cost in &costs {
@@ -993,7 +980,7 @@ fn gcra_answers_exactly_like_the_token_bucket() {
         }
         let n = r.len();
         assert_eq!(int(&r[n - 2]), int(&r[n - 1]), "round {round}: same expiry");
-        sleep(Duration::from_millis(40 + 40 * rng.below(6) as u64));
+        sleep(Duration::from_millis(40 + 40 * rng.below_i64(6) as u64));
     }
     assert!(
         admitted > 5 && refused > 5,
@@ -1009,43 +996,43 @@ fn gcra_answers_exactly_like_the_token_bucket() {
 fn buckets_match_the_model_on_crafted_states() {
     let server = Server::start();
     let mut con = server.client();
-    let mut rng = Rng(0x5eed_0003);
+    let mut rng = Rng::new(0x5eed_0003);
     let mut seen = [0; 7];
     for case in 0..300 {
         let kind = Kind::ALL[case % 3];
-        let limit = 1 + rng.below(30);
-        let window = [10_000, 15_000, 60_000, 7][rng.below(4) as usize];
-        let burst = rng.below(6) + i64::from(kind != Kind::Leaky);
+        let limit = 1 + rng.below_i64(30);
+        let window = [10_000, 15_000, 60_000, 7][rng.below_i64(4) as usize];
+        let burst = rng.below_i64(6) + i64::from(kind != Kind::Leaky);
         let meter = Meter::new(limit, window, burst, kind == Kind::Leaky);
         let cap_ms = ceil_ms(meter.capacity).max(1);
         let now0 = server_time_ms(&mut con);
         let now0_ns = i128::from(now0) * NS_PER_MS;
         // The stored state, and what it means as a debt-free instant (TAT).
-        let stored: Option<String> = match rng.below(6) {
+        let stored: Option<String> = match rng.below_i64(6) {
             0 => None,
             _ => Some(match kind {
                 Kind::Token => {
-                    let credit = rng.below(cap_ms * 2 + 1) as i128 * NS_PER_MS / 2;
-                    let last = now0 - rng.below(cap_ms * 2) + rng.below(3);
+                    let credit = rng.below_i64(cap_ms * 2 + 1) as i128 * NS_PER_MS / 2;
+                    let last = now0 - rng.below_i64(cap_ms * 2) + rng.below_i64(3);
                     // Both forms: with the ns into the ms, and without
                     // (what builds with a ms clock wrote).
-                    match rng.below(2) {
+                    match rng.below_i64(2) {
                         0 => format!("token:{credit}:{last}"),
-                        _ => format!("token:{credit}:{last}:{}", rng.below(1_000_000)),
+                        _ => format!("token:{credit}:{last}:{}", rng.below_i64(1_000_000)),
                     }
                 }
                 Kind::Gcra | Kind::Leaky => {
                     let tat = now0_ns
-                        + i128::from(rng.below(cap_ms * 3) - cap_ms) * NS_PER_MS
-                        + i128::from(rng.below(1_000_000));
+                        + i128::from(rng.below_i64(cap_ms * 3) - cap_ms) * NS_PER_MS
+                        + i128::from(rng.below_i64(1_000_000));
                     format!("{}:{tat}", kind.name())
                 }
             }),
         };
-        let costs: Vec<i64> = (0..1 + rng.below(3))
-            .map(|_| rng.below(burst + 3))
+        let costs: Vec<i64> = (0..1 + rng.below_i64(3))
+            .map(|_| rng.below_i64(burst + 3))
             .collect();
-        let amount = rng.below(4);
+        let amount = rng.below_i64(4);
         let key = format!("b:{case}");
         let back = format!("b:{case}:refund");
         let opts = bucket_opts(kind, limit, window, burst);
@@ -1733,19 +1720,19 @@ fn a_replica_holds_the_same_state_and_expiry_for_every_algorithm() {
     let keys: Vec<String> = (0..policies.len() * 2)
         .map(|i| format!("lim:{i}"))
         .collect();
-    let mut rng = Rng(0x5eed_0004);
+    let mut rng = Rng::new(0x5eed_0004);
     for round in 0..12 {
         for (i, key) in keys.iter().enumerate() {
             let opts = &policies[i % policies.len()];
             let call = match (round + i) % 7 {
                 0 => with(
                     c!["RL.REFUND", key],
-                    with(opts.clone(), c!["COST", rng.below(3)]),
+                    with(opts.clone(), c!["COST", rng.below_i64(3)]),
                 ),
                 1 if round > 8 => c!["RL.RESET", key],
                 _ => with(
                     c!["RL.ADMIT", key],
-                    with(opts.clone(), c!["COST", rng.below(4)]),
+                    with(opts.clone(), c!["COST", rng.below_i64(4)]),
                 ),
             };
             let words: Vec<&str> = call.iter().map(String::as_str).collect();

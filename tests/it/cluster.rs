@@ -1,9 +1,11 @@
-//! Valkey Cluster: routing by the declared keys (counters and META hashes),
-//! CROSSSLOT for RL.ADMITALL and META across slots, and limiters moved
-//! between nodes, by the classic `SETSLOT`/`MIGRATE` procedure and by
-//! Valkey 9's atomic `CLUSTER MIGRATESLOTS`; a replica in cluster mode
-//! (exact copies, READONLY reads, redirected writes, manual failovers);
-//! numbered databases in cluster mode (Valkey 9's `cluster-databases`).
+//! Valkey Cluster, every scenario on both backends (the module, and the
+//! library loaded into every primary): routing by the declared keys
+//! (counters and META hashes), CROSSSLOT for RL.ADMITALL and META across
+//! slots, and limiters moved between nodes, by the classic
+//! `SETSLOT`/`MIGRATE` procedure and by Valkey 9's atomic `CLUSTER
+//! MIGRATESLOTS`; a replica in cluster mode (exact copies, READONLY reads,
+//! redirected writes, manual failovers); numbered databases in cluster mode
+//! (Valkey 9's `cluster-databases`); and every reply alike from both.
 
 use crate::common;
 
@@ -11,8 +13,9 @@ use std::collections::BTreeMap;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::common::cluster::{err_line, redirect, Cluster};
-use crate::common::{cmd_raw, pexpiretime, split, try_ints, try_text};
+use crate::common::backend::{Backend, BOTH};
+use crate::common::cluster::{redirect, Cluster};
+use crate::common::{cmd_raw, error_text, pexpiretime, show, split, try_ints, try_text, Server};
 use redis::{Connection, Value};
 
 const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
@@ -151,18 +154,19 @@ fn state_of(con: &mut Connection, keys: &[String]) -> BTreeMap<String, (Vec<Stri
 /// RL.TTL of every limiter (its back-off now) on the owner of `slot`, with
 /// the server time of each reading (MULTI { TIME; RL.TTL }).
 fn backoffs(c: &Cluster, slot: u16, lims: &[Lim]) -> Vec<(i64, i64)> {
-    backoffs_on(&mut c.client(c.owner_seen_by(0, slot)), lims)
+    let owner = c.owner_seen_by(0, slot);
+    backoffs_on(c.backend(), &mut c.client(owner), lims)
 }
 
 /// `backoffs`, through a given connection (e.g. one that sent READONLY).
-fn backoffs_on(con: &mut Connection, lims: &[Lim]) -> Vec<(i64, i64)> {
+fn backoffs_on(backend: Backend, con: &mut Connection, lims: &[Lim]) -> Vec<(i64, i64)> {
     lims.iter()
         .map(|l| {
             let ttl = l.call("RL.TTL");
             let v = cmd_raw(con, &["MULTI"]);
             assert_eq!(v, Value::Okay);
             cmd_raw(con, &["TIME"]);
-            cmd_raw(con, &strs(&ttl));
+            backend.raw(con, &strs(&ttl));
             let Value::Array(exec) = cmd_raw(con, &["EXEC"]) else {
                 panic!("EXEC")
             };
@@ -214,7 +218,14 @@ fn migrate(c: &Cluster, from: usize, to: usize, keys: &[String]) {
 
 #[test]
 fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
-    let c = Cluster::start(3);
+    for backend in BOTH {
+        routing_and_a_setslot_migration_on(backend);
+    }
+}
+
+fn routing_and_a_setslot_migration_on(backend: Backend) {
+    let c = Cluster::start_on(backend, 3, &[]);
+    let b = backend;
     let p = ["LIMIT", "5", "WINDOW", "60000"];
 
     // Routing follows the counter's slot: the owner answers, others MOVE.
@@ -225,13 +236,13 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         assert_eq!(try_ints(&v).unwrap()[..3], [1, 5, 4], "{key}");
         assert_eq!(owner, c.owner_seen_by(owner, c.keyslot(key)));
         for other in (0..3).filter(|&n| n != owner) {
-            let moved = cmd_raw(&mut c.client(other), &args);
+            let moved = c.raw(other, &args);
             assert_eq!(
                 redirect(&moved, "MOVED"),
                 Some(c.nodes[owner].port),
                 "{moved:?}"
             );
-            let ttl = cmd_raw(&mut c.client(other), &["RL.TTL", key, "LIMIT", "5"]);
+            let ttl = c.raw(other, &["RL.TTL", key, "LIMIT", "5"]);
             assert_eq!(
                 redirect(&ttl, "MOVED"),
                 Some(c.nodes[owner].port),
@@ -243,7 +254,7 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     let (_, t_owner) = c.route("{t}x", &split("HSET {t}meta max 2 duration 60000"));
     let (v, _) = c.route("{t}y", &["RL.ADMIT", "{t}y", "META", "{t}meta"]);
     assert_eq!(try_ints(&v).unwrap()[..3], [1, 2, 1]);
-    let v = cmd_raw(&mut c.client(t_owner), &["RL.LIMIT", "{t}meta"]);
+    let v = c.raw(t_owner, &["RL.LIMIT", "{t}meta"]);
     assert_eq!(v, Value::Int(2));
 
     // RL.ADMITALL: keys in different slots are refused by the server ...
@@ -251,15 +262,15 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
         split("RL.ADMITALL 2 alpha beta POLICY LIMIT 5 WINDOW 60000 POLICY LIMIT 5 WINDOW 60000");
     assert_ne!(c.keyslot("alpha"), c.keyslot("beta"));
     for node in 0..3 {
-        let v = cmd_raw(&mut c.client(node), &cross);
-        let e = err_line(&v).unwrap_or_default();
+        let v = c.raw(node, &cross);
+        let e = error_text(&v).unwrap_or_default();
         assert!(e.starts_with("CROSSSLOT"), "node {node}: {v:?}");
     }
     // ... and so is a META hash in another slot than its counters ...
     let mixed = split("RL.ADMITALL 2 {t}a {t}b POLICY META {t}meta POLICY META {u}meta");
     let v = c.route("{t}a", &mixed).0;
     assert!(
-        err_line(&v).unwrap_or_default().starts_with("CROSSSLOT"),
+        error_text(&v).unwrap_or_default().starts_with("CROSSSLOT"),
         "{v:?}"
     );
     // ... while a shared hash tag works, on the tag's owner.
@@ -295,23 +306,23 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     // still here is served here, and a call spanning both must retry.
     let moved = lims.iter().find(|l| first.contains(&l.key)).unwrap();
     let here = lims.iter().find(|l| rest.contains(&l.key)).unwrap();
-    let v = cmd_raw(&mut c.client(src), &strs(&moved.call("RL.ADMIT")));
+    let v = c.raw(src, &strs(&moved.call("RL.ADMIT")));
     assert_eq!(redirect(&v, "ASK"), Some(c.nodes[dst].port), "{v:?}");
-    let v = cmd_raw(&mut c.client(src), &strs(&here.call("RL.TTL")));
+    let v = c.raw(src, &strs(&here.call("RL.TTL")));
     assert!(matches!(v, Value::Int(_)), "{v:?}");
     let mut con = c.client(dst);
     let _: () = redis::cmd("ASKING").query(&mut con).unwrap();
     let mut peek = moved.call("RL.ADMIT");
     peek.extend(["COST".to_string(), "0".to_string()]);
-    let v = cmd_raw(&mut con, &strs(&peek));
+    let v = b.raw(&mut con, &strs(&peek));
     assert!(try_ints(&v).is_some(), "ASKING + peek on the target: {v:?}");
     let both = format!(
         "RL.ADMITALL 2 {} {} POLICY LIMIT 9 WINDOW 1000 POLICY LIMIT 9 WINDOW 1000",
         moved.key, here.key
     );
-    let v = cmd_raw(&mut c.client(src), &split(&both));
+    let v = c.raw(src, &split(&both));
     assert!(
-        err_line(&v).unwrap_or_default().starts_with("TRYAGAIN"),
+        error_text(&v).unwrap_or_default().starts_with("TRYAGAIN"),
         "{v:?}"
     );
     migrate(&c, src, dst, rest);
@@ -362,7 +373,7 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
     assert_eq!(node, dst);
     assert_eq!(try_ints(&v).unwrap()[0], 0, "still spent on the new owner");
     println!(
-        "SETSLOT/MIGRATE: slot {slot} moved node {src} -> {dst}: {} keys ({} limiters of every \
+        "{backend:?} SETSLOT/MIGRATE: slot {slot} moved node {src} -> {dst}: {} keys ({} limiters of every \
          algorithm), values identical, PEXPIRETIME later by at most {drift} ms (MIGRATE ships \
          relative TTLs), {refused} still refusing, routed again {} ms after SETSLOT NODE",
         keys.len(),
@@ -379,7 +390,13 @@ fn routing_crossslot_and_a_setslot_migration_keep_every_limiter() {
 /// hash being absent there.
 #[test]
 fn a_meta_hash_in_another_slot_is_crossslot() {
-    let c = Cluster::start(3);
+    for backend in BOTH {
+        a_meta_hash_in_another_slot_is_crossslot_on(backend);
+    }
+}
+
+fn a_meta_hash_in_another_slot_is_crossslot_on(backend: Backend) {
+    let c = Cluster::start_on(backend, 3, &[]);
     // Two tags whose slots live on different nodes.
     let (a, b) = ["{a}", "{b}", "{c}", "{d}", "{e}", "{f}", "{g}"]
         .iter()
@@ -400,8 +417,8 @@ fn a_meta_hash_in_another_slot_is_crossslot() {
             c.owner_seen_by(0, c.keyslot(&counter)),
             c.owner_seen_by(0, c.keyslot(&meta)),
         ] {
-            let v = cmd_raw(&mut c.client(node), &call);
-            let e = err_line(&v).unwrap_or_default();
+            let v = c.raw(node, &call);
+            let e = error_text(&v).unwrap_or_default();
             if !e.starts_with("CROSSSLOT") {
                 outcomes.push(format!("{call:?} on node {node}: {v:?}"));
             }
@@ -409,7 +426,7 @@ fn a_meta_hash_in_another_slot_is_crossslot() {
     }
     assert!(
         outcomes.is_empty(),
-        "not CROSSSLOT:\n{}",
+        "{backend:?}: not CROSSSLOT:\n{}",
         outcomes.join("\n")
     );
 }
@@ -429,7 +446,7 @@ fn atomic_migrate(c: &Cluster, src: usize, dst: usize, slot: u16) -> Result<(), 
             c.ids[dst].as_str(),
         ],
     );
-    match err_line(&v) {
+    match error_text(&v) {
         Some(e) => Err(e),
         None => {
             assert_eq!(v, Value::Okay);
@@ -460,8 +477,8 @@ fn wait_migration(c: &Cluster, src: usize) -> (String, String) {
 /// Runs an atomic migration of the slot of {asm} and checks every limiter
 /// arrived intact; or, with `expect_success` off, that the server refuses
 /// to start it with the documented error and that nothing changed.
-fn atomic_migration(expect_success: bool) {
-    let c = Cluster::start(3);
+fn atomic_migration(backend: Backend, expect_success: bool) {
+    let c = Cluster::start_on(backend, 3, &[]);
     let slot = c.keyslot("{asm}");
     let (lims, keys) = populate_slot(&c, "asm");
     let src = c.owner_seen_by(0, slot);
@@ -471,7 +488,7 @@ fn atomic_migration(expect_success: bool) {
 
     match atomic_migrate(&c, src, dst, slot) {
         Err(e) => {
-            println!("CLUSTER MIGRATESLOTS refused: {e}");
+            println!("{backend:?}: CLUSTER MIGRATESLOTS refused: {e}");
             assert!(!expect_success, "atomic slot migration refused: {e}");
             // The refusal is clean and names the cause.
             assert!(
@@ -499,7 +516,7 @@ fn atomic_migration(expect_success: bool) {
             assert_eq!(node, dst);
             assert_eq!(try_ints(&v).unwrap()[0], 0, "still spent on the new owner");
             println!(
-                "CLUSTER MIGRATESLOTS: slot {slot} node {src} -> {dst}: {} keys identical",
+                "{backend:?} CLUSTER MIGRATESLOTS: slot {slot} node {src} -> {dst}: {} keys identical",
                 keys.len()
             );
         }
@@ -510,14 +527,22 @@ fn atomic_migration(expect_success: bool) {
 /// (1 << 5); without it Valkey 9 refuses MIGRATESLOTS up front with
 /// "ERR The module ratelimit does not support atomic slot migrations. ...".
 /// Run with `RL_ASM_EXPECT_REFUSAL=1` against a module built without the
-/// option to check that refusal instead (clean, nothing moved).
+/// option to check that refusal instead (clean, nothing moved): the
+/// library, which needs no option, then is not run.
 #[test]
 fn atomic_slot_migration_keeps_every_limiter() {
     if common::server_major_version() < 9 {
         println!("SKIPPED: CLUSTER MIGRATESLOTS is Valkey 9 and later");
         return;
     }
-    atomic_migration(std::env::var_os("RL_ASM_EXPECT_REFUSAL").is_none());
+    match std::env::var_os("RL_ASM_EXPECT_REFUSAL") {
+        Some(_) => atomic_migration(Backend::Module, false),
+        None => {
+            for backend in BOTH {
+                atomic_migration(backend, true);
+            }
+        }
+    }
 }
 
 /// A node's `INFO commandstats` line for `cmd`, e.g. "calls=0,usec=0,...".
@@ -566,8 +591,15 @@ fn failover(c: &Cluster, replica: usize, primary: usize, slot: u16) {
 /// exactly (once the offsets match, and again on the promoted replica).
 #[test]
 fn a_cluster_replica_mirrors_limiters_and_takes_over() {
+    for backend in BOTH {
+        a_cluster_replica_mirrors_limiters_on(backend);
+    }
+}
+
+fn a_cluster_replica_mirrors_limiters_on(backend: Backend) {
+    let b = backend;
     let started = Instant::now();
-    let mut c = Cluster::start(1);
+    let mut c = Cluster::start_on(backend, 1, &[]);
     let (p, r) = (0, c.add_replica(0));
     let slot = c.keyslot("{rep}");
     assert_eq!(c.owner_seen_by(r, slot), p);
@@ -621,7 +653,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
 
     // 2. READONLY: the reads answer on the replica, as on the primary ...
     let on_p = backoffs(&c, slot, &lims);
-    let on_r = backoffs_on(&mut ro, &lims);
+    let on_r = backoffs_on(backend, &mut ro, &lims);
     for ((l, (b, t0)), (a, t1)) in lims.iter().zip(&on_p).zip(&on_r) {
         let want = (b - (t1 - t0)).max(0);
         assert!(
@@ -632,7 +664,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         );
     }
     assert!(on_r.iter().filter(|b| b.0 > 0).count() >= 6, "{on_r:?}");
-    assert_eq!(cmd_raw(&mut ro, &["RL.LIMIT", "{rep}:meta"]), Value::Int(4));
+    assert_eq!(b.raw(&mut ro, &["RL.LIMIT", "{rep}:meta"]), Value::Int(4));
     // ... and every write is redirected to the primary, with or without it.
     let primary_port = Some(c.nodes[p].port);
     let mut peek = lims[0].call("RL.ADMIT");
@@ -649,7 +681,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     let mut plain = c.client(r);
     for w in &writes {
         for con in [&mut ro, &mut plain] {
-            let v = cmd_raw(con, &strs(w));
+            let v = b.raw(con, &strs(w));
             assert_eq!(redirect(&v, "MOVED"), primary_port, "{w:?}: {v:?}");
         }
     }
@@ -657,15 +689,21 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         lims[0].call("RL.TTL"),
         vec!["RL.LIMIT".into(), "{rep}:meta".into()],
     ] {
-        let v = cmd_raw(&mut plain, &strs(&read));
+        let v = b.raw(&mut plain, &strs(&read));
         assert_eq!(redirect(&v, "MOVED"), primary_port, "{read:?}: {v:?}");
     }
-    for cmd in split("RL.ADMIT RL.REFUND RL.RESET RL.THROTTLE RL.ADMITALL") {
+    // The writes' commands (INFO names a module command as registered, a
+    // server command in lower case): the module's, or the library's FCALL.
+    let write_commands = match backend {
+        Backend::Module => split("RL.ADMIT RL.REFUND RL.RESET RL.THROTTLE RL.ADMITALL"),
+        Backend::Functions => vec!["fcall"],
+    };
+    for cmd in write_commands {
         let stat = cmdstat(&c, r, cmd);
         // Rejected calls count as `rejected_calls`, never as `calls`.
         assert!(
             stat.is_empty() || stat.starts_with("calls=0,"),
-            "{cmd} on the replica: {stat}"
+            "{backend:?}: {cmd} on the replica: {stat}"
         );
     }
     assert_eq!(state_of(&mut ro, &keys), on_primary, "the replica wrote");
@@ -679,7 +717,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
     let v = common::exec(
         &mut c.client(r),
         &[
-            common::words(&long_fixed),
+            backend.call(&long_fixed),
             vec!["PTTL".into(), "{rep}:long:fixed".into()],
         ],
     );
@@ -717,7 +755,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
         "{counted} counted, {admitted} admitted"
     );
     println!(
-        "cluster replica: {} keys identical on primary and replica (replica lagging 0.3 s), \
+        "{backend:?} cluster replica: {} keys identical on primary and replica (replica lagging 0.3 s), \
          failover kept them; FORCE under load: {admitted} admitted ({} on the new primary), \
          {counted} counted, {} lost; {} ms in all",
         on_primary.len(),
@@ -734,6 +772,7 @@ fn a_cluster_replica_mirrors_limiters_and_takes_over() {
 fn hammer_through_a_forced_failover(c: &Cluster, p: usize, r: usize) -> (i64, [u64; 2]) {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let ports = [c.nodes[p].port, c.nodes[r].port];
+    let backend = c.backend();
     let hammer = {
         let stop = stop.clone();
         let mut cons: Vec<Connection> = [p, r].map(|n| c.client(n)).into();
@@ -741,7 +780,7 @@ fn hammer_through_a_forced_failover(c: &Cluster, p: usize, r: usize) -> (i64, [u
             let call = split("RL.ADMIT {rep}:hammer LIMIT 100000000 WINDOW 600000");
             let (mut at, mut admitted, mut calls, mut other) = (1, 0i64, [0u64; 2], Vec::new());
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let v = cmd_raw(&mut cons[at], &call);
+                let v = backend.raw(&mut cons[at], &call);
                 if let Some(port) = redirect(&v, "MOVED") {
                     at = ports.iter().position(|&x| x == port).unwrap();
                     continue;
@@ -808,14 +847,24 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
         println!("SKIPPED: cluster-databases is Valkey 9 and later");
         return;
     }
-    let mut c = Cluster::start_with(1, &["--cluster-databases", "4"]);
+    for backend in BOTH {
+        numbered_databases_on(backend);
+    }
+}
+
+fn numbered_databases_on(backend: Backend) {
+    let b = backend;
+    let mut c = Cluster::start_on(backend, 1, &["--cluster-databases", "4"]);
     let (p, r) = (0, c.add_replica(0));
     let slot = c.keyslot("{mdb}");
 
     let mut two = in_db(&c, p, "2", false);
     let fixed = ["RL.ADMIT", "{mdb}:fixed", "LIMIT", "3", "WINDOW", "600000"];
     for remaining in [2, 1] {
-        assert_eq!(common::cmd_ints(&mut two, &fixed)[..3], [1, 3, remaining]);
+        assert_eq!(
+            common::ints(&b.raw(&mut two, &fixed))[..3],
+            [1, 3, remaining]
+        );
     }
     let gcra = [
         "RL.ADMIT",
@@ -829,12 +878,12 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
         "BURST",
         "5",
     ];
-    assert_eq!(common::cmd_ints(&mut two, &gcra)[..3], [1, 5, 4]);
+    assert_eq!(common::ints(&b.raw(&mut two, &gcra))[..3], [1, 5, 4]);
     let meta = ["HSET", "{mdb}:meta", "max", "2", "duration", "600000"];
-    assert_eq!(cmd_raw(&mut two, &meta), Value::Int(2));
+    assert_eq!(b.raw(&mut two, &meta), Value::Int(2));
     let metered = ["RL.ADMIT", "{mdb}:metered", "META", "{mdb}:meta"];
     for admitted in [1, 1, 0] {
-        assert_eq!(common::cmd_ints(&mut two, &metered)[..2], [admitted, 2]);
+        assert_eq!(common::ints(&b.raw(&mut two, &metered))[..2], [admitted, 2]);
     }
     let all = [
         "RL.ADMITALL",
@@ -851,7 +900,7 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
         "{mdb}:meta",
     ];
     for admitted in [1, 0] {
-        let v = cmd_raw(&mut two, &all);
+        let v = b.raw(&mut two, &all);
         let Value::Array(items) = &v else {
             panic!("{v:?}")
         };
@@ -859,8 +908,8 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
     }
     // The same name in db 0: a limiter of its own, and no META hash there.
     let mut zero = c.client(p);
-    assert_eq!(common::cmd_ints(&mut zero, &fixed)[..3], [1, 3, 2]);
-    assert_eq!(common::cmd_ints(&mut zero, &metered), [1, 0, 0, 0, 0]);
+    assert_eq!(common::ints(&b.raw(&mut zero, &fixed))[..3], [1, 3, 2]);
+    assert_eq!(common::ints(&b.raw(&mut zero, &metered)), [1, 0, 0, 0, 0]);
 
     let keys: Vec<String> = [
         "{mdb}:fixed",
@@ -876,8 +925,8 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
     assert_eq!(on_primary.len(), keys.len(), "{on_primary:?}");
     assert_eq!(on_primary["{mdb}:fixed"].0, ["2"]);
     assert_eq!(on_primary["{mdb}:all:a"].0, ["1"]);
-    assert_eq!(cmd_raw(&mut two, &["DBSIZE"]), Value::Int(6));
-    assert_eq!(cmd_raw(&mut zero, &["DBSIZE"]), Value::Int(1));
+    assert_eq!(b.raw(&mut two, &["DBSIZE"]), Value::Int(6));
+    assert_eq!(b.raw(&mut zero, &["DBSIZE"]), Value::Int(1));
 
     // The replica: the same keys in the same dbs, and the reads answer there.
     wait_in_sync(&c, p, r);
@@ -887,24 +936,24 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
         on_primary,
         "db 2 on the replica"
     );
-    assert_eq!(cmd_raw(&mut ro_two, &["DBSIZE"]), Value::Int(6));
+    assert_eq!(b.raw(&mut ro_two, &["DBSIZE"]), Value::Int(6));
     assert_eq!(
-        cmd_raw(&mut ro_two, &["RL.LIMIT", "{mdb}:meta"]),
+        b.raw(&mut ro_two, &["RL.LIMIT", "{mdb}:meta"]),
         Value::Int(2)
     );
     let mut ro_zero = c.readonly_client(r);
-    assert_eq!(cmd_raw(&mut ro_zero, &["DBSIZE"]), Value::Int(1));
+    assert_eq!(b.raw(&mut ro_zero, &["DBSIZE"]), Value::Int(1));
     let in_zero = state_of(&mut ro_zero, &keys);
     assert_eq!(in_zero["{mdb}:fixed"].0, ["1"], "db 0 on the replica");
 
     // After a failover the new primary counts on in each db.
     failover(&c, r, p, slot);
     let mut new_two = in_db(&c, r, "2", false);
-    assert_eq!(common::cmd_ints(&mut new_two, &fixed)[..3], [1, 3, 0]);
-    assert_eq!(common::cmd_ints(&mut new_two, &fixed)[0], 0);
-    assert_eq!(common::cmd_ints(&mut new_two, &metered)[0], 0);
+    assert_eq!(common::ints(&b.raw(&mut new_two, &fixed))[..3], [1, 3, 0]);
+    assert_eq!(common::ints(&b.raw(&mut new_two, &fixed))[0], 0);
+    assert_eq!(common::ints(&b.raw(&mut new_two, &metered))[0], 0);
     let mut new_zero = c.client(r);
-    assert_eq!(common::cmd_ints(&mut new_zero, &fixed)[..3], [1, 3, 1]);
+    assert_eq!(common::ints(&b.raw(&mut new_zero, &fixed))[..3], [1, 3, 1]);
     wait_in_sync(&c, r, p);
     let mut old_two = in_db(&c, p, "2", true);
     assert_eq!(
@@ -914,4 +963,227 @@ fn numbered_databases_in_cluster_keep_each_limiter_in_its_db() {
     );
     let mut old_zero = c.readonly_client(p);
     assert_eq!(state_of(&mut old_zero, &keys)["{mdb}:fixed"].0, ["2"]);
+}
+
+// Both backends: every key of a call is a key, so a node that does not own
+// it answers MOVED, keys of different slots get the server's CROSSSLOT, and
+// the owner answers as a standalone server would.
+
+/// Two primaries of `backend`, slots split in half (0-8191, 8192-16383).
+fn two_primaries(backend: Backend) -> Cluster {
+    Cluster::start_on(backend, 2, &[])
+}
+
+fn slot_of(con: &mut redis::Connection, key: &str) -> i64 {
+    redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key)
+        .query(con)
+        .unwrap()
+}
+
+/// What a call got from each node: the owner's reply, and from the other a
+/// MOVED to the owner, or the same error (CROSSSLOT) from both.
+fn routed(backend: Backend, nodes: &[Server], call: &[&str], key: &str) -> String {
+    let mut con = nodes[0].client();
+    let owner = usize::from(slot_of(&mut con, key) >= 8192);
+    let mut out = String::new();
+    for (i, node) in nodes.iter().enumerate() {
+        let reply = backend.raw(&mut node.client(), call);
+        let line = match redirect(&reply, "MOVED") {
+            Some(port) => {
+                assert_eq!(
+                    port, nodes[owner].port,
+                    "{backend:?} {call:?}: MOVED elsewhere"
+                );
+                assert_ne!(i, owner, "{backend:?} {call:?}: the owner redirected");
+                "MOVED to the owner".to_string()
+            }
+            None => match error_text(&reply) {
+                Some(e) => format!("!{e}"),
+                None => {
+                    assert_eq!(
+                        i, owner,
+                        "{backend:?} {call:?}: a non-owner answered {reply:?}"
+                    );
+                    show(&reply)
+                }
+            },
+        };
+        out += &format!("node{}: {line}; ", if i == owner { "=owner" } else { "" });
+    }
+    out
+}
+
+#[test]
+fn every_key_routes_moves_and_crossslots_as_with_the_module() {
+    // Every reply is independent of the clock: fresh limiters, full windows.
+    let calls: Vec<(Vec<&str>, &str)> = vec![
+        (vec!["RL.ADMIT", "a", "LIMIT", "3", "WINDOW", "60000"], "a"),
+        (vec!["RL.ADMIT", "b", "LIMIT", "3", "WINDOW", "60000"], "b"),
+        (
+            vec!["HSET", "{a}:meta", "max", "2", "duration", "60000"],
+            "{a}:meta",
+        ),
+        (vec!["RL.ADMIT", "{a}:x", "META", "{a}:meta"], "{a}:x"),
+        (vec!["RL.ADMIT", "b", "META", "{a}:meta"], "b"),
+        (vec!["RL.TTL", "a", "META", "{a}:meta"], "a"),
+        (vec!["RL.TTL", "b", "META", "{a}:meta"], "b"),
+        (vec!["RL.REFUND", "b", "META", "{a}:meta"], "b"),
+        (vec!["RL.LIMIT", "{a}:meta"], "{a}:meta"),
+        (vec!["RL.THROTTLE", "b", "1", "1", "1"], "b"),
+        (vec!["RL.RESET", "a"], "a"),
+        (
+            vec![
+                "RL.ADMITALL",
+                "2",
+                "u:{a}",
+                "v:{a}",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+                "POLICY",
+                "META",
+                "{a}:meta",
+            ],
+            "u:{a}",
+        ),
+        (
+            vec![
+                "RL.ADMITALL",
+                "2",
+                "u:{a}",
+                "b",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+            ],
+            "u:{a}",
+        ),
+        (
+            vec![
+                "RL.ADMITALL",
+                "1",
+                "b",
+                "POLICY",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+                "META",
+                "{a}:meta",
+            ],
+            "b",
+        ),
+    ];
+    let mut transcripts = Vec::new();
+    for backend in BOTH {
+        let cluster = two_primaries(backend);
+        let nodes = &cluster.nodes;
+        {
+            let mut con = nodes[0].client();
+            assert_ne!(
+                slot_of(&mut con, "a") >= 8192,
+                slot_of(&mut con, "b") >= 8192,
+                "a and b must live on different nodes"
+            );
+        }
+        let lines: Vec<String> = calls
+            .iter()
+            .map(|(call, key)| format!("{call:?}: {}", routed(backend, nodes, call, key)))
+            .collect();
+        transcripts.push(lines);
+    }
+    // The module and the library give every call the same answers.
+    for (m, f) in transcripts[0].iter().zip(&transcripts[1]) {
+        assert_eq!(m, f);
+    }
+    // And the answers are what routing means.
+    let module = &transcripts[0];
+    assert!(module[0].contains("[1, 3, 2, 0, 60000]"), "{}", module[0]);
+    assert!(module[3].contains("[1, 2, 1, 0, 60000]"), "{}", module[3]);
+    assert!(module[5].contains("owner: 0;"), "{}", module[5]);
+    for i in [4, 6, 7, 12, 13] {
+        assert!(module[i].contains("!CROSSSLOT"), "{}", module[i]);
+    }
+    assert!(module[11].contains("[1, 0, 0, "), "{}", module[11]);
+}
+
+#[test]
+fn lease_calls_route_by_key_and_a_meta_in_another_slot_is_crossslot() {
+    let calls: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["RL.ACQUIRE", "a", "LIMIT", "2", "TTL", "60000", "ID", "j"],
+            "a",
+        ),
+        (vec!["HSET", "{a}:lm", "max", "1", "ttl", "60000"], "{a}:lm"),
+        (
+            vec!["RL.ACQUIRE", "{a}:x", "META", "{a}:lm", "ID", "k"],
+            "{a}:x",
+        ),
+        (vec!["RL.ACQUIRE", "{a}:x", "META", "{a}:lm"], "{a}:x"),
+        (vec!["RL.ACQUIRE", "b", "META", "{a}:lm"], "b"),
+        (vec!["RL.ACQUIRE", "b", "META", "{a}:lm", "ID", "k"], "b"),
+        (vec!["RL.INFLIGHT", "a"], "a"),
+        (vec!["RL.EXTEND", "a", "j", "TTL", "60000"], "a"),
+        (vec!["RL.RELEASE", "a", "j"], "a"),
+        (vec!["RL.RELEASE", "b", "j"], "b"),
+        (vec!["RL.INFLIGHT", "a"], "a"),
+    ];
+    let mut transcripts = Vec::new();
+    for backend in BOTH {
+        let cluster = two_primaries(backend);
+        let nodes = &cluster.nodes;
+        let lines: Vec<String> = calls
+            .iter()
+            .map(|(call, key)| format!("{call:?}: {}", routed(backend, nodes, call, key)))
+            .collect();
+        // No call wrote to a node that does not own its key: b is on the
+        // other node from a and holds nothing.
+        let mut con = nodes[0].client();
+        let b_owner = usize::from(slot_of(&mut con, "b") >= 8192);
+        let b_keys = cmd_raw(&mut nodes[b_owner].client(), &["DBSIZE"]);
+        assert_eq!(b_keys, Value::Int(0), "{backend:?}: {lines:#?}");
+        let t = &lines;
+        assert!(t[0].contains("owner: [1, 2, 1, 0, \"j\"]"), "{}", t[0]);
+        assert!(t[0].contains("MOVED to the owner"), "{}", t[0]);
+        assert!(t[2].contains("owner: [1, 1, 1, 0, \"k\"]"), "{}", t[2]);
+        assert!(t[3].contains("owner: [0, 1, 1, "), "{}", t[3]);
+        for i in [4, 5] {
+            assert!(t[i].contains("!CROSSSLOT"), "{}", t[i]);
+            assert!(!t[i].contains("owner: ["), "{}", t[i]);
+        }
+        assert!(t[6].contains("owner: 1;"), "{}", t[6]);
+        assert!(t[7].contains("owner: 1;"), "{}", t[7]);
+        assert!(t[8].contains("owner: 1;"), "{}", t[8]);
+        assert!(t[9].contains("owner: 0;"), "{}", t[9]);
+        assert!(t[10].contains("owner: 0;"), "{}", t[10]);
+        transcripts.push(lines);
+    }
+    // Every backend answers every call alike, but for the refusal's wait,
+    // which depends on the ms each server took.
+    let no_wait = |lines: &Vec<String>| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| match l.split_once("[0, 1, 1, ") {
+                Some((head, tail)) => {
+                    let rest = tail.split_once(',').map_or("", |(_, r)| r);
+                    format!("{head}[0, 1, 1, <wait>,{rest}")
+                }
+                None => l.clone(),
+            })
+            .collect()
+    };
+    for other in &transcripts[1..] {
+        assert_eq!(no_wait(other), no_wait(&transcripts[0]));
+    }
 }

@@ -10,8 +10,8 @@ use crate::common;
 use std::fs;
 use std::path::Path;
 
-use crate::common::backend::{error_text, show, Backend};
-use crate::common::{cmd_raw, module_path};
+use crate::common::backend::Backend;
+use crate::common::{cmd_raw, error_text, module_path, show};
 use redis::{Connection, Value};
 
 /// The user name and the rules of the first `ACL SETUSER` line of the doc.

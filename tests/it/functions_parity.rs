@@ -2,7 +2,7 @@
 //! and the FUNCTION library (`FCALL rl_*` on a server without the module).
 //!
 //! Each scenario is a list of calls in the module's syntax, run in one
-//! MULTI/EXEC on a flushed database (the clock frozen, state seeded relative
+//! MULTI/EXEC on a flushed database (the clock frozen, state preset relative
 //! to it), followed by the type, value and expiry of the keys it names
 //! (`common::backend::run_scenario`). The module's transcript and the
 //! library's must be identical: replies, error texts, stored values and
@@ -12,7 +12,8 @@
 
 use crate::common;
 
-use crate::common::backend::{call, run_scenario, seed, show, Backend, Step, Transcript, BOTH};
+use crate::common::backend::{call, preset, run_scenario, Backend, Step, Transcript, BOTH};
+use crate::common::show;
 use crate::common::Server;
 
 /// A sliding window of 100 ms, seen at phase 37 on every server.
@@ -85,7 +86,7 @@ fn check(scenarios: Vec<Scenario>) {
 fn diff(steps: &[Step], a: &Transcript, b: &Transcript) -> String {
     let calls = steps.iter().filter_map(|s| match s {
         Step::Call(words) => Some(words.join(" ")),
-        Step::Seed { .. } => None,
+        Step::Preset { .. } => None,
     });
     let mut out = String::new();
     for (call, (x, y)) in calls.zip(a.replies.iter().zip(&b.replies)) {
@@ -228,9 +229,9 @@ fn fixed_window_seed_scenarios_agree() {
             "a counter without a TTL, or with more than a window left, gets one window",
             &["bare", "long", "bare_ok"],
             vec![
-                seed("bare", "5", None),
-                seed("long", "2", Some(50_000)),
-                seed("bare_ok", "1", None),
+                preset("bare", "5", None),
+                preset("long", "2", Some(50_000)),
+                preset("bare_ok", "1", None),
                 call!["RL.TTL", "bare", "LIMIT", 3, "WINDOW", 1000],
                 call!["RL.TTL", "bare", "LIMIT", 3],
                 call!["RL.ADMIT", "bare", "LIMIT", 3, "WINDOW", 1000],
@@ -243,8 +244,8 @@ fn fixed_window_seed_scenarios_agree() {
             "a narrower window cuts the current one short, a wider one waits",
             &["narrow", "wide"],
             vec![
-                seed("narrow", "1", Some(800)),
-                seed("wide", "1", Some(800)),
+                preset("narrow", "1", Some(800)),
+                preset("wide", "1", Some(800)),
                 call!["RL.ADMIT", "narrow", "LIMIT", 5, "WINDOW", 300],
                 call!["RL.ADMIT", "wide", "LIMIT", 5, "WINDOW", 5000],
                 call!["RL.REFUND", "wide", "LIMIT", 5, "WINDOW", 5000],
@@ -311,11 +312,11 @@ fn every_algorithm_agrees_on_fresh_and_crafted_state() {
             "sliding: previous window weighted, future window, foreign counts",
             &["prev", "cur", "future", "stale", "bare"],
             vec![
-                seed("prev", "sliding:{win 100-100}:3:0", Some(150)),
-                seed("cur", "sliding:{win 100+0}:2:4", Some(150)),
-                seed("future", "sliding:{win 100+300}:1:1", Some(900)),
-                seed("stale", "sliding:{win 100-300}:3:3", Some(10)),
-                seed("bare", "sliding:{win 100+0}:1:0", None),
+                preset("prev", "sliding:{win 100-100}:3:0", Some(150)),
+                preset("cur", "sliding:{win 100+0}:2:4", Some(150)),
+                preset("future", "sliding:{win 100+300}:1:1", Some(900)),
+                preset("stale", "sliding:{win 100-300}:3:3", Some(10)),
+                preset("bare", "sliding:{win 100+0}:1:0", None),
                 with(&["RL.TTL", "prev"], &sliding, &[]),
                 with(&["RL.ADMIT", "prev"], &sliding, &[]),
                 with(&["RL.ADMIT", "cur"], &sliding, &[]),
@@ -341,11 +342,11 @@ fn every_algorithm_agrees_on_fresh_and_crafted_state() {
             format!("{algo}: crafted state, refills, far future, missing TTL"),
             &["a", "b", "far", "bare", "other"],
             vec![
-                seed("a", &state("100000000"), Some(700)),
-                seed("b", &state("700000000"), Some(200)),
-                seed("far", &state("900000000000"), Some(1_000_000)),
-                seed("bare", &state("300000000"), None),
-                seed("other", "leaky:{ns+1}", Some(1000)),
+                preset("a", &state("100000000"), Some(700)),
+                preset("b", &state("700000000"), Some(200)),
+                preset("far", &state("900000000000"), Some(1_000_000)),
+                preset("bare", &state("300000000"), None),
+                preset("other", "leaky:{ns+1}", Some(1000)),
                 with(&["RL.TTL", "a"], &p, &[]),
                 with(&["RL.ADMIT", "a"], &p, &[]),
                 with(&["RL.ADMIT", "b"], &p, &[]),
@@ -383,7 +384,7 @@ fn every_algorithm_agrees_on_fresh_and_crafted_state() {
                 &policy("leaky")[..6],
                 &["BURST", "0"],
             ),
-            seed("old", "leaky:{ns-5000000000}", None),
+            preset("old", "leaky:{ns-5000000000}", None),
             with(&["RL.ADMIT", "old"], &leaky, &[]),
         ],
     ));
@@ -449,7 +450,7 @@ fn throttle_agrees_with_the_cl_throttle_reference() {
             "3 s later, quantities 1, 0, 2, 1",
             &["t"],
             vec![
-                seed("t", "gcra:{ns+2000000000}", Some(2000)),
+                preset("t", "gcra:{ns+2000000000}", Some(2000)),
                 t(1),
                 t(0),
                 t(2),
@@ -466,10 +467,10 @@ fn throttle_agrees_with_the_cl_throttle_reference() {
             "redis-cell's plain integer state, foreign and far-future state, fast rates",
             &["cell", "bare", "past", "far", "fast", "shared"],
             vec![
-                seed("cell", "{ns+1500000000}", Some(1500)),
-                seed("bare", "gcra:{ns+3000000000}", None),
-                seed("past", "gcra:{ns-9000000000}", None),
-                seed("far", "gcra:{ns+90000000000}", Some(90_000)),
+                preset("cell", "{ns+1500000000}", Some(1500)),
+                preset("bare", "gcra:{ns+3000000000}", None),
+                preset("past", "gcra:{ns-9000000000}", None),
+                preset("far", "gcra:{ns+90000000000}", Some(90_000)),
                 call!["RL.THROTTLE", "cell", 2, 1, 1],
                 call!["RL.THROTTLE", "bare", 0, 1, 1],
                 call!["RL.THROTTLE", "bare", 0, 1, 1, 0],
@@ -632,7 +633,7 @@ fn admitall_agrees_all_or_none() {
             "a refusing member with foreign state is repaired as alone",
             &["a", "bare"],
             vec![
-                seed("bare", "7", None),
+                preset("bare", "7", None),
                 call![
                     "RL.ADMITALL",
                     2,
@@ -679,7 +680,7 @@ fn foreign_and_malformed_stored_values_agree() {
     ];
     let mut scenarios = Vec::new();
     for value in VALUES {
-        let mut steps = vec![seed("v", value, None), seed("w", value, Some(700))];
+        let mut steps = vec![preset("v", value, None), preset("w", value, Some(700))];
         for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
             let p = policy(algo);
             for key in ["v", "w"] {
@@ -699,7 +700,7 @@ fn foreign_and_malformed_stored_values_agree() {
     check(scenarios);
 }
 
-/// Real time passing, not a seeded state: once a window has expired or a
+/// Real time passing, not a preset state: once a window has expired or a
 /// bucket has refilled, each backend answers as it did on the fresh
 /// limiter, and both answered the same.
 #[test]
@@ -775,7 +776,7 @@ fn a_count_beyond_the_exact_range_is_an_error_in_the_library_never_rounded() {
                 }
                 Backend::Functions => {
                     assert_eq!(
-                        common::backend::error_text(&reply).as_deref(),
+                        common::error_text(&reply).as_deref(),
                         Some(
                             "ERR limiter key holds counts beyond the library's exact range \
                              (Lua numbers are exact below 2^53); the module computes it"
@@ -796,8 +797,8 @@ fn refund_and_reset_agree() {
         "refunds never go below empty; reset deletes only strings",
         &["f", "s", "h", "n"],
         vec![
-            seed("f", "3", Some(900)),
-            seed("s", "sliding:{win 100+0}:2:5", Some(150)),
+            preset("f", "3", Some(900)),
+            preset("s", "sliding:{win 100+0}:2:5", Some(150)),
             call!["HSET", "h", "max", 1],
             call!["RL.REFUND", "f", "LIMIT", 5, "WINDOW", 1000, "COST", 2],
             call!["RL.REFUND", "f", "LIMIT", 5, "WINDOW", 1000, "COST", 2],
@@ -1114,7 +1115,7 @@ fn random_call_sequences_agree() {
         for (key, value) in crafted {
             if rng.pct(60) {
                 let ttl = rng.pick(&[None, Some(100), Some(900), Some(5000)]);
-                steps.push(seed(key, value, ttl));
+                steps.push(preset(key, value, ttl));
             }
         }
         for _ in 0..40 {

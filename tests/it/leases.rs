@@ -1,7 +1,8 @@
 //! Concurrency leases against real servers: RL.ACQUIRE, RL.RELEASE,
-//! RL.EXTEND and RL.INFLIGHT as LEASE_CONTRACT.md pins them, the ceiling
+//! RL.EXTEND and RL.INFLIGHT as docs/reference.md pins them, the ceiling
 //! under concurrent load, crash safety (slots free exactly at their
-//! deadlines), bad input, replication, AOF, failover and cluster routing.
+//! deadlines), bad input, replication, AOF, failover and cluster routing;
+//! and the module against the FUNCTION library, scenario by scenario.
 //!
 //! Calls whose expectations depend on the clock run inside one MULTI/EXEC
 //! after TIME (`common::timed`): the server's time is frozen there, so TIME
@@ -15,55 +16,14 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::cluster::{err_line, Cluster};
+use crate::common::backend::{Backend, BOTH};
+use crate::common::cluster::Cluster;
 use crate::common::{
-    cmd_err, cmd_int, cmd_raw, dump, err_text, exec, info_field, pexpiretime, repl_offset, run,
-    server_time_ms, split, timed, wait_replica_offset, Rng, Server, QUIET,
+    cmd_err, cmd_int, cmd_raw, dump, error_text, exec, generated_id_ms, ids_with_ms, info_field,
+    is_generated_id, pexpiretime, repl_offset, run, server_time_ms, show, split, time_ms, timed,
+    wait_replica_offset, without_ids, Rng, Server, QUIET,
 };
 use redis::{Connection, Value};
-
-/// Whether `id` has the shape of a generated id: `<ms hex>-<16 hex>`.
-fn generated_ms(id: &str) -> Option<i64> {
-    let (ms, nonce) = id.split_once('-')?;
-    let lower_hex = |s: &str| {
-        !s.is_empty()
-            && s.bytes()
-                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    };
-    (lower_hex(ms) && lower_hex(nonce) && nonce.len() == 16)
-        .then(|| i64::from_str_radix(ms, 16).ok())?
-}
-
-/// A reply as one line: integers, `nil`, bulk text, `[..]` arrays, `{k:v}`
-/// maps and `!ERR ...` errors; a generated id shows as `<id@ms>`.
-fn show(v: &Value) -> String {
-    let list = |items: Vec<String>| items.join(",");
-    match v {
-        Value::Int(n) => n.to_string(),
-        Value::Nil => "nil".into(),
-        Value::Okay => "OK".into(),
-        Value::SimpleString(s) => s.clone(),
-        Value::BulkString(b) => {
-            let s = String::from_utf8_lossy(b).into_owned();
-            match generated_ms(&s) {
-                Some(ms) => format!("<id@{ms}>"),
-                None => s,
-            }
-        }
-        Value::Array(items) => format!("[{}]", list(items.iter().map(show).collect())),
-        Value::Map(pairs) => format!(
-            "{{{}}}",
-            list(
-                pairs
-                    .iter()
-                    .map(|(k, v)| format!("{}:{}", show(k), show(v)))
-                    .collect()
-            )
-        ),
-        Value::ServerError(_) => format!("!{}", err_text(v)),
-        other => format!("{other:?}"),
-    }
-}
 
 /// `template` with `{now}` and `{now+N}` replaced by the time.
 fn at(template: &str, now: i64) -> String {
@@ -85,16 +45,19 @@ fn at(template: &str, now: i64) -> String {
     out
 }
 
-/// Runs `table` (call, expected reply) in one timed transaction and checks
-/// every reply.
-fn check_table(con: &mut Connection, table: &[(&str, &str)]) {
-    let calls: Vec<Vec<String>> = table
-        .iter()
-        .map(|(call, _)| common::words(&split(call)))
-        .collect();
+/// A call written as one line in the module's syntax, for `backend`.
+fn line(backend: Backend, call: &str) -> Vec<String> {
+    backend.call(&split(call))
+}
+
+/// Runs `table` (call, expected reply as `show` writes it, a generated id
+/// as `"<id@ms>"`) on `backend` in one timed transaction and checks every
+/// reply.
+fn check_table(backend: Backend, con: &mut Connection, table: &[(&str, &str)]) {
+    let calls: Vec<Vec<String>> = table.iter().map(|(call, _)| line(backend, call)).collect();
     let (now, replies) = timed(con, &calls);
     for ((call, want), got) in table.iter().zip(&replies) {
-        assert_eq!(show(got), at(want, now), "{call}");
+        assert_eq!(ids_with_ms(&show(got)), at(want, now), "{backend:?} {call}");
     }
 }
 
@@ -127,27 +90,37 @@ fn leases_info(con: &mut Connection) -> [i64; 5] {
 
 #[test]
 fn replies_follow_the_contract() {
-    let server = Server::start();
+    for backend in BOTH {
+        replies_follow_the_contract_on(backend);
+    }
+}
+
+fn replies_follow_the_contract_on(backend: Backend) {
+    let server = backend.start();
     let mut con = server.client();
     check_table(
+        backend,
         &mut con,
         &[
-            ("RL.ACQUIRE s LIMIT 2 TTL 1000 ID a", "[1,2,1,0,a]"),
-            ("RL.ACQUIRE s LIMIT 2 TTL 500", "[1,2,2,0,<id@{now}>]"),
-            ("RL.ACQUIRE s LIMIT 2 TTL 1000", "[0,2,2,500,nil]"),
+            ("RL.ACQUIRE s LIMIT 2 TTL 1000 ID a", "[1, 2, 1, 0, \"a\"]"),
+            (
+                "RL.ACQUIRE s LIMIT 2 TTL 500",
+                "[1, 2, 2, 0, \"<id@{now}>\"]",
+            ),
+            ("RL.ACQUIRE s LIMIT 2 TTL 1000", "[0, 2, 2, 500, nil]"),
             // Renewing a live id takes no second slot, even at the limit.
-            ("RL.ACQUIRE s limit 2 ttl 2000 id a", "[1,2,2,0,a]"),
+            ("RL.ACQUIRE s limit 2 ttl 2000 id a", "[1, 2, 2, 0, \"a\"]"),
             ("RL.INFLIGHT s", "2"),
             ("ZCARD s", "2"),
-            ("ZSCORE s a", "{now+2000}"),
+            ("ZSCORE s a", "\"{now+2000}\""),
             ("PEXPIRETIME s", "{now+2000}"),
-            ("RL.ACQUIRE s LIMIT 3 TTL 100 ID b", "[1,3,3,0,b]"),
+            ("RL.ACQUIRE s LIMIT 3 TTL 100 ID b", "[1, 3, 3, 0, \"b\"]"),
             ("RL.RELEASE s a", "1"),
             ("RL.RELEASE s a", "0"),
             ("RL.RELEASE s nobody", "0"),
             ("RL.EXTEND s a TTL 100", "0"),
             ("RL.EXTEND s b ttl 700", "1"),
-            ("ZSCORE s b", "{now+700}"),
+            ("ZSCORE s b", "\"{now+700}\""),
             ("PEXPIRETIME s", "{now+700}"),
             ("RL.INFLIGHT s", "2"),
             // A missing key.
@@ -156,19 +129,22 @@ fn replies_follow_the_contract() {
             ("RL.EXTEND missing x TTL 5", "0"),
             ("EXISTS missing", "0"),
             // Unlimited: admitted, nothing written, no TTL needed.
-            ("RL.ACQUIRE u", "[1,0,0,0,<id@{now}>]"),
-            ("RL.ACQUIRE u ID job-7", "[1,0,0,0,job-7]"),
+            ("RL.ACQUIRE u", "[1, 0, 0, 0, \"<id@{now}>\"]"),
+            ("RL.ACQUIRE u ID job-7", "[1, 0, 0, 0, \"job-7\"]"),
             ("HSET m0 max 0 ttl 5", "2"),
-            ("RL.ACQUIRE u META m0 ID j", "[1,0,0,0,j]"),
-            ("RL.ACQUIRE u META nothing-here", "[1,0,0,0,<id@{now}>]"),
+            ("RL.ACQUIRE u META m0 ID j", "[1, 0, 0, 0, \"j\"]"),
+            (
+                "RL.ACQUIRE u META nothing-here",
+                "[1, 0, 0, 0, \"<id@{now}>\"]",
+            ),
             ("EXISTS u", "0"),
             // Limits as data; inline options win.
             ("HSET m max 2 ttl 1500", "2"),
-            ("RL.ACQUIRE v META m ID x", "[1,2,1,0,x]"),
-            ("ZSCORE v x", "{now+1500}"),
-            ("RL.ACQUIRE v META m LIMIT 1", "[0,1,1,1500,nil]"),
-            ("RL.ACQUIRE v META m TTL 10 ID y", "[1,2,2,0,y]"),
-            ("ZSCORE v y", "{now+10}"),
+            ("RL.ACQUIRE v META m ID x", "[1, 2, 1, 0, \"x\"]"),
+            ("ZSCORE v x", "\"{now+1500}\""),
+            ("RL.ACQUIRE v META m LIMIT 1", "[0, 1, 1, 1500, nil]"),
+            ("RL.ACQUIRE v META m TTL 10 ID y", "[1, 2, 2, 0, \"y\"]"),
+            ("ZSCORE v y", "\"{now+10}\""),
             ("PEXPIRETIME v", "{now+1500}"),
             // The last release deletes the key.
             ("RL.RELEASE v x", "1"),
@@ -177,18 +153,18 @@ fn replies_follow_the_contract() {
         ],
     );
     // Generated ids never repeat for a key, even within one ms.
-    let calls = vec![common::words(&split("RL.ACQUIRE g LIMIT 100 TTL 60000")); 50];
+    let calls = vec![line(backend, "RL.ACQUIRE g LIMIT 100 TTL 60000"); 50];
     let (now, replies) = timed(&mut con, &calls);
     let mut ids: Vec<String> = replies.iter().map(|r| acquired(r).4.unwrap()).collect();
     assert!(
-        ids.iter().all(|id| generated_ms(id) == Some(now)),
-        "{ids:?}"
+        ids.iter().all(|id| generated_id_ms(id) == Some(now)),
+        "{backend:?}: {ids:?}"
     );
     // Released and taken again in the same ms: still a new id each time.
     let mut again = Vec::new();
     for id in &ids {
-        again.push(common::words(&["RL.RELEASE", "g", id]));
-        again.push(common::words(&split("RL.ACQUIRE g LIMIT 100 TTL 60000")));
+        again.push(backend.call(&["RL.RELEASE", "g", id]));
+        again.push(line(backend, "RL.ACQUIRE g LIMIT 100 TTL 60000"));
     }
     let replies = exec(&mut con, &again);
     for pair in replies.chunks(2) {
@@ -196,28 +172,31 @@ fn replies_follow_the_contract() {
         ids.push(acquired(&pair[1]).4.unwrap());
     }
     let distinct: std::collections::BTreeSet<&String> = ids.iter().collect();
-    assert_eq!(distinct.len(), 100, "{ids:?}");
+    assert_eq!(distinct.len(), 100, "{backend:?}: {ids:?}");
 }
 
+/// Module only: the library answers a map when asked (`FORMAT map`, see
+/// `acquire_maps_match_for_resp3`), not by the protocol.
 #[test]
-fn resp3_clients_get_a_map() {
+fn module_only_resp3_clients_get_a_map() {
     let server = Server::start();
     let mut con = server.client();
     let _: Value = redis::cmd("HELLO").arg(3).query(&mut con).unwrap();
     check_table(
+        Backend::Module,
         &mut con,
         &[
             (
                 "RL.ACQUIRE r LIMIT 1 TTL 800 ID a",
-                "{acquired:1,limit:1,in_flight:1,retry_after_ms:0,lease_id:a}",
+                "{+acquired: 1, +limit: 1, +in_flight: 1, +retry_after_ms: 0, +lease_id: \"a\"}",
             ),
             (
                 "RL.ACQUIRE r LIMIT 1 TTL 800",
-                "{acquired:0,limit:1,in_flight:1,retry_after_ms:800,lease_id:nil}",
+                "{+acquired: 0, +limit: 1, +in_flight: 1, +retry_after_ms: 800, +lease_id: nil}",
             ),
             (
                 "RL.ACQUIRE free",
-                "{acquired:1,limit:0,in_flight:0,retry_after_ms:0,lease_id:<id@{now}>}",
+                "{+acquired: 1, +limit: 0, +in_flight: 0, +retry_after_ms: 0, +lease_id: \"<id@{now}>\"}",
             ),
             ("RL.RELEASE r a", "1"),
             ("RL.INFLIGHT r", "0"),
@@ -225,8 +204,9 @@ fn resp3_clients_get_a_map() {
     );
 }
 
+/// Module only: INFO counters and events are the module's.
 #[test]
-fn info_counts_leases_and_a_refusal_fires_rl_hit() {
+fn module_only_info_counts_leases_and_a_refusal_fires_rl_hit() {
     let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
     let mut con = server.client();
     common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
@@ -234,25 +214,26 @@ fn info_counts_leases_and_a_refusal_fires_rl_hit() {
     let acquire = split("RL.ACQUIRE k LIMIT 1 TTL 60000 ID a");
     let other = split("RL.ACQUIRE k LIMIT 1 TTL 60000 ID b");
     for (call, want) in [
-        (&acquire, "[1,1,1,0,a]"),
-        (&acquire, "[1,1,1,0,a]"),
-        (&other, "[0,1,1,"),
+        (&acquire, "[1, 1, 1, 0, \"a\"]"),
+        (&acquire, "[1, 1, 1, 0, \"a\"]"),
+        (&other, "[0, 1, 1, "),
         (&split("RL.EXTEND k a TTL 60000"), "1"),
         (&split("RL.EXTEND k b TTL 60000"), "0"),
         (&split("RL.RELEASE k a"), "1"),
         (&split("RL.RELEASE k a"), "0"),
-        (&split("RL.ACQUIRE unlimited"), "[1,0,0,0,"),
+        (&split("RL.ACQUIRE unlimited"), "[1, 0, 0, 0, "),
     ] {
         let got = show(&cmd_raw(&mut con, call));
         assert!(got.starts_with(want), "{call:?}: {got}");
     }
     // Two short leases expire and are reclaimed by the next call.
     check_table(
+        Backend::Module,
         &mut con,
         &[
-            ("RL.ACQUIRE e LIMIT 5 TTL 1 ID x", "[1,5,1,0,x]"),
-            ("RL.ACQUIRE e LIMIT 5 TTL 1 ID y", "[1,5,2,0,y]"),
-            ("RL.ACQUIRE e LIMIT 5 TTL 60000 ID z", "[1,5,3,0,z]"),
+            ("RL.ACQUIRE e LIMIT 5 TTL 1 ID x", "[1, 5, 1, 0, \"x\"]"),
+            ("RL.ACQUIRE e LIMIT 5 TTL 1 ID y", "[1, 5, 2, 0, \"y\"]"),
+            ("RL.ACQUIRE e LIMIT 5 TTL 60000 ID z", "[1, 5, 3, 0, \"z\"]"),
         ],
     );
     thread::sleep(Duration::from_millis(5));
@@ -300,10 +281,16 @@ fn info_counts_leases_and_a_refusal_fires_rl_hit() {
 /// sampler never sees more than 5 in flight; every lease releases with 1.
 #[test]
 fn the_ceiling_holds_under_concurrent_load() {
+    for backend in BOTH {
+        the_ceiling_holds_under_concurrent_load_on(backend);
+    }
+}
+
+fn the_ceiling_holds_under_concurrent_load_on(backend: Backend) {
     const CLIENTS: usize = 50;
     const ROUNDS: usize = 60;
     const LIMIT: i64 = 5;
-    let server = Server::start();
+    let server = backend.start();
     let done = Arc::new(AtomicBool::new(false));
     let samples = Arc::new(AtomicUsize::new(0));
     let sampler = {
@@ -312,7 +299,7 @@ fn the_ceiling_holds_under_concurrent_load() {
         thread::spawn(move || {
             let mut most = 0;
             while !done.load(Ordering::Relaxed) {
-                let in_flight = cmd_int(&mut con, &["RL.INFLIGHT", "pool"]);
+                let in_flight = common::int(&backend.raw(&mut con, &["RL.INFLIGHT", "pool"]));
                 let card = cmd_int(&mut con, &["ZCARD", "pool"]);
                 assert!(in_flight <= LIMIT && card <= LIMIT, "{in_flight} / {card}");
                 most = most.max(in_flight);
@@ -331,7 +318,7 @@ fn the_ceiling_holds_under_concurrent_load() {
                 for _ in 0..ROUNDS {
                     let id = loop {
                         let (ok, limit, in_flight, retry, id) =
-                            acquired(&cmd_raw(&mut con, &acquire));
+                            acquired(&backend.raw(&mut con, &acquire));
                         assert_eq!(limit, LIMIT);
                         assert!((1..=LIMIT).contains(&in_flight), "in flight {in_flight}");
                         if ok == 1 {
@@ -343,7 +330,8 @@ fn the_ceiling_holds_under_concurrent_load() {
                         thread::sleep(Duration::from_micros(200 + rng.below(800) as u64));
                     };
                     thread::sleep(Duration::from_millis(1 + rng.below(3) as u64));
-                    let released = cmd_int(&mut con, &["RL.RELEASE", "pool", &id]);
+                    let released =
+                        common::int(&backend.raw(&mut con, &["RL.RELEASE", "pool", &id]));
                     assert_eq!(released, 1, "{id}");
                 }
                 refused
@@ -354,14 +342,24 @@ fn the_ceiling_holds_under_concurrent_load() {
     done.store(true, Ordering::Relaxed);
     let most = sampler.join().unwrap();
     let mut con = server.client();
-    assert_eq!(cmd_int(&mut con, &["EXISTS", "pool"]), 0, "the key is gone");
-    let [acquired, refused_info, released, ..] = leases_info(&mut con);
-    assert_eq!(acquired, (CLIENTS * ROUNDS) as i64);
-    assert_eq!(released, (CLIENTS * ROUNDS) as i64);
-    assert_eq!(refused_info, refused as i64);
-    assert!(most >= 1 && refused > 0, "the slots were contended");
+    assert_eq!(
+        cmd_int(&mut con, &["EXISTS", "pool"]),
+        0,
+        "{backend:?}: the key is gone"
+    );
+    if backend == Backend::Module {
+        // INFO's lease counters are the module's.
+        let [acquired, refused_info, released, ..] = leases_info(&mut con);
+        assert_eq!(acquired, (CLIENTS * ROUNDS) as i64);
+        assert_eq!(released, (CLIENTS * ROUNDS) as i64);
+        assert_eq!(refused_info, refused as i64);
+    }
+    assert!(
+        most >= 1 && refused > 0,
+        "{backend:?}: the slots were contended"
+    );
     println!(
-        "{} leases by {CLIENTS} clients in {:?}: {refused} refusals, {} samples, at most {most} in flight",
+        "{backend:?}: {} leases by {CLIENTS} clients in {:?}: {refused} refusals, {} samples, at most {most} in flight",
         CLIENTS * ROUNDS,
         started.elapsed(),
         samples.load(Ordering::Relaxed)
@@ -373,13 +371,19 @@ fn the_ceiling_holds_under_concurrent_load() {
 /// and a call at or after it is admitted.
 #[test]
 fn abandoned_leases_free_their_slots_exactly_at_their_deadlines() {
-    let server = Server::start();
+    for backend in BOTH {
+        abandoned_leases_free_their_slots_on(backend);
+    }
+}
+
+fn abandoned_leases_free_their_slots_on(backend: Backend) {
+    let server = backend.start();
     let mut con = server.client();
     // Two holders on their own connections, which then go away.
     let mut deadlines = Vec::new();
     for (id, ttl) in [("first", 300), ("second", 600)] {
         let mut holder = server.client();
-        let call = common::words(&[
+        let call = backend.call(&[
             "RL.ACQUIRE",
             "gpu",
             "LIMIT",
@@ -403,11 +407,14 @@ fn abandoned_leases_free_their_slots_exactly_at_their_deadlines() {
         ]
     );
     assert_eq!(expiry, deadlines[1]);
-    let probe = common::words(&split("RL.ACQUIRE gpu LIMIT 2 TTL 60000 ID newcomer"));
+    let probe = line(backend, "RL.ACQUIRE gpu LIMIT 2 TTL 60000 ID newcomer");
     for (i, &deadline) in deadlines.iter().enumerate() {
         // Well before the deadline: refused, told the exact wait.
         let (now, replies) = timed(&mut con, std::slice::from_ref(&probe));
-        assert_eq!(show(&replies[0]), format!("[0,2,2,{},nil]", deadline - now));
+        assert_eq!(
+            show(&replies[0]),
+            format!("[0, 2, 2, {}, nil]", deadline - now)
+        );
         // Sleep to just before the deadline, then ask without pause.
         let wait = deadline - server_time_ms(&mut con) - 100;
         if wait > 0 {
@@ -442,27 +449,33 @@ fn abandoned_leases_free_their_slots_exactly_at_their_deadlines() {
         if i == 0 {
             // The newcomer leaves again, so that the second deadline is
             // the next one to free a slot.
-            assert_eq!(cmd_int(&mut con, &["RL.RELEASE", "gpu", "newcomer"]), 1);
-            let third = common::words(&split("RL.ACQUIRE gpu LIMIT 2 TTL 60000 ID third"));
+            let release = backend.raw(&mut con, &["RL.RELEASE", "gpu", "newcomer"]);
+            assert_eq!(release, Value::Int(1), "{backend:?}");
+            let third = line(backend, "RL.ACQUIRE gpu LIMIT 2 TTL 60000 ID third");
             assert_eq!(acquired(&run(&mut con, &third)).0, 1);
         }
-        println!("deadline {deadline}: {refusals} refusals up to {last_refused:?}, admitted at {admitted_at}");
+        println!("{backend:?}: deadline {deadline}: {refusals} refusals up to {last_refused:?}, admitted at {admitted_at}");
     }
     // A lease that was reclaimed cannot be released or extended.
-    assert_eq!(cmd_int(&mut con, &["RL.RELEASE", "gpu", "first"]), 0);
-    assert_eq!(
-        cmd_int(&mut con, &["RL.EXTEND", "gpu", "second", "TTL", "1000"]),
-        0
-    );
+    let release = backend.raw(&mut con, &["RL.RELEASE", "gpu", "first"]);
+    assert_eq!(release, Value::Int(0), "{backend:?}");
+    let extend = backend.raw(&mut con, &["RL.EXTEND", "gpu", "second", "TTL", "1000"]);
+    assert_eq!(extend, Value::Int(0), "{backend:?}");
 }
 
 #[test]
 fn a_heartbeat_keeps_a_lease_past_its_first_ttl() {
-    let server = Server::start();
+    for backend in BOTH {
+        a_heartbeat_keeps_a_lease_past_its_first_ttl_on(backend);
+    }
+}
+
+fn a_heartbeat_keeps_a_lease_past_its_first_ttl_on(backend: Backend) {
+    let server = backend.start();
     let mut con = server.client();
     let (start, r) = timed(
         &mut con,
-        &[common::words(&split("RL.ACQUIRE job LIMIT 1 TTL 500 ID w"))],
+        &[line(backend, "RL.ACQUIRE job LIMIT 1 TTL 500 ID w")],
     );
     assert_eq!(acquired(&r[0]).0, 1);
     // Beat every 50 ms for three times the TTL (a beat may come late by up to 450 ms).
@@ -471,13 +484,13 @@ fn a_heartbeat_keeps_a_lease_past_its_first_ttl() {
         let (now, r) = timed(
             &mut con,
             &[
-                common::words(&split("RL.EXTEND job w TTL 500")),
-                common::words(&split("ZSCORE job w")),
-                common::words(&split("RL.ACQUIRE job LIMIT 1 TTL 500")),
+                line(backend, "RL.EXTEND job w TTL 500"),
+                line(backend, "ZSCORE job w"),
+                line(backend, "RL.ACQUIRE job LIMIT 1 TTL 500"),
             ],
         );
-        assert_eq!(r[0], Value::Int(1), "the beat at {now}");
-        assert_eq!(show(&r[1]), (now + 500).to_string());
+        assert_eq!(r[0], Value::Int(1), "{backend:?}: the beat at {now}");
+        assert_eq!(show(&r[1]), format!("\"{}\"", now + 500));
         assert_eq!(acquired(&r[2]).0, 0, "the slot stays taken");
     }
     // The beats stop: past the deadline, the holder learns it lost the slot.
@@ -488,16 +501,18 @@ fn a_heartbeat_keeps_a_lease_past_its_first_ttl() {
     while server_time_ms(&mut con) <= deadline {
         thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(
-        cmd_int(&mut con, &["RL.EXTEND", "job", "w", "TTL", "300"]),
-        0
-    );
-    assert_eq!(cmd_int(&mut con, &["RL.RELEASE", "job", "w"]), 0);
+    let extend = backend.raw(&mut con, &["RL.EXTEND", "job", "w", "TTL", "300"]);
+    assert_eq!(extend, Value::Int(0), "{backend:?}");
+    let release = backend.raw(&mut con, &["RL.RELEASE", "job", "w"]);
+    assert_eq!(release, Value::Int(0), "{backend:?}");
     assert_eq!(cmd_int(&mut con, &["EXISTS", "job"]), 0);
 }
 
+/// Module only: it also checks the INFO counters (no lease counted, the
+/// errors counted); the contract's texts from both backends are
+/// `bad_input::every_malformed_lease_call_gets_the_contracts_error_and_changes_nothing`.
 #[test]
-fn every_malformed_call_is_an_error_that_changes_nothing() {
+fn module_only_every_malformed_call_is_an_error_counted_in_info_that_changes_nothing() {
     let server = Server::start();
     let mut con = server.client();
     for setup in [
@@ -731,7 +746,12 @@ fn every_malformed_call_is_an_error_that_changes_nothing() {
 /// Random acquire/release/extend calls on a few keys, with short leases
 /// so that calls reclaim; then one long lease per key so that every key
 /// outlives the checks. Returns the keys.
-fn random_workload(con: &mut Connection, rng: &mut Rng, calls: usize) -> Vec<String> {
+fn random_workload(
+    backend: Backend,
+    con: &mut Connection,
+    rng: &mut Rng,
+    calls: usize,
+) -> Vec<String> {
     let keys: Vec<String> = (0..4).map(|i| format!("lease:{i}")).collect();
     let ids = ["a", "b", "c", "d", "e", "f"];
     for _ in 0..calls {
@@ -744,11 +764,11 @@ fn random_workload(con: &mut Connection, rng: &mut Rng, calls: usize) -> Vec<Str
         }
         .to_string();
         let call = match rng.below(5) {
-            0 => common::words(&["RL.ACQUIRE", key, "LIMIT", "3", "TTL", &ttl]),
-            1 => common::words(&["RL.ACQUIRE", key, "LIMIT", "3", "TTL", &ttl, "ID", id]),
-            2 => common::words(&["RL.RELEASE", key, id]),
-            3 => common::words(&["RL.EXTEND", key, id, "TTL", &ttl]),
-            _ => common::words(&["RL.INFLIGHT", key]),
+            0 => backend.call(&["RL.ACQUIRE", key, "LIMIT", "3", "TTL", &ttl]),
+            1 => backend.call(&["RL.ACQUIRE", key, "LIMIT", "3", "TTL", &ttl, "ID", id]),
+            2 => backend.call(&["RL.RELEASE", key, id]),
+            3 => backend.call(&["RL.EXTEND", key, id, "TTL", &ttl]),
+            _ => backend.call(&["RL.INFLIGHT", key]),
         };
         let v = run(con, &call);
         assert!(!matches!(v, Value::ServerError(_)), "{call:?}: {v:?}");
@@ -757,7 +777,7 @@ fn random_workload(con: &mut Connection, rng: &mut Rng, calls: usize) -> Vec<Str
         }
     }
     for key in &keys {
-        let anchor = common::words(&[
+        let anchor = backend.call(&[
             "RL.ACQUIRE",
             key,
             "LIMIT",
@@ -782,14 +802,20 @@ fn all_leases(con: &mut Connection, keys: &[String]) -> Leases {
 
 #[test]
 fn replicas_aof_and_failover_hold_the_same_leases() {
-    let mut primary = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let replica = Server::start();
+    for backend in BOTH {
+        replicas_aof_and_failover_on(backend);
+    }
+}
+
+fn replicas_aof_and_failover_on(backend: Backend) {
+    let mut primary = backend.start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let replica = backend.start();
     replica.replica_of(&primary);
     let mut con = primary.client();
     let mut rng = Rng::new(common::seed(
         "replicas_aof_and_failover_hold_the_same_leases",
     ));
-    let keys = random_workload(&mut con, &mut rng, 1500);
+    let keys = random_workload(backend, &mut con, &mut rng, 1500);
     wait_replica_offset(&primary, &replica);
     let on_primary = all_leases(&mut con, &keys);
     assert!(
@@ -799,31 +825,40 @@ fn replicas_aof_and_failover_hold_the_same_leases() {
     assert_eq!(
         all_leases(&mut replica.client(), &keys),
         on_primary,
-        "the replica"
+        "{backend:?}: the replica"
     );
-    let [acquired_n, _, released, extended, reclaimed] = leases_info(&mut con);
-    assert!(acquired_n > 0 && released > 0 && extended > 0 && reclaimed > 0);
-
-    // The AOF holds the effects, never the commands.
-    let aof: Vec<u8> = std::fs::read_dir(primary.dir.join("appendonlydir"))
-        .unwrap()
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().contains(".incr."))
-        .flat_map(|e| std::fs::read(e.path()).unwrap())
-        .collect();
-    let aof = String::from_utf8_lossy(&aof).to_uppercase();
-    for effect in ["ZADD", "ZREM", "PEXPIREAT"] {
-        assert!(aof.contains(effect), "the AOF lacks {effect}");
+    if backend == Backend::Module {
+        // INFO's lease counters are the module's.
+        let [acquired_n, _, released, extended, reclaimed] = leases_info(&mut con);
+        assert!(acquired_n > 0 && released > 0 && extended > 0 && reclaimed > 0);
     }
-    assert!(!aof.contains("RL."), "the AOF holds a module command");
+
+    // The AOF holds the effects, never the commands (nor, but in the
+    // library's own FUNCTION LOAD, any word naming one).
+    let aof: Vec<Vec<String>> = common::aof_commands(&primary.dir)
+        .into_iter()
+        .filter(|words| !words[0].eq_ignore_ascii_case("FUNCTION"))
+        .collect();
+    for effect in ["ZADD", "ZREM", "PEXPIREAT"] {
+        assert!(
+            aof.iter()
+                .any(|words| words[0].eq_ignore_ascii_case(effect)),
+            "{backend:?}: the AOF lacks {effect}"
+        );
+    }
+    let words = aof.iter().flatten().map(|w| w.to_uppercase());
+    for word in words {
+        assert!(!word.contains("RL."), "the AOF holds a module command");
+        assert!(!word.contains("FCALL"), "the AOF holds a library call");
+    }
 
     // A restart from the AOF holds the same.
-    primary.restart();
+    backend.restart(&mut primary);
     let mut con = primary.client();
     assert_eq!(
         all_leases(&mut con, &keys),
         on_primary,
-        "after the AOF restart"
+        "{backend:?}: after the AOF restart"
     );
 
     // Failover: the replica takes over with the leases held.
@@ -835,36 +870,42 @@ fn replicas_aof_and_failover_hold_the_same_leases() {
     assert_eq!(
         all_leases(&mut promoted, &keys),
         on_primary,
-        "the promoted replica"
+        "{backend:?}: the promoted replica"
     );
     for (key, (members, _)) in &on_primary {
         let live = members.len() as i64;
         let now = server_time_ms(&mut promoted);
         let still = members.iter().filter(|(_, d)| *d > now + 1000).count() as i64;
-        let in_flight = cmd_int(&mut promoted, &["RL.INFLIGHT", key]);
-        assert!((still..=live).contains(&in_flight), "{key}: {in_flight}");
-        assert_eq!(
-            cmd_int(&mut promoted, &["RL.RELEASE", key, "anchor"]),
-            1,
-            "{key}"
+        let in_flight = common::int(&backend.raw(&mut promoted, &["RL.INFLIGHT", key]));
+        assert!(
+            (still..=live).contains(&in_flight),
+            "{backend:?} {key}: {in_flight}"
         );
+        let release = backend.raw(&mut promoted, &["RL.RELEASE", key, "anchor"]);
+        assert_eq!(release, Value::Int(1), "{backend:?} {key}");
     }
 }
 
 #[test]
 fn a_lease_that_expired_while_the_server_was_down_is_reclaimed_without_extension() {
-    let mut server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    for backend in BOTH {
+        expired_while_down_on(backend);
+    }
+}
+
+fn expired_while_down_on(backend: Backend) {
+    let mut server = backend.start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.client();
     let (now, _) = timed(
         &mut con,
         &[
-            common::words(&split("RL.ACQUIRE down LIMIT 2 TTL 600 ID short")),
-            common::words(&split("RL.ACQUIRE down LIMIT 2 TTL 600000 ID long")),
+            line(backend, "RL.ACQUIRE down LIMIT 2 TTL 600 ID short"),
+            line(backend, "RL.ACQUIRE down LIMIT 2 TTL 600000 ID long"),
         ],
     );
     server.stop();
     thread::sleep(Duration::from_millis(700));
-    server.restart();
+    backend.restart(&mut server);
     let mut con = server.client();
     // Still stored as it was, and not live.
     let (members, expiry) = lease_state(&mut con, "down");
@@ -873,68 +914,49 @@ fn a_lease_that_expired_while_the_server_was_down_is_reclaimed_without_extension
         [("short".into(), now + 600), ("long".into(), now + 600_000)]
     );
     assert_eq!(expiry, now + 600_000);
-    assert_eq!(cmd_int(&mut con, &["RL.INFLIGHT", "down"]), 1);
-    assert_eq!(
-        cmd_int(&mut con, &["RL.EXTEND", "down", "short", "TTL", "600000"]),
-        0
-    );
+    let in_flight = backend.raw(&mut con, &["RL.INFLIGHT", "down"]);
+    assert_eq!(in_flight, Value::Int(1), "{backend:?}");
+    let extend = backend.raw(&mut con, &["RL.EXTEND", "down", "short", "TTL", "600000"]);
+    assert_eq!(extend, Value::Int(0), "{backend:?}");
     let (members, _) = lease_state(&mut con, "down");
     assert_eq!(
         members,
         [("long".into(), now + 600_000)],
-        "reclaimed, not extended"
+        "{backend:?}: reclaimed, not extended"
     );
-    let v = cmd_raw(&mut con, &split("RL.ACQUIRE down LIMIT 2 TTL 1000 ID next"));
-    assert_eq!(acquired(&v).0, 1);
+    let v = backend.raw(&mut con, &split("RL.ACQUIRE down LIMIT 2 TTL 1000 ID next"));
+    assert_eq!(acquired(&v).0, 1, "{backend:?}");
 }
 
-/// The commands in an AOF's incremental files, without MULTI, EXEC and
-/// SELECT, as lines of words.
-fn aof_commands(server: &Server) -> Vec<String> {
-    let dir = server.dir.join("appendonlydir");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
-        .collect();
-    files.sort();
-    let mut out = Vec::new();
-    for file in files {
-        let bytes = std::fs::read(file).unwrap();
-        let mut at = 0;
-        let line = |at: &mut usize| -> String {
-            let end = *at + bytes[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
-            let text = String::from_utf8_lossy(&bytes[*at..end]).into_owned();
-            *at = end + 2;
-            text
-        };
-        while at < bytes.len() {
-            let n: usize = line(&mut at).trim_start_matches('*').parse().unwrap();
-            let mut words = Vec::new();
-            for _ in 0..n {
-                let len: usize = line(&mut at).trim_start_matches('$').parse().unwrap();
-                words.push(String::from_utf8_lossy(&bytes[at..at + len]).into_owned());
-                at += len + 2;
-            }
-            if !["MULTI", "EXEC", "SELECT"].contains(&words[0].to_uppercase().as_str()) {
-                out.push(words.join(" "));
-            }
-        }
-    }
-    out
+/// The commands in an AOF's incremental files, without MULTI, EXEC, SELECT
+/// and the library's FUNCTION LOAD, as lines of words.
+fn aof_lines(server: &Server) -> Vec<String> {
+    common::aof_commands(&server.dir)
+        .into_iter()
+        .filter(|words| {
+            !["MULTI", "EXEC", "SELECT", "FUNCTION"].contains(&words[0].to_uppercase().as_str())
+        })
+        .map(|words| words.join(" "))
+        .collect()
 }
 
 /// The effects, byte for byte: ZREM, then ZADD, then PEXPIREAT, each with
 /// absolute values and only when it applies.
 #[test]
 fn each_call_propagates_exactly_its_effects() {
-    let server = Server::start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+    for backend in BOTH {
+        each_call_propagates_exactly_its_effects_on(backend);
+    }
+}
+
+fn each_call_propagates_exactly_its_effects_on(backend: Backend) {
+    let server = backend.start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
     let mut con = server.client();
     let (first, _) = timed(
         &mut con,
         &[
-            common::words(&split("RL.ACQUIRE k LIMIT 2 TTL 1 ID gone")),
-            common::words(&split("RL.ACQUIRE k LIMIT 2 TTL 600000 ID a")),
+            line(backend, "RL.ACQUIRE k LIMIT 2 TTL 1 ID gone"),
+            line(backend, "RL.ACQUIRE k LIMIT 2 TTL 600000 ID a"),
         ],
     );
     thread::sleep(Duration::from_millis(5));
@@ -950,11 +972,11 @@ fn each_call_propagates_exactly_its_effects() {
         "RL.RELEASE k a",
         "RL.RELEASE k b",
     ];
-    let calls: Vec<Vec<String>> = calls.iter().map(|c| common::words(&split(c))).collect();
+    let calls: Vec<Vec<String>> = calls.iter().map(|c| line(backend, c)).collect();
     let (now, replies) = timed(&mut con, &calls);
     assert_eq!(
         show(&replies[0]),
-        format!("[0,1,1,{},nil]", first + 600_000 - now)
+        format!("[0, 1, 1, {}, nil]", first + 600_000 - now)
     );
     let want = [
         format!("ZADD k {} gone", first + 1),
@@ -975,17 +997,23 @@ fn each_call_propagates_exactly_its_effects() {
         // The last lease: the key is gone, no expiry to set.
         "ZREM k b".to_string(),
     ];
-    assert_eq!(aof_commands(&server), want);
+    assert_eq!(aof_lines(&server), want, "{backend:?}");
     assert_eq!(cmd_int(&mut con, &["EXISTS", "k"]), 0);
 }
 
 #[test]
 fn refusals_and_reads_propagate_nothing() {
-    let primary = Server::start_with(QUIET);
-    let replica = Server::start();
+    for backend in BOTH {
+        refusals_and_reads_propagate_nothing_on(backend);
+    }
+}
+
+fn refusals_and_reads_propagate_nothing_on(backend: Backend) {
+    let primary = backend.start_with(QUIET);
+    let replica = backend.start();
     replica.replica_of(&primary);
     let mut con = primary.client();
-    cmd_raw(&mut con, &split("RL.ACQUIRE full LIMIT 1 TTL 600000 ID a"));
+    backend.raw(&mut con, &split("RL.ACQUIRE full LIMIT 1 TTL 600000 ID a"));
     cmd_raw(&mut con, &split("HSET free max 0"));
     let before = repl_offset(&mut con);
     for call in [
@@ -1000,9 +1028,13 @@ fn refusals_and_reads_propagate_nothing() {
         "RL.EXTEND full b TTL 1000",
         "RL.ACQUIRE full LIMIT 0 TTL 5",
     ] {
-        run(&mut con, &common::words(&split(call)));
+        run(&mut con, &line(backend, call));
     }
-    assert_eq!(repl_offset(&mut con), before, "nothing was propagated");
+    assert_eq!(
+        repl_offset(&mut con),
+        before,
+        "{backend:?}: nothing was propagated"
+    );
     wait_replica_offset(&primary, &replica);
     let keys = ["full".to_string(), "nothing".to_string()];
     assert_eq!(
@@ -1013,26 +1045,32 @@ fn refusals_and_reads_propagate_nothing() {
 
 #[test]
 fn a_refusal_that_reclaims_replicates_the_reclaim_only() {
-    let primary = Server::start_with(QUIET);
-    let replica = Server::start();
+    for backend in BOTH {
+        a_refusal_that_reclaims_replicates_the_reclaim_only_on(backend);
+    }
+}
+
+fn a_refusal_that_reclaims_replicates_the_reclaim_only_on(backend: Backend) {
+    let primary = backend.start_with(QUIET);
+    let replica = backend.start();
     replica.replica_of(&primary);
     let mut con = primary.client();
     let (now, _) = timed(
         &mut con,
         &[
-            common::words(&split("RL.ACQUIRE k LIMIT 2 TTL 1 ID gone")),
-            common::words(&split("RL.ACQUIRE k LIMIT 2 TTL 600000 ID kept")),
+            line(backend, "RL.ACQUIRE k LIMIT 2 TTL 1 ID gone"),
+            line(backend, "RL.ACQUIRE k LIMIT 2 TTL 600000 ID kept"),
         ],
     );
     thread::sleep(Duration::from_millis(5));
     // LIMIT 1: the expired lease is reclaimed, and the call still refused.
     let before = repl_offset(&mut con);
-    let v = cmd_raw(&mut con, &split("RL.ACQUIRE k LIMIT 1 TTL 600000"));
+    let v = backend.raw(&mut con, &split("RL.ACQUIRE k LIMIT 1 TTL 600000"));
     assert_eq!(acquired(&v).0, 0);
     let after = repl_offset(&mut con);
-    assert!(after > before, "the reclaim is propagated");
+    assert!(after > before, "{backend:?}: the reclaim is propagated");
     // The same refusal again has nothing to reclaim.
-    let v = cmd_raw(&mut con, &split("RL.ACQUIRE k LIMIT 1 TTL 600000"));
+    let v = backend.raw(&mut con, &split("RL.ACQUIRE k LIMIT 1 TTL 600000"));
     assert_eq!(acquired(&v).0, 0);
     assert_eq!(repl_offset(&mut con), after);
     wait_replica_offset(&primary, &replica);
@@ -1043,14 +1081,20 @@ fn a_refusal_that_reclaims_replicates_the_reclaim_only() {
 
 #[test]
 fn cluster_routes_by_key_and_refuses_a_meta_in_another_slot() {
-    let c = Cluster::start(3);
+    for backend in BOTH {
+        cluster_routes_by_key_on(backend);
+    }
+}
+
+fn cluster_routes_by_key_on(backend: Backend) {
+    let c = Cluster::start_on(backend, 3, &[]);
     // Keys on every node: each call runs where its key lives.
     for key in ["{a}pool", "{b}pool", "{c}pool", "{d}pool"] {
         let (v, node) = c.route(
             key,
             &["RL.ACQUIRE", key, "LIMIT", "1", "TTL", "60000", "ID", "w"],
         );
-        assert_eq!(show(&v), "[1,1,1,0,w]", "{key}");
+        assert_eq!(show(&v), "[1, 1, 1, 0, \"w\"]", "{key}");
         assert_eq!(node, c.owner_seen_by(0, c.keyslot(key)));
         let (v, _) = c.route(key, &["RL.INFLIGHT", key]);
         assert_eq!(v, Value::Int(1));
@@ -1070,20 +1114,21 @@ fn cluster_routes_by_key_and_refuses_a_meta_in_another_slot() {
         c.route(meta, &["HSET", meta, "max", "1", "ttl", "60000"]);
     }
     let (v, _) = c.route(&key, &["RL.ACQUIRE", &key, "META", &near, "ID", "m"]);
-    assert_eq!(show(&v), "[1,1,1,0,m]");
+    assert_eq!(show(&v), "[1, 1, 1, 0, \"m\"]");
     for node in [
         c.owner_seen_by(0, c.keyslot(&key)),
         c.owner_seen_by(0, c.keyslot(&far)),
     ] {
-        let v = cmd_raw(&mut c.client(node), &["RL.ACQUIRE", &key, "META", &far]);
-        let e = err_line(&v).unwrap_or_default();
-        assert!(e.starts_with("CROSSSLOT"), "node {node}: {v:?}");
+        let v = backend.raw(&mut c.client(node), &["RL.ACQUIRE", &key, "META", &far]);
+        let e = error_text(&v).unwrap_or_default();
+        assert!(e.starts_with("CROSSSLOT"), "{backend:?} node {node}: {v:?}");
     }
 }
 
 /// ACL key patterns see the lease key and the META hash, wherever META is.
+/// Module only: the `@ratelimit` category and the key-specs are its.
 #[test]
-fn acl_key_patterns_cover_the_lease_key_and_its_meta() {
+fn module_only_acl_key_patterns_cover_the_lease_key_and_its_meta() {
     let server = Server::start();
     let mut admin = server.client();
     // `%R~META`: a keyword search that took the id META for the keyword
@@ -1095,7 +1140,7 @@ fn acl_key_patterns_cover_the_lease_key_and_its_meta() {
     let mut app = server.client();
     cmd_raw(&mut app, &split("AUTH app x"));
     let ok = cmd_raw(&mut app, &split("RL.ACQUIRE lease:a META meta:ok ID META"));
-    assert_eq!(show(&ok), "[1,1,1,0,META]");
+    assert_eq!(show(&ok), "[1, 1, 1, 0, \"META\"]");
     for call in [
         "RL.ACQUIRE lease:b META secret",
         "RL.ACQUIRE lease:b ID META META secret",
@@ -1115,12 +1160,18 @@ fn acl_key_patterns_cover_the_lease_key_and_its_meta() {
 /// acquire, a release and an extend touch it.
 #[test]
 fn only_writes_touch_a_watched_lease_key() {
-    let server = Server::start();
+    for backend in BOTH {
+        only_writes_touch_a_watched_lease_key_on(backend);
+    }
+}
+
+fn only_writes_touch_a_watched_lease_key_on(backend: Backend) {
+    let server = backend.start();
     let mut con = server.client();
-    cmd_raw(&mut con, &split("RL.ACQUIRE w LIMIT 1 TTL 60000 ID a"));
+    backend.raw(&mut con, &split("RL.ACQUIRE w LIMIT 1 TTL 60000 ID a"));
     let watched = |con: &mut Connection, call: &str| -> bool {
         assert_eq!(cmd_raw(con, &["WATCH", "w"]), Value::Okay);
-        let v = cmd_raw(con, &split(call));
+        let v = backend.raw(con, &split(call));
         assert!(!matches!(v, Value::ServerError(_)), "{call}: {v:?}");
         assert_eq!(cmd_raw(con, &["MULTI"]), Value::Okay);
         cmd_raw(con, &["PING"]);
@@ -1135,12 +1186,13 @@ fn only_writes_touch_a_watched_lease_key() {
         ("RL.ACQUIRE w LIMIT 1 TTL 60000 ID a", true),
         ("RL.RELEASE w a", true),
     ] {
-        assert_eq!(watched(&mut con, call), touches, "{call}");
+        assert_eq!(watched(&mut con, call), touches, "{backend:?} {call}");
     }
 }
 
+/// Module only: COMMAND DOCS and GETKEYS describe module commands.
 #[test]
-fn command_docs_info_and_getkeys_describe_the_lease_commands() {
+fn module_only_command_docs_info_and_getkeys_describe_the_lease_commands() {
     let server = Server::start();
     let mut con = server.client();
     let getkeys = |con: &mut Connection, call: &str| -> String {
@@ -1151,18 +1203,18 @@ fn command_docs_info_and_getkeys_describe_the_lease_commands() {
     for (call, want) in [
         (
             "RL.ACQUIRE k LIMIT 1 TTL 5 META m ID META",
-            "[[k,[RW,access,update]],[m,[RO,access]]]",
+            "[[\"k\", [+RW, +access, +update]], [\"m\", [+RO, +access]]]",
         ),
-        ("RL.ACQUIRE k", "[[k,[RW,access,update]]]"),
+        ("RL.ACQUIRE k", "[[\"k\", [+RW, +access, +update]]]"),
         // A lease id may be the word META.
         (
             "RL.ACQUIRE k ID META META m",
-            "[[k,[RW,access,update]],[m,[RO,access]]]",
+            "[[\"k\", [+RW, +access, +update]], [\"m\", [+RO, +access]]]",
         ),
-        ("RL.ACQUIRE k ID META", "[[k,[RW,access,update]]]"),
-        ("RL.RELEASE k id", "[[k,[RW,access,update]]]"),
-        ("RL.EXTEND k id TTL 5", "[[k,[RW,access,update]]]"),
-        ("RL.INFLIGHT k", "[[k,[RO,access]]]"),
+        ("RL.ACQUIRE k ID META", "[[\"k\", [+RW, +access, +update]]]"),
+        ("RL.RELEASE k id", "[[\"k\", [+RW, +access, +update]]]"),
+        ("RL.EXTEND k id TTL 5", "[[\"k\", [+RW, +access, +update]]]"),
+        ("RL.INFLIGHT k", "[[\"k\", [+RO, +access]]]"),
     ] {
         assert_eq!(getkeys(&mut con, call), want, "{call}");
     }
@@ -1179,17 +1231,886 @@ fn command_docs_info_and_getkeys_describe_the_lease_commands() {
     );
     let docs = show(&docs);
     for part in [
-        "arguments,[[name,key,type,key,display_text,key,key_spec_index,0],\
-         [name,max,type,integer,display_text,max,token,LIMIT,flags,[optional]],\
-         [name,ms,type,integer,display_text,ms,token,TTL,flags,[optional]],\
-         [name,metakey,type,key,display_text,metakey,key_spec_index,1,token,META,flags,[optional]],\
-         [name,lease-id,type,string,display_text,lease-id,token,ID,flags,[optional]]]]",
-        "arguments,[[name,key,type,key,display_text,key,key_spec_index,0],\
-         [name,lease-id,type,string,display_text,lease-id]]]",
-        "arguments,[[name,key,type,key,display_text,key,key_spec_index,0],\
-         [name,lease-id,type,string,display_text,lease-id],\
-         [name,ms,type,integer,display_text,ms,token,TTL]]]",
+        "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
+         [\"name\", \"max\", \"type\", \"integer\", \"display_text\", \"max\", \"token\", \"LIMIT\", \"flags\", [+optional]], \
+         [\"name\", \"ms\", \"type\", \"integer\", \"display_text\", \"ms\", \"token\", \"TTL\", \"flags\", [+optional]], \
+         [\"name\", \"metakey\", \"type\", \"key\", \"display_text\", \"metakey\", \"key_spec_index\", 1, \"token\", \"META\", \"flags\", [+optional]], \
+         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\", \"token\", \"ID\", \"flags\", [+optional]]]]",
+        "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
+         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"]]]",
+        "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
+         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"], \
+         [\"name\", \"ms\", \"type\", \"integer\", \"display_text\", \"ms\", \"token\", \"TTL\"]]]",
     ] {
         assert!(docs.contains(part), "{part} not in {docs}");
+    }
+}
+
+// The module against the library (issue 19): the same calls go to `RL.*` on
+// a server with the module and to `FCALL rl_*` on a server without it, each
+// scenario in one MULTI/EXEC (one frozen clock) on a flushed server, after
+// leases preset relative to that clock. Replies, errors, every key's members
+// and scores (ZRANGE WITHSCORES) and its PEXPIRETIME must match, with times
+// written relative to the frozen now and generated lease ids (which differ
+// by design) matched by the contract's pattern `^[0-9a-f]+-[0-9a-f]{16}$`.
+
+/// A step of a lease scenario.
+#[derive(Debug, Clone)]
+enum Step {
+    /// A call in the module's syntax (translated for the library).
+    Call(Vec<String>),
+    /// ZADD of `(score, id)` pairs to `key`, a score `now`, `now+N`, `now-N`
+    /// relative to the frozen clock or a raw score (`1.5`, `inf`), then the
+    /// key's expiry `pxat` ms from now, if any.
+    Preset {
+        key: String,
+        leases: Vec<(String, String)>,
+        pxat: Option<i64>,
+    },
+}
+
+fn call(words: &[&str]) -> Step {
+    Step::Call(words.iter().map(|w| w.to_string()).collect())
+}
+
+/// A preset step: leases written before the calls.
+fn preset(key: &str, leases: &[(&str, &str)], pxat: Option<i64>) -> Step {
+    Step::Preset {
+        key: key.into(),
+        leases: leases
+            .iter()
+            .map(|(s, id)| (s.to_string(), id.to_string()))
+            .collect(),
+        pxat,
+    }
+}
+
+/// ZADDs KEYS[1] ARGV's (score, member) pairs, a score `now+N`/`now-N`
+/// being relative to the server's (frozen) now; then PEXPIREAT now +
+/// the last ARGV unless it is empty.
+const PRESET_SCRIPT: &str = r#"
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+for i = 1, #ARGV - 1, 2 do
+  local score = ARGV[i]
+  local rel = string.match(score, '^now([-+]?%d*)$')
+  if rel then score = string.format('%d', now + (tonumber(rel) or 0)) end
+  redis.call('ZADD', KEYS[1], score, ARGV[i + 1])
+end
+if ARGV[#ARGV] ~= '' then
+  redis.call('PEXPIREAT', KEYS[1], string.format('%d', now + tonumber(ARGV[#ARGV])))
+end
+return redis.status_reply('PRESET')
+"#;
+
+/// What a scenario did on one backend, comparable across servers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Transcript {
+    replies: Vec<String>,
+    /// Per key: `key type [(id, score)...] expiry`, sorted by id.
+    state: Vec<String>,
+}
+
+/// A score or expiry relative to `now` when it is a time near it.
+fn relative(text: &str, now: i64) -> String {
+    match text.parse::<i64>() {
+        Ok(v) if (v - now).abs() <= 10_000_000_000 => format!("now{:+}", v - now),
+        _ => text.to_string(),
+    }
+}
+
+fn text_of(v: &Value) -> String {
+    match v {
+        Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+        other => show(other),
+    }
+}
+
+/// Runs `steps` on `backend` in one MULTI/EXEC on a flushed server, then
+/// reads `keys`.
+fn run_scenario(
+    backend: Backend,
+    con: &mut Connection,
+    steps: &[Step],
+    keys: &[&str],
+) -> Transcript {
+    assert_eq!(cmd_raw(con, &["FLUSHALL"]), Value::Okay);
+    let mut cmds: Vec<Vec<String>> = vec![vec!["TIME".into()]];
+    for step in steps {
+        cmds.push(match step {
+            Step::Call(words) => backend.call_owned(words),
+            Step::Preset { key, leases, pxat } => {
+                let mut c = vec!["EVAL".into(), PRESET_SCRIPT.into(), "1".into(), key.clone()];
+                for (score, id) in leases {
+                    c.push(score.clone());
+                    c.push(id.clone());
+                }
+                c.push(pxat.map(|p| p.to_string()).unwrap_or_default());
+                c
+            }
+        });
+    }
+    for key in keys {
+        cmds.push(vec!["TYPE".into(), key.to_string()]);
+        cmds.push(vec![
+            "ZRANGE".into(),
+            key.to_string(),
+            "0".into(),
+            "-1".into(),
+            "WITHSCORES".into(),
+        ]);
+        cmds.push(vec!["PEXPIRETIME".into(), key.to_string()]);
+    }
+    let mut replies = exec(con, &cmds);
+    let now = time_ms(&replies.remove(0));
+    let (steps_part, state_part) = replies.split_at(steps.len());
+    let mut out = Transcript {
+        replies: Vec::new(),
+        state: Vec::new(),
+    };
+    for (step, reply) in steps.iter().zip(steps_part) {
+        match step {
+            Step::Call(_) => {
+                let line = show(reply);
+                // A generated id must have the contract's form: only such
+                // ids are normalised, any other stays in the line.
+                out.replies.push(without_ids(&line));
+            }
+            Step::Preset { key, .. } => assert_eq!(
+                reply,
+                &Value::SimpleString("PRESET".into()),
+                "{backend:?}: presetting {key}"
+            ),
+        }
+    }
+    for (key, parts) in keys.iter().zip(state_part.chunks(3)) {
+        let members = match &parts[1] {
+            Value::Array(flat) => {
+                let mut pairs: Vec<String> = flat
+                    .chunks(2)
+                    .map(|p| {
+                        let id = text_of(&p[0]);
+                        let id = if is_generated_id(&id) {
+                            "<id>".into()
+                        } else {
+                            id
+                        };
+                        format!("{id}@{}", relative(&text_of(&p[1]), now))
+                    })
+                    .collect();
+                pairs.sort();
+                pairs.join(" ")
+            }
+            other => show(other),
+        };
+        let expiry = match &parts[2] {
+            Value::Int(t) if *t >= 0 => relative(&t.to_string(), now),
+            other => show(other),
+        };
+        out.state
+            .push(format!("{key} {} [{members}] {expiry}", show(&parts[0])));
+    }
+    out
+}
+
+/// Both servers: the module's and the library's.
+fn servers() -> Vec<(Backend, Server)> {
+    BOTH.iter().map(|&b| (b, b.start())).collect()
+}
+
+/// Runs each scenario on both backends; every difference, listed.
+fn compare(servers: &[(Backend, Server)], scenarios: &[(String, Vec<Step>)], keys: &[&str]) {
+    let mut cons: Vec<Connection> = servers.iter().map(|(_, s)| s.client()).collect();
+    let mut differences = Vec::new();
+    let mut calls = 0;
+    for (name, steps) in scenarios {
+        let module = run_scenario(servers[0].0, &mut cons[0], steps, keys);
+        let library = run_scenario(servers[1].0, &mut cons[1], steps, keys);
+        calls += module.replies.len();
+        if module != library {
+            let mut lines = vec![format!("{name}:\n  steps   {steps:?}")];
+            let pairs = module
+                .replies
+                .iter()
+                .zip(&library.replies)
+                .chain(module.state.iter().zip(&library.state));
+            for (i, (m, l)) in pairs.enumerate() {
+                if m != l {
+                    lines.push(format!("  #{i} module  {m}\n  #{i} library {l}"));
+                }
+            }
+            differences.push(lines.join("\n"));
+        }
+    }
+    println!("{} scenarios, {calls} paired calls", scenarios.len());
+    assert!(
+        differences.is_empty(),
+        "{} of {} scenarios ({calls} paired calls) differ:\n{}",
+        differences.len(),
+        scenarios.len(),
+        differences
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    );
+}
+
+const KEYS: &[&str] = &["L", "M"];
+
+/// Scenarios written by hand: each rule of the contract once.
+fn crafted() -> Vec<(String, Vec<Step>)> {
+    let a = |rest: &[&str]| call(&[&["RL.ACQUIRE", "L"][..], rest].concat());
+    let v: Vec<(&str, Vec<Step>)> = vec![
+        (
+            "fill, refuse, release, acquire again",
+            vec![
+                a(&["LIMIT", "2", "TTL", "1000", "ID", "x"]),
+                a(&["LIMIT", "2", "TTL", "2000", "ID", "y"]),
+                a(&["LIMIT", "2", "TTL", "3000", "ID", "z"]),
+                call(&["RL.INFLIGHT", "L"]),
+                call(&["RL.RELEASE", "L", "x"]),
+                call(&["RL.RELEASE", "L", "x"]),
+                a(&["LIMIT", "2", "TTL", "3000", "ID", "z"]),
+            ],
+        ),
+        (
+            "generated ids",
+            vec![
+                a(&["LIMIT", "3", "TTL", "1000"]),
+                a(&["LIMIT", "3", "TTL", "1000"]),
+                a(&["LIMIT", "3", "TTL", "500"]),
+                a(&["LIMIT", "3", "TTL", "500"]),
+            ],
+        ),
+        (
+            "renew by ID takes no second slot, even at the limit",
+            vec![
+                a(&["LIMIT", "1", "TTL", "1000", "ID", "job"]),
+                a(&["LIMIT", "1", "TTL", "5000", "ID", "job"]),
+                a(&["LIMIT", "1", "TTL", "5000", "ID", "other"]),
+            ],
+        ),
+        (
+            "expired leases are reclaimed by an acquire, live ones kept",
+            vec![
+                preset(
+                    "L",
+                    &[("now-100", "gone"), ("now", "edge"), ("now+1", "live")],
+                    Some(1),
+                ),
+                a(&["LIMIT", "2", "TTL", "700"]),
+            ],
+        ),
+        (
+            "a refusal that reclaims writes the ZREM and PEXPIREAT only",
+            vec![
+                preset(
+                    "L",
+                    &[("now-5", "gone"), ("now+40", "p"), ("now+90", "q")],
+                    Some(90),
+                ),
+                a(&["LIMIT", "2", "TTL", "700"]),
+            ],
+        ),
+        (
+            "a refusal with nothing to reclaim",
+            vec![
+                preset("L", &[("now+40", "p"), ("now+90", "q")], Some(90)),
+                a(&["LIMIT", "1", "TTL", "700", "ID", "r"]),
+            ],
+        ),
+        (
+            "an acquire by the ID of an expired lease takes a new slot",
+            vec![
+                preset("L", &[("now-1", "job"), ("now+50", "p")], Some(50)),
+                a(&["LIMIT", "1", "TTL", "700", "ID", "job"]),
+                a(&["LIMIT", "2", "TTL", "700", "ID", "job"]),
+            ],
+        ),
+        (
+            "release and extend of expired, unknown and live leases",
+            vec![
+                preset(
+                    "L",
+                    &[("now-1", "old"), ("now+30", "p"), ("now+60", "q")],
+                    Some(60),
+                ),
+                call(&["RL.RELEASE", "L", "nobody"]),
+                call(&["RL.EXTEND", "L", "old", "TTL", "100"]),
+                call(&["RL.EXTEND", "L", "p", "ttl", "20"]),
+                call(&["RL.EXTEND", "L", "q", "TTL", "10"]),
+                call(&["RL.RELEASE", "L", "q"]),
+                call(&["RL.RELEASE", "L", "p"]),
+                call(&["RL.INFLIGHT", "L"]),
+            ],
+        ),
+        (
+            "release of the last live lease reclaims the rest: the key goes",
+            vec![
+                preset("L", &[("now-1", "old"), ("now+30", "p")], Some(30)),
+                call(&["RL.RELEASE", "L", "p"]),
+            ],
+        ),
+        (
+            "a key with only expired leases and no expiry",
+            vec![
+                preset("L", &[("now-10", "a"), ("now", "b")], None),
+                call(&["RL.INFLIGHT", "L"]),
+                call(&["RL.EXTEND", "L", "a", "TTL", "10"]),
+                call(&["RL.EXTEND", "L", "zz", "TTL", "10"]),
+            ],
+        ),
+        (
+            "a live lease whose key has no expiry, or a wrong one",
+            vec![
+                preset("L", &[("now+100", "a")], None),
+                preset("M", &[("now+100", "a")], Some(5)),
+                call(&["RL.INFLIGHT", "L"]),
+                call(&["RL.RELEASE", "L", "zz"]),
+                call(&["RL.RELEASE", "M", "zz"]),
+                call(&["RL.ACQUIRE", "M", "LIMIT", "1", "TTL", "10"]),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "10", "ID", "b"]),
+            ],
+        ),
+        (
+            "deadlines at 0 and at 2^53 are deadlines",
+            vec![
+                preset("L", &[("0", "zero"), ("9007199254740992", "far")], None),
+                call(&["RL.INFLIGHT", "L"]),
+                a(&["LIMIT", "2", "TTL", "10"]),
+                a(&["LIMIT", "3", "TTL", "10", "ID", "n"]),
+                call(&["RL.EXTEND", "L", "far", "TTL", "5"]),
+            ],
+        ),
+        (
+            "META fields and inline options",
+            vec![
+                call(&["HSET", "{m}", "max", "1", "ttl", "300"]),
+                call(&["HSET", "{z}", "max", "0"]),
+                call(&["HSET", "{t}", "ttl", "300"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "ID", "a"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "ID", "b"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "LIMIT", "2", "ID", "b"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "LIMIT", "3", "TTL", "50"]),
+                call(&["RL.ACQUIRE", "L", "META", "{z}", "ID", "free"]),
+                call(&["RL.ACQUIRE", "L", "META", "{z}"]),
+                call(&["RL.ACQUIRE", "L", "META", "{t}"]),
+                call(&["RL.ACQUIRE", "L", "META", "{t}", "LIMIT", "9"]),
+                call(&["RL.ACQUIRE", "L", "META", "{nothing}"]),
+                call(&["RL.ACQUIRE", "M", "META", "{nothing}", "LIMIT", "1"]),
+                call(&["RL.ACQUIRE", "M", "LIMIT", "1", "TTL", "9", "META", "{z}"]),
+            ],
+        ),
+        (
+            "an ID that is the word META",
+            vec![
+                call(&["HSET", "{m}", "max", "2", "ttl", "300"]),
+                a(&["LIMIT", "2", "TTL", "100", "ID", "META"]),
+                call(&["RL.ACQUIRE", "L", "ID", "META", "META", "{m}"]),
+                call(&["RL.ACQUIRE", "L", "META", "{m}", "ID", "meta"]),
+                call(&["RL.EXTEND", "L", "META", "TTL", "50"]),
+                call(&["RL.RELEASE", "L", "META"]),
+            ],
+        ),
+        (
+            "unlimited reads and writes nothing, whatever the key holds",
+            vec![
+                call(&["SET", "M", "text"]),
+                preset("L", &[("now-1", "old"), ("1.5", "frac")], None),
+                call(&["RL.ACQUIRE", "M"]),
+                call(&["RL.ACQUIRE", "L", "ID", "x"]),
+                call(&["RL.ACQUIRE", "L", "TTL", "1"]),
+            ],
+        ),
+        (
+            "scores that are no deadlines, and other types",
+            vec![
+                preset(
+                    "L",
+                    &[("now-1", "old"), ("1.5", "frac"), ("now+9", "p")],
+                    Some(9),
+                ),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "5", "TTL", "10"]),
+                call(&["RL.RELEASE", "L", "p"]),
+                call(&["RL.EXTEND", "L", "p", "TTL", "10"]),
+                call(&["RL.INFLIGHT", "L"]),
+                preset("M", &[("-1", "neg")], None),
+                call(&["RL.INFLIGHT", "M"]),
+                call(&["DEL", "M"]),
+                preset("M", &[("9007199254740994", "big"), ("inf", "inf")], None),
+                call(&["RL.RELEASE", "M", "big"]),
+                call(&["DEL", "M"]),
+                call(&["RPUSH", "M", "x"]),
+                call(&["RL.ACQUIRE", "M", "LIMIT", "1", "TTL", "5"]),
+                call(&["RL.INFLIGHT", "M"]),
+            ],
+        ),
+        (
+            "bad input in a scenario changes nothing",
+            vec![
+                preset("L", &[("now-1", "old"), ("now+9", "p")], Some(9)),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "0", "TTL", "5"]),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "1"]),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "9007199254740992"]),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "1", "ID", ""]),
+                call(&["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "1", "BOGUS", "1"]),
+                call(&["RL.EXTEND", "L", "p", "FOR", "5"]),
+                call(&["RL.EXTEND", "L", "p", "TTL", "0"]),
+                call(&["RL.RELEASE", "L", ""]),
+            ],
+        ),
+    ];
+    v.into_iter().map(|(n, s)| (n.to_string(), s)).collect()
+}
+
+#[test]
+fn crafted_lease_scenarios_answer_and_store_alike() {
+    compare(&servers(), &crafted(), KEYS);
+}
+
+/// A renewal with a shorter TTL than the lease had: the key's expiry is
+/// the latest live deadline, which the renewed lease no longer has.
+#[test]
+fn renewing_with_a_shorter_ttl_moves_the_expiry_back() {
+    let a = |rest: &[&str]| call(&[&["RL.ACQUIRE", "L"][..], rest].concat());
+    let scenario = vec![
+        a(&["LIMIT", "3", "TTL", "9000", "ID", "job"]),
+        a(&["LIMIT", "3", "TTL", "1000", "ID", "other"]),
+        a(&["LIMIT", "3", "TTL", "2000", "ID", "job"]),
+    ];
+    let servers = servers();
+    let library = run_scenario(
+        Backend::Functions,
+        &mut servers[1].1.client(),
+        &scenario,
+        KEYS,
+    );
+    assert_eq!(
+        library.state[0],
+        "L +zset [job@now+2000 other@now+1000] now+2000"
+    );
+    compare(&servers, &[("renew shorter".into(), scenario)], KEYS);
+}
+
+/// `live` leases `l000`.. ending 10 ms apart from now+10 (the latest
+/// last), after `expired` ones `x000`.. that ended 1 ms apart up to now.
+fn many(key: &str, live: usize, expired: usize) -> Step {
+    let mut leases: Vec<(String, String)> = (0..live)
+        .map(|i| (format!("now+{}", 10 * (i + 1)), format!("l{i:03}")))
+        .collect();
+    leases.extend((0..expired).map(|i| (format!("now-{i}"), format!("x{i:03}"))));
+    let pxat = (live > 0).then_some(10 * live as i64);
+    Step::Preset {
+        key: key.into(),
+        leases,
+        pxat,
+    }
+}
+
+/// Keys holding many leases, so that the calls' few reads (the expired
+/// range, the count, the earliest live, the last two, the named lease)
+/// meet a big set: each expectation is checked on the library, and the
+/// module must answer and store the same.
+#[test]
+fn many_live_leases_answer_and_store_alike() {
+    let a = |rest: &[&str]| call(&[&["RL.ACQUIRE", "L"][..], rest].concat());
+    let cases: Vec<(&str, Vec<Step>, Vec<&str>, &str)> = vec![
+        (
+            "a full key refuses until its earliest deadline; INFLIGHT counts",
+            vec![
+                many("L", 200, 0),
+                a(&["LIMIT", "200", "TTL", "5000"]),
+                call(&["RL.INFLIGHT", "L"]),
+            ],
+            vec!["[0, 200, 200, 10, nil]", "200"],
+            " now+2000",
+        ),
+        (
+            "release of the latest lease: the one before it is the expiry",
+            vec![many("L", 200, 0), call(&["RL.RELEASE", "L", "l199"])],
+            vec!["1"],
+            " now+1990",
+        ),
+        (
+            "releases of the two latest, then a short extend of the next",
+            vec![
+                many("L", 200, 0),
+                call(&["RL.RELEASE", "L", "l199"]),
+                call(&["RL.RELEASE", "L", "l198"]),
+                call(&["RL.EXTEND", "L", "l197", "TTL", "5"]),
+            ],
+            vec!["1", "1", "1"],
+            " now+1970",
+        ),
+        (
+            "extend of the latest lease, longer",
+            vec![
+                many("L", 200, 0),
+                call(&["RL.EXTEND", "L", "l199", "TTL", "9000"]),
+            ],
+            vec!["1"],
+            " now+9000",
+        ),
+        (
+            "renew by ID of the latest lease, shorter, at the limit",
+            vec![
+                many("L", 200, 0),
+                a(&["LIMIT", "200", "TTL", "3", "ID", "l199"]),
+            ],
+            vec!["[1, 200, 200, 0, \"l199\"]"],
+            " now+1990",
+        ),
+        (
+            "renew by ID of a lease in the middle takes no second slot",
+            vec![
+                many("L", 200, 0),
+                a(&["LIMIT", "200", "TTL", "3", "ID", "l100"]),
+                a(&["LIMIT", "201", "TTL", "3"]),
+            ],
+            vec!["[1, 200, 200, 0, \"l100\"]", "[1, 201, 201, 0, \"<id>\"]"],
+            " now+2000",
+        ),
+        (
+            "one call reclaims many expired leases at once",
+            vec![
+                many("L", 50, 150),
+                a(&["LIMIT", "60", "TTL", "100", "ID", "x010"]),
+                call(&["RL.INFLIGHT", "L"]),
+            ],
+            vec!["[1, 60, 51, 0, \"x010\"]", "51"],
+            " now+500",
+        ),
+        (
+            "a refusal that reclaims many keeps the latest live deadline",
+            vec![many("L", 50, 150), a(&["LIMIT", "50", "TTL", "100"])],
+            vec!["[0, 50, 50, 10, nil]"],
+            " now+500",
+        ),
+        (
+            "a dead release and a dead extend reclaim many",
+            vec![
+                many("L", 20, 180),
+                call(&["RL.RELEASE", "L", "x000"]),
+                call(&["RL.EXTEND", "L", "x001", "TTL", "5"]),
+                call(&["RL.RELEASE", "L", "l019"]),
+            ],
+            vec!["0", "0", "1"],
+            " now+190",
+        ),
+        (
+            "ties at the top: the latest deadline stays while one is left",
+            vec![
+                many("L", 100, 0),
+                preset("L", &[("now+1000", "tie-a"), ("now+1000", "tie-b")], None),
+                call(&["RL.RELEASE", "L", "tie-b"]),
+            ],
+            vec!["1"],
+            " now+1000",
+        ),
+        (
+            "a bad score in the middle is not read, under a named id it is",
+            vec![
+                many("L", 100, 0),
+                // Live (year 2096) and not a deadline, below two valid ones.
+                preset(
+                    "L",
+                    &[
+                        ("4000000000000.5", "bad"),
+                        ("5000000000000", "top1"),
+                        ("5000000000000", "top2"),
+                    ],
+                    None,
+                ),
+                a(&["LIMIT", "200", "TTL", "5000", "ID", "new"]),
+                call(&["RL.RELEASE", "L", "bad"]),
+                preset("M", &[("now+10", "m"), ("inf", "top")], None),
+                call(&["RL.INFLIGHT", "M"]),
+            ],
+            vec![
+                "[1, 200, 104, 0, \"new\"]",
+                "!ERR lease key holds a score that is not a deadline in ms",
+                "!ERR lease key holds a score that is not a deadline in ms",
+            ],
+            " 5000000000000",
+        ),
+        (
+            "only a refusal reads the earliest live deadline",
+            vec![
+                preset(
+                    "L",
+                    &[
+                        ("4000000000000.5", "bad"),
+                        ("5000000000000", "t1"),
+                        ("5000000000001", "t2"),
+                    ],
+                    None,
+                ),
+                a(&["LIMIT", "3", "TTL", "10"]),
+                a(&["LIMIT", "4", "TTL", "10", "ID", "n1"]),
+            ],
+            vec![
+                "!ERR lease key holds a score that is not a deadline in ms",
+                "[1, 4, 4, 0, \"n1\"]",
+            ],
+            " 5000000000001",
+        ),
+    ];
+    let servers = servers();
+    for (name, scenario, replies, expiry) in &cases {
+        let library = run_scenario(
+            Backend::Functions,
+            &mut servers[1].1.client(),
+            scenario,
+            KEYS,
+        );
+        let replies: Vec<String> = replies.iter().map(|r| r.to_string()).collect();
+        assert_eq!(library.replies, replies, "{name}");
+        assert!(
+            library.state[0].ends_with(expiry),
+            "{name}: {}",
+            library.state[0]
+        );
+    }
+    let scenarios: Vec<(String, Vec<Step>)> = cases
+        .into_iter()
+        .map(|(name, scenario, ..)| (name.to_string(), scenario))
+        .collect();
+    compare(&servers, &scenarios, KEYS);
+}
+
+/// A random scenario: preset leases (some expired, some at the edge, a
+/// rare bad score), then calls with ids from a small pool.
+fn random_scenario(rng: &mut Rng) -> Vec<Step> {
+    let mut steps = Vec::new();
+    let ids = ["a", "b", "c", "d"];
+    for key in KEYS {
+        if rng.pct(70) {
+            let n = 1 + rng.below(4);
+            let mut leases = Vec::new();
+            for _ in 0..n {
+                let score = if rng.pct(3) {
+                    rng.pick(&["1.5", "-1", "inf"]).to_string()
+                } else {
+                    rng.pick(&["now-100", "now-1", "now", "now+1", "now+50", "now+5000"])
+                        .to_string()
+                };
+                leases.push((score, rng.pick(&ids).to_string()));
+            }
+            let pxat = if rng.pct(80) {
+                Some(rng.pick(&[1, 50, 5000, 100_000]))
+            } else {
+                None
+            };
+            steps.push(Step::Preset {
+                key: key.to_string(),
+                leases,
+                pxat,
+            });
+        }
+    }
+    if rng.pct(30) {
+        let max = rng.pick(&["0", "1", "2", "x"]);
+        let ttl = rng.pick(&["1", "300", "0"]);
+        steps.push(call(&["HSET", "{meta}", "max", max, "ttl", ttl]));
+    }
+    for _ in 0..1 + rng.below(10) {
+        let key = rng.pick(KEYS);
+        let id = rng.pick(&ids);
+        let ttl = rng.pick(&["1", "20", "50", "3000", "0", "9007199254740992"]);
+        let step = match rng.below(100) {
+            0..=39 => {
+                let mut w = vec!["RL.ACQUIRE", key];
+                if rng.pct(85) {
+                    w.extend(["LIMIT", rng.pick(&["1", "2", "3", "0"])]);
+                }
+                let renews = rng.pct(50);
+                if renews || rng.pct(90) {
+                    // A renewal may shorten its lease, even the latest one.
+                    let ttl = match renews {
+                        true => rng.pick(&["9000", "20", "1", "0", "9007199254740992"]),
+                        false => ttl,
+                    };
+                    w.extend(["TTL", ttl]);
+                }
+                if renews {
+                    w.extend(["ID", id]);
+                }
+                if rng.pct(10) {
+                    w.extend(["META", "{meta}"]);
+                }
+                call(&w)
+            }
+            40..=59 => call(&["RL.RELEASE", key, id]),
+            60..=79 => call(&["RL.EXTEND", key, id, "TTL", ttl]),
+            _ => call(&["RL.INFLIGHT", key]),
+        };
+        steps.push(step);
+    }
+    steps
+}
+
+#[test]
+fn random_lease_scenarios_answer_and_store_alike() {
+    let seed = common::seed("random_lease_scenarios_answer_and_store_alike");
+    let mut rng = Rng::new(seed);
+    let scenarios: Vec<(String, Vec<Step>)> = (0..1000)
+        .map(|i| {
+            (
+                format!("random #{i} (RL_SEED={seed})"),
+                random_scenario(&mut rng),
+            )
+        })
+        .collect();
+    compare(&servers(), &scenarios, KEYS);
+}
+
+/// Generated ids are unique for a key even when every earlier one is gone
+/// within the same frozen ms, on both backends.
+#[test]
+fn generated_ids_never_repeat_for_a_key_within_one_ms() {
+    for (backend, server) in servers() {
+        let mut con = server.client();
+        let mut cmds = Vec::new();
+        for _ in 0..50 {
+            cmds.push(backend.call(&["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "60000"]));
+            cmds.push(vec!["DEL".to_string(), "L".to_string()]);
+        }
+        let replies = exec(&mut con, &cmds);
+        let mut ids: Vec<String> = replies
+            .iter()
+            .step_by(2)
+            .map(|r| match r {
+                Value::Array(items) if items.len() == 5 => text_of(&items[4]),
+                other => panic!("{backend:?}: {other:?}"),
+            })
+            .collect();
+        assert!(
+            ids.iter().all(|id| is_generated_id(id)),
+            "{backend:?}: {ids:?}"
+        );
+        let prefixes: Vec<&str> = ids.iter().map(|id| id.split('-').next().unwrap()).collect();
+        assert!(
+            prefixes.windows(2).all(|w| w[0] == w[1]),
+            "{backend:?}: one frozen ms: {prefixes:?}"
+        );
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 50, "{backend:?}: an id was handed out twice");
+    }
+}
+
+/// The RESP3 map (module) and `FORMAT map` (library), acquired and refused.
+#[test]
+fn acquire_maps_match_for_resp3() {
+    let servers = servers();
+    let mut module = servers[0].1.client();
+    let mut library = servers[1].1.client();
+    let _: Value = redis::cmd("HELLO").arg(3).query(&mut module).unwrap();
+    let _: Value = redis::cmd("HELLO").arg(3).query(&mut library).unwrap();
+    let calls = [
+        vec!["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "60000", "ID", "a"],
+        vec!["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "60000", "ID", "b"],
+    ];
+    let sorted = |v: &Value| -> Vec<(String, String)> {
+        match v {
+            Value::Map(m) => {
+                let mut out: Vec<(String, String)> =
+                    m.iter().map(|(k, v)| (show(k), show(v))).collect();
+                out.sort();
+                out
+            }
+            other => panic!("not a map: {other:?}"),
+        }
+    };
+    let module_replies = exec(
+        &mut module,
+        &calls
+            .iter()
+            .map(|c| Backend::Module.call(c))
+            .collect::<Vec<_>>(),
+    );
+    let library_calls: Vec<Vec<String>> = calls
+        .iter()
+        .map(|c| {
+            let mut words = Backend::Functions.call(c);
+            words.extend(["FORMAT".to_string(), "map".to_string()]);
+            words
+        })
+        .collect();
+    let library_replies = exec(&mut library, &library_calls);
+    for (m, l) in module_replies.iter().zip(&library_replies) {
+        assert_eq!(sorted(l), sorted(m));
+    }
+    let refused = sorted(&library_replies[1]);
+    assert!(
+        refused.contains(&("+lease_id".to_string(), "nil".to_string())),
+        "{refused:?}"
+    );
+    assert!(error_text(&library_replies[0]).is_none());
+}
+
+/// One server with the module and the library: a ceiling driven by both
+/// holds, and either releases the other's lease.
+#[test]
+fn switching_backends_on_one_key_keeps_one_ceiling() {
+    let server = Backend::Module.start();
+    let mut con = server.client();
+    common::backend::load_library(&mut con);
+    let both = [Backend::Module, Backend::Functions];
+    let mut held = Vec::new();
+    for (i, backend) in both.iter().cycle().take(6).enumerate() {
+        let r = backend.raw(&mut con, &["RL.ACQUIRE", "L", "LIMIT", "3", "TTL", "60000"]);
+        let Value::Array(items) = &r else {
+            panic!("{backend:?}: {r:?}")
+        };
+        let acquired = items[0] == Value::Int(1);
+        assert_eq!(acquired, i < 3, "call {i} by {backend:?}: {r:?}");
+        if acquired {
+            held.push(text_of(&items[4]));
+        }
+        let in_flight = both
+            .iter()
+            .map(|b| b.raw(&mut con, &["RL.INFLIGHT", "L"]))
+            .collect::<Vec<_>>();
+        assert_eq!(in_flight[0], in_flight[1]);
+    }
+    for (i, id) in held.iter().enumerate() {
+        // Released by the backend that did not acquire it.
+        let backend = both[(i + 1) % 2];
+        let r = backend.raw(&mut con, &["RL.RELEASE", "L", id]);
+        assert_eq!(r, Value::Int(1), "{backend:?} releasing {id}");
+    }
+    assert_eq!(cmd_raw(&mut con, &["EXISTS", "L"]), Value::Int(0));
+}
+
+/// Out of memory, a holder can still beat and release (RL.EXTEND and
+/// RL.RELEASE lack `deny-oom`; rl_extend and rl_release are `allow-oom`),
+/// while a new lease is refused, on both backends.
+#[test]
+fn out_of_memory_a_holder_still_extends_and_releases() {
+    for (backend, server) in servers() {
+        let mut con = server.client();
+        let r = backend.raw(
+            &mut con,
+            &["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "60000", "ID", "a"],
+        );
+        assert!(error_text(&r).is_none(), "{backend:?}: {r:?}");
+        for (name, value) in [("maxmemory-policy", "noeviction"), ("maxmemory", "1")] {
+            let r = cmd_raw(&mut con, &["CONFIG", "SET", name, value]);
+            assert_eq!(r, Value::Okay, "{backend:?}");
+        }
+        let r = backend.raw(&mut con, &["RL.ACQUIRE", "L", "LIMIT", "2", "TTL", "60000"]);
+        let err = error_text(&r).unwrap_or_default();
+        assert!(err.starts_with("OOM "), "{backend:?}: {r:?}");
+        let r = backend.raw(&mut con, &["RL.EXTEND", "L", "a", "TTL", "30000"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = backend.raw(&mut con, &["RL.INFLIGHT", "L"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = backend.raw(&mut con, &["RL.RELEASE", "L", "a"]);
+        assert_eq!(r, Value::Int(1), "{backend:?}");
+        let r = cmd_raw(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
+        assert_eq!(r, Value::Okay, "{backend:?}");
     }
 }

@@ -21,7 +21,7 @@ use std::path::Path;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::common::{cmd_raw, exec, Rng, Server};
+use crate::common::{cmd_raw, exec, int, words, Rng, Server};
 use redis::{Connection, Value};
 
 /// A reply reduced to what is compared.
@@ -65,17 +65,6 @@ fn text(value: &Value) -> Option<String> {
         Value::SimpleString(s) => Some(s.clone()),
         _ => None,
     }
-}
-
-fn int(value: &Value) -> i64 {
-    match value {
-        Value::Int(n) => *n,
-        other => panic!("expected an integer, got {other:?}"),
-    }
-}
-
-fn words(items: &[&str]) -> Vec<String> {
-    items.iter().map(|s| s.to_string()).collect()
 }
 
 /// `functions/ratelimit.lua`, loaded (again) into the server.

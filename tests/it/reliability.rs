@@ -14,7 +14,7 @@ use std::thread::{self, sleep};
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    cmd_err, cmd_ints, cmd_raw, err_text, get, info_field, keyspace, pexpiretime, pipeline,
+    cmd_err, cmd_ints, cmd_raw, error_text, get, info_field, keyspace, pexpiretime, pipeline,
     raw_state, run, seed, server_time_ms, split, timed, try_ints, try_text, wait_replica_offset,
     words, Rng, Server, Snap, QUIET,
 };
@@ -113,7 +113,7 @@ impl Tally {
     fn add(&mut self, cmd: &[String], reply: &Value) {
         self.calls += 1;
         if is_err(reply) {
-            let e = err_text(reply);
+            let e = error_text(reply).unwrap_or_default();
             assert!(
                 !e.contains("internal error"),
                 "a panic inside the module: {cmd:?} -> {e}"

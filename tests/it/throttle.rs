@@ -9,10 +9,11 @@
 use crate::common;
 
 use crate::common::{
-    assert_refused_naming, ceil_ms, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
+    assert_refused_naming, cmd_ints, cmd_raw, dump, int, ints, pexpiretime, repl_offset,
     server_time_ms, snapshot, text, timed, timed_us, wait_replica_offset, Server, QUIET,
 };
 use redis::{Commands, Connection, Value};
+use valkey_ratelimit::algo::ceil_ms;
 
 const NS_PER_MS: i128 = 1_000_000;
 const NS_PER_S: i128 = 1_000_000_000;

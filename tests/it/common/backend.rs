@@ -5,7 +5,7 @@
 //! the module's syntax; `fcall_form` turns a call into the library's.
 //!
 //! Also here: `run_scenario`, which runs calls in one MULTI/EXEC (the clock
-//! frozen), seeds state relative to that frozen `now`, and returns a
+//! frozen), presets keys relative to that frozen `now`, and returns a
 //! transcript with every absolute time rewritten relative to `now`, so the
 //! transcripts of two servers compare exactly.
 
@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use redis::{Connection, ConnectionLike, Value};
 
-use super::{cmd_raw, Server};
+use super::{cmd_raw, show, Server};
 
 /// Which implementation answers the calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +227,7 @@ pub enum Step {
     /// the clock's µs; N ms from now's µs as a ms and the ns into it, a
     /// token bucket's last refill; the start of the W-aligned window k
     /// windows from now's), with an expiry `pxat` ms from now, or none.
-    Seed {
+    Preset {
         key: String,
         value: String,
         pxat: Option<i64>,
@@ -244,9 +244,10 @@ macro_rules! call {
 #[allow(unused_imports)]
 pub(crate) use call;
 
-/// A seed step.
-pub fn seed(key: &str, value: &str, pxat: Option<i64>) -> Step {
-    Step::Seed {
+/// A preset step: a key set to a value before or between the calls (not
+/// the random generator's seed, `common::seed`).
+pub fn preset(key: &str, value: &str, pxat: Option<i64>) -> Step {
+    Step::Preset {
         key: key.into(),
         value: value.into(),
         pxat,
@@ -256,7 +257,7 @@ pub fn seed(key: &str, value: &str, pxat: Option<i64>) -> Step {
 /// Sets KEYS[1] to ARGV[1] with its time fields resolved against the
 /// server's `now` (frozen inside MULTI/EXEC), expiring ARGV[2] ms from
 /// then unless ARGV[2] is empty. ns are built as strings: they pass 2^53.
-const SEED_SCRIPT: &str = r#"
+const PRESET_SCRIPT: &str = r#"
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local sub = (tonumber(t[2]) % 1000) * 1000
@@ -277,7 +278,7 @@ local v = string.gsub(ARGV[1], '{(%a+)([^}]*)}', function(kind, arg)
     w, k = tonumber(w), tonumber(k)
     return string.format('%d', now - now % w + k * w)
   end
-  return error('unknown seed field ' .. kind)
+  return error('unknown preset field ' .. kind)
 end)
 if ARGV[2] == '' then return redis.call('SET', KEYS[1], v) end
 return redis.call('SET', KEYS[1], v, 'PXAT', now + tonumber(ARGV[2]))
@@ -346,9 +347,9 @@ pub fn run_scenario(
     for step in steps {
         cmds.push(match step {
             Step::Call(words) => backend.call_owned(words),
-            Step::Seed { key, value, pxat } => vec![
+            Step::Preset { key, value, pxat } => vec![
                 "EVAL".into(),
-                SEED_SCRIPT.into(),
+                PRESET_SCRIPT.into(),
                 "1".into(),
                 key.clone(),
                 value.clone(),
@@ -391,8 +392,8 @@ pub fn run_scenario(
         for (step, reply) in steps.iter().zip(steps_part) {
             match step {
                 Step::Call(_) => out.replies.push(show(reply)),
-                Step::Seed { key, .. } => {
-                    assert_eq!(reply, &Value::Okay, "{backend:?}: seeding {key}")
+                Step::Preset { key, .. } => {
+                    assert_eq!(reply, &Value::Okay, "{backend:?}: presetting {key}")
                 }
             }
         }
@@ -482,76 +483,4 @@ pub fn relative(value: &str, now_us: i64) -> String {
         })
         .collect::<Vec<_>>()
         .join(":")
-}
-
-/// A reply as one line: integers, `[..]` arrays, `{k: v}` maps, strings
-/// quoted, error replies as `!` and their exact text.
-pub fn show(v: &Value) -> String {
-    match v {
-        Value::Int(n) => n.to_string(),
-        Value::Nil => "nil".into(),
-        Value::Okay => "OK".into(),
-        Value::SimpleString(s) => format!("+{s}"),
-        Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(b)),
-        Value::Array(items) | Value::Set(items) => format!(
-            "[{}]",
-            items.iter().map(show).collect::<Vec<_>>().join(", ")
-        ),
-        Value::Map(pairs) => format!(
-            "{{{}}}",
-            pairs
-                .iter()
-                .map(|(k, v)| format!("{}: {}", show(k), show(v)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        Value::ServerError(e) => format!("!{}", error_text(v).unwrap_or_else(|| format!("{e:?}"))),
-        other => format!("{other:?}"),
-    }
-}
-
-/// The exact error line of an error reply (`"ERR ..."`, `"WRONGTYPE ..."`).
-pub fn error_text(v: &Value) -> Option<String> {
-    match v {
-        Value::ServerError(e) => Some(match e.details() {
-            Some(detail) => format!("{} {detail}", e.code()),
-            None => e.code().to_string(),
-        }),
-        _ => None,
-    }
-}
-
-/// Whether `s` is a generated lease id, as the contract's regex
-/// `^[0-9a-f]+-[0-9a-f]{16}$` says.
-pub fn is_generated_id(s: &str) -> bool {
-    let hex = |part: &str| part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
-    match s.split_once('-') {
-        Some((ms, nonce)) => !ms.is_empty() && hex(ms) && nonce.len() == 16 && hex(nonce),
-        None => false,
-    }
-}
-
-/// `show`'s line with every quoted generated lease id as `"<id>"`: the two
-/// backends generate different ids, in the same form.
-pub fn without_ids(line: &str) -> String {
-    let mut out = String::new();
-    let mut rest = line;
-    while let Some(open) = rest.find('"') {
-        out.push_str(&rest[..=open]);
-        rest = &rest[open + 1..];
-        let close = rest.find('"').unwrap_or(rest.len());
-        let quoted = &rest[..close];
-        out.push_str(if is_generated_id(quoted) {
-            "<id>"
-        } else {
-            quoted
-        });
-        rest = &rest[close..];
-        if let Some(after) = rest.strip_prefix('"') {
-            out.push('"');
-            rest = after;
-        }
-    }
-    out.push_str(rest);
-    out
 }

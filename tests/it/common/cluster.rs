@@ -1,5 +1,6 @@
-//! A small Valkey Cluster for tests: primaries started through the harness
-//! (`Server::start_with`), slots assigned with `CLUSTER ADDSLOTSRANGE`, nodes
+//! A small Valkey Cluster for tests: primaries of either backend started
+//! through the harness (`Backend::start_with`: the module loaded, or the
+//! library on a server without it), slots assigned with `CLUSTER ADDSLOTSRANGE`, nodes
 //! joined with `CLUSTER MEET`, replicas added with `CLUSTER REPLICATE`, and a
 //! manual router that asks the node owning a key's slot and follows `MOVED`.
 //!
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
+use crate::common::backend::Backend;
 use crate::common::{cmd_raw, info_field, try_ints, try_text, wait_until, Server};
 
 const SLOTS: u16 = 16384;
@@ -38,6 +40,8 @@ pub struct Cluster {
     pub ids: Vec<String>,
     /// Server arguments every node gets, replicas added later included.
     extra: Vec<String>,
+    /// What answers the calls `route` sends.
+    backend: Backend,
 }
 
 impl Cluster {
@@ -50,8 +54,15 @@ impl Cluster {
     /// `start`, every node (and every replica added later) started with the
     /// server arguments `extra` too.
     pub fn start_with(n: usize, extra: &[&str]) -> Cluster {
+        Self::start_on(Backend::Module, n, extra)
+    }
+
+    /// `start_with` on `backend`: every node a server with the module, or
+    /// one without it that has the library loaded (Valkey does not spread
+    /// FUNCTION LOAD across shards; a replica gets it from its primary).
+    pub fn start_on(backend: Backend, n: usize, extra: &[&str]) -> Cluster {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
-        let nodes: Vec<Server> = (0..n).map(|_| start_node(&extra)).collect();
+        let nodes: Vec<Server> = (0..n).map(|_| start_node(backend, &extra)).collect();
         let ids: Vec<String> = nodes.iter().map(my_id).collect();
         let per = SLOTS as usize / n;
         for (i, node) in nodes.iter().enumerate() {
@@ -67,7 +78,12 @@ impl Cluster {
         for node in &nodes[1..] {
             meet(&nodes[0], node);
         }
-        let cluster = Cluster { nodes, ids, extra };
+        let cluster = Cluster {
+            nodes,
+            ids,
+            extra,
+            backend,
+        };
         cluster.wait_ok();
         cluster
     }
@@ -76,7 +92,7 @@ impl Cluster {
     /// for its initial sync and for `cluster_state:ok` everywhere. Returns
     /// the new node's index.
     pub fn add_replica(&mut self, primary: usize) -> usize {
-        let node = start_node(&self.extra);
+        let node = start_node(self.backend, &self.extra);
         let id = my_id(&node);
         meet(&self.nodes[0], &node);
         let mut con = node.client();
@@ -136,6 +152,17 @@ impl Cluster {
         self.nodes[node].client()
     }
 
+    /// What answers the calls: the module, or the library.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// `args` (in the module's syntax) sent to `node` as its backend takes
+    /// them; the raw reply, MOVED and ASK included.
+    pub fn raw(&self, node: usize, args: &[&str]) -> Value {
+        self.backend.raw(&mut self.client(node), args)
+    }
+
     pub fn keyslot(&self, key: &str) -> u16 {
         redis::cmd("CLUSTER")
             .arg("KEYSLOT")
@@ -175,12 +202,13 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no node on port {port}"))
     }
 
-    /// Sends `args` to the node owning the slot of `key` and follows MOVED
-    /// (at most 3 hops). Returns the reply and the node that gave it.
+    /// Sends `args` (in the module's syntax, for the cluster's backend) to
+    /// the node owning the slot of `key` and follows MOVED (at most 3
+    /// hops). Returns the reply and the node that gave it.
     pub fn route(&self, key: &str, args: &[&str]) -> (Value, usize) {
         let mut node = self.owner_seen_by(0, self.keyslot(key));
         for _ in 0..3 {
-            let v = cmd_raw(&mut self.client(node), args);
+            let v = self.backend.raw(&mut self.client(node), args);
             if let Some(port) = redirect(&v, "MOVED") {
                 node = self.by_port(port);
                 continue;
@@ -222,8 +250,9 @@ impl Cluster {
     }
 }
 
-/// A cluster-enabled node (its bus port below the ephemeral range).
-fn start_node(extra: &[String]) -> Server {
+/// A cluster-enabled node of `backend` (its bus port below the ephemeral
+/// range).
+fn start_node(backend: Backend, extra: &[String]) -> Server {
     let bus = bus_port().to_string();
     let mut args = vec![
         "--cluster-enabled",
@@ -236,7 +265,7 @@ fn start_node(extra: &[String]) -> Server {
         &bus,
     ];
     args.extend(extra.iter().map(String::as_str));
-    Server::start_with(&args)
+    backend.start_with(&args)
 }
 
 fn my_id(node: &Server) -> String {
@@ -288,16 +317,5 @@ fn value_text(v: &Value) -> String {
         Value::Int(n) => n.to_string(),
         Value::Nil => String::new(),
         other => try_text(other).unwrap_or_else(|| format!("{other:?}")),
-    }
-}
-
-/// The error line of an error reply, e.g. `"CROSSSLOT Keys in request ..."`.
-pub fn err_line(v: &Value) -> Option<String> {
-    match v {
-        Value::ServerError(e) => Some(match e.details() {
-            Some(d) => format!("{} {d}", e.code()),
-            None => e.code().to_string(),
-        }),
-        _ => None,
     }
 }

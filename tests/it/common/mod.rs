@@ -491,23 +491,21 @@ pub fn cmd_ints(con: &mut Connection, args: &[&str]) -> Vec<i64> {
 /// Run a command that must fail; returns the error text exactly as the server
 /// sent it, e.g. `"ERR wrong number of arguments ..."` or `"WRONGTYPE ..."`.
 pub fn cmd_err(con: &mut Connection, args: &[&str]) -> String {
-    match cmd_raw(con, args) {
-        e @ Value::ServerError(_) => err_text(&e),
-        other => panic!("{args:?}: expected an error reply, got {other:?}"),
-    }
+    let reply = cmd_raw(con, args);
+    error_text(&reply).unwrap_or_else(|| panic!("{args:?}: expected an error reply, got {reply:?}"))
 }
 
-/// The text of an error reply exactly as the server sent it (or a note that
-/// the reply is not an error).
-pub fn err_text(v: &Value) -> String {
-    // The raw reply keeps the error intact; redis-rs splits it at the first
-    // space into code and detail, which rejoin to the original line.
+/// The exact error line of an error reply (`"ERR ..."`, `"WRONGTYPE ..."`,
+/// `"CROSSSLOT ..."`), or `None` for any other reply. redis-rs splits the
+/// line at its first space into code and detail, which rejoin to the
+/// original.
+pub fn error_text(v: &Value) -> Option<String> {
     match v {
-        Value::ServerError(e) => match e.details() {
+        Value::ServerError(e) => Some(match e.details() {
             Some(detail) => format!("{} {detail}", e.code()),
             None => e.code().to_string(),
-        },
-        other => format!("not an error: {other:?}"),
+        }),
+        _ => None,
     }
 }
 
@@ -552,6 +550,91 @@ pub fn info_field(con: &mut Connection, section: &str, field: &str) -> Option<St
         let (k, v) = line.split_once(':')?;
         (k == field).then(|| v.trim_end().to_string())
     })
+}
+
+// Replies as text, to compare and to print.
+
+/// A reply as one line: integers, `[..]` arrays, `{k: v}` maps, strings
+/// quoted, error replies as `!` and their exact text.
+pub fn show(v: &Value) -> String {
+    match v {
+        Value::Int(n) => n.to_string(),
+        Value::Nil => "nil".into(),
+        Value::Okay => "OK".into(),
+        Value::SimpleString(s) => format!("+{s}"),
+        Value::BulkString(b) => format!("{:?}", String::from_utf8_lossy(b)),
+        Value::Array(items) | Value::Set(items) => format!(
+            "[{}]",
+            items.iter().map(show).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Map(pairs) => format!(
+            "{{{}}}",
+            pairs
+                .iter()
+                .map(|(k, v)| format!("{}: {}", show(k), show(v)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        Value::ServerError(e) => format!("!{}", error_text(v).unwrap_or_else(|| format!("{e:?}"))),
+        other => format!("{other:?}"),
+    }
+}
+
+/// The hex ms of a generated lease id, when `s` has its shape: the
+/// contract's `^[0-9a-f]+-[0-9a-f]{16}$`, the ms before the dash.
+fn generated_id_hex_ms(s: &str) -> Option<&str> {
+    let hex = |part: &str| part.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+    let (ms, nonce) = s.split_once('-')?;
+    (!ms.is_empty() && hex(ms) && nonce.len() == 16 && hex(nonce)).then_some(ms)
+}
+
+/// Whether `s` is a generated lease id.
+pub fn is_generated_id(s: &str) -> bool {
+    generated_id_hex_ms(s).is_some()
+}
+
+/// The ms a generated lease id was made in.
+pub fn generated_id_ms(s: &str) -> Option<i64> {
+    i64::from_str_radix(generated_id_hex_ms(s)?, 16).ok()
+}
+
+/// `show`'s line with every quoted generated lease id as `"<id>"`: the two
+/// backends generate different ids, in the same form.
+pub fn without_ids(line: &str) -> String {
+    map_generated_ids(line, |_| "<id>".to_string())
+}
+
+/// `show`'s line with every quoted generated lease id as `"<id@ms>"`, the
+/// ms it was made in: comparable with the `now` of a frozen clock.
+pub fn ids_with_ms(line: &str) -> String {
+    map_generated_ids(line, |ms| match ms {
+        Some(ms) => format!("<id@{ms}>"),
+        None => "<id@?>".to_string(),
+    })
+}
+
+/// `line` with each quoted generated id replaced by `with(the ms it was
+/// made in)`.
+fn map_generated_ids(line: &str, with: impl Fn(Option<i64>) -> String) -> String {
+    let mut out = String::new();
+    let mut rest = line;
+    while let Some(open) = rest.find('"') {
+        out.push_str(&rest[..=open]);
+        rest = &rest[open + 1..];
+        let close = rest.find('"').unwrap_or(rest.len());
+        let quoted = &rest[..close];
+        match is_generated_id(quoted) {
+            true => out.push_str(&with(generated_id_ms(quoted))),
+            false => out.push_str(quoted),
+        }
+        rest = &rest[close..];
+        if let Some(after) = rest.strip_prefix('"') {
+            out.push('"');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 // Reading replies (`redis::Value`) in tests.
@@ -659,6 +742,11 @@ impl Rng {
         (self.next() % n.max(1) as u64) as usize
     }
 
+    /// Uniform enough in `0..n`, for arithmetic in i64 (0 when `n` < 1).
+    pub fn below_i64(&mut self, n: i64) -> i64 {
+        (self.next() % n.max(1) as u64) as i64
+    }
+
     /// True `p` percent of the time.
     pub fn pct(&mut self, p: usize) -> bool {
         self.below(100) < p
@@ -736,13 +824,6 @@ pub fn pipeline<A: AsRef<[u8]>>(
         packed.extend(pack(c));
     }
     con.req_packed_commands(&packed, 0, cmds.len())
-}
-
-/// Nanoseconds rounded up to whole ms, as the module rounds every time it
-/// replies (negative: 0).
-pub fn ceil_ms(ns: i128) -> i64 {
-    const NS_PER_MS: i128 = 1_000_000;
-    ((ns.max(0) + NS_PER_MS - 1) / NS_PER_MS) as i64
 }
 
 // Snapshots of state, to compare before and after, or a replica with its
@@ -830,6 +911,40 @@ pub fn keyspace(con: &mut Connection) -> (Snap, i64) {
         snap.insert(k, (kind, vals, at));
     }
     (snap, end)
+}
+
+/// Every command in the incremental AOF files of the server in `dir`, in
+/// order, as its words (RESP arrays of bulk strings, read by their lengths).
+pub fn aof_commands(dir: &Path) -> Vec<Vec<String>> {
+    let aof_dir = dir.join("appendonlydir");
+    let mut files: Vec<_> = fs::read_dir(&aof_dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", aof_dir.display()))
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".incr.aof"))
+        .collect();
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let bytes = fs::read(file).expect("an AOF file");
+        let mut at = 0;
+        let line = |at: &mut usize| -> String {
+            let end = *at + bytes[*at..].windows(2).position(|w| w == b"\r\n").unwrap();
+            let text = String::from_utf8_lossy(&bytes[*at..end]).into_owned();
+            *at = end + 2;
+            text
+        };
+        while at < bytes.len() {
+            let n: usize = line(&mut at).trim_start_matches('*').parse().unwrap();
+            let mut words = Vec::new();
+            for _ in 0..n {
+                let len: usize = line(&mut at).trim_start_matches('$').parse().unwrap();
+                words.push(String::from_utf8_lossy(&bytes[at..at + len]).into_owned());
+                at += len + 2;
+            }
+            out.push(words);
+        }
+    }
+    out
 }
 
 /// Each key with its value (GET) and PEXPIRETIME, to compare a replica with

@@ -1,0 +1,134 @@
+//! Receipts: pure. What a call reports besides its reply and its writes:
+//! the keyspace event it fires (`rl.hit` for a refusal, `rl.refund`,
+//! `rl.reset`) and the INFO counters it bumps.
+
+use std::ffi::CStr;
+
+use crate::algo::Algo;
+
+/// The module's keyspace events (class `d`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event {
+    /// A refusal.
+    Hit,
+    Refund,
+    Reset,
+}
+
+impl Event {
+    pub fn name(self) -> &'static CStr {
+        match self {
+            Event::Hit => c"rl.hit",
+            Event::Refund => c"rl.refund",
+            Event::Reset => c"rl.reset",
+        }
+    }
+}
+
+/// Which INFO counters a call bumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Source {
+    Algo(Algo),
+    Throttle,
+    AdmitAll,
+    /// RL.ADMIT or RL.REFUND on a limiter with no limit.
+    Unlimited,
+}
+
+/// The INFO counters a decision bumps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tally {
+    Admitted(Source),
+    /// Refused, with the back-off told (-1: never).
+    Refused(Source, i64),
+}
+
+/// The receipt of a decision: its counters, and `rl.hit` for a refusal
+/// when hit events are on. A peek (`cost` 0) refuses nobody: no event.
+pub fn of_decision(
+    source: Source,
+    admitted: bool,
+    retry_after_ms: i64,
+    cost: i64,
+    hit_events: bool,
+) -> (Tally, Option<Event>) {
+    match admitted {
+        true => (Tally::Admitted(source), None),
+        false => (
+            Tally::Refused(source, retry_after_ms),
+            (hit_events && cost > 0).then_some(Event::Hit),
+        ),
+    }
+}
+
+/// What a lease call did, for its receipt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseOutcome {
+    /// A new lease, or a live one renewed.
+    Acquired,
+    Refused,
+    Released,
+    Extended,
+    /// A release or extend of a lease that was not live.
+    Nothing,
+}
+
+/// The INFO counters a lease call bumps: its outcome, and the expired
+/// leases it reclaimed on the way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseTally {
+    pub outcome: LeaseOutcome,
+    pub reclaimed: u64,
+}
+
+/// The receipt of a lease call: its counters, and `rl.hit` for a refusal
+/// when hit events are on, as for the limiters' refusals.
+pub fn of_lease(
+    outcome: LeaseOutcome,
+    reclaimed: usize,
+    hit_events: bool,
+) -> (LeaseTally, Option<Event>) {
+    let tally = LeaseTally {
+        outcome,
+        reclaimed: reclaimed as u64,
+    };
+    let hit = hit_events && outcome == LeaseOutcome::Refused;
+    (tally, hit.then_some(Event::Hit))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_a_lease_refusal_fires_a_hit() {
+        let (tally, event) = of_lease(LeaseOutcome::Refused, 2, true);
+        assert_eq!((tally.reclaimed, event), (2, Some(Event::Hit)));
+        assert_eq!(of_lease(LeaseOutcome::Refused, 0, false).1, None);
+        for outcome in [
+            LeaseOutcome::Acquired,
+            LeaseOutcome::Released,
+            LeaseOutcome::Nothing,
+        ] {
+            assert_eq!(of_lease(outcome, 1, true).1, None, "{outcome:?}");
+        }
+    }
+
+    #[test]
+    fn only_a_real_refusal_fires_a_hit() {
+        let s = Source::Algo(Algo::Token);
+        assert_eq!(of_decision(s, true, 0, 1, true), (Tally::Admitted(s), None));
+        assert_eq!(
+            of_decision(s, false, 40, 2, true),
+            (Tally::Refused(s, 40), Some(Event::Hit))
+        );
+        assert_eq!(
+            of_decision(s, false, 40, 0, true),
+            (Tally::Refused(s, 40), None)
+        );
+        assert_eq!(
+            of_decision(s, false, -1, 1, false),
+            (Tally::Refused(s, -1), None)
+        );
+    }
+}
