@@ -81,7 +81,11 @@ pub fn check_api() -> Result<(), &'static str> {
         RedisModule_ZsetAdd,
         RedisModule_ZsetRem,
         RedisModule_ReplyWithStringBuffer,
-        RedisModule_ReplyWithNull
+        RedisModule_ReplyWithNull,
+        RedisModule_Call,
+        RedisModule_CallReplyType,
+        RedisModule_CallReplyInteger,
+        RedisModule_FreeCallReply
     );
     Ok(())
 }

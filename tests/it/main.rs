@@ -24,6 +24,7 @@ mod functions_replication;
 mod fuzz_live;
 mod harness_selftest;
 mod instruction_budget;
+mod lease_bounds;
 mod leases;
 mod load_functions;
 mod lua_oracle;
