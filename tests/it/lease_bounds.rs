@@ -593,3 +593,51 @@ fn the_module_counts_expired_leases_by_zcount_on_cluster_primaries_replicas_and_
         1_000 - RECLAIM_MAX + 2
     );
 }
+
+/// RL.ADMITALL's cap of 256 arguments (issue 30 asked for it in the
+/// reference, with its arithmetic): 42 limiters with inline LIMIT and
+/// WINDOW, 63 with a META hash each, one more is refused; on both backends.
+#[test]
+fn admitall_takes_42_inline_limiters_or_63_with_meta_and_no_more() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        for i in 0..64 {
+            let meta = format!("{{t}}m{i}");
+            cmd_raw(&mut con, &["HSET", &meta, "max", "10", "duration", "1000"]);
+        }
+        for (n, meta, admitted) in [
+            (42, false, true),
+            (43, false, false),
+            (63, true, true),
+            (64, true, false),
+        ] {
+            let mut call = vec!["RL.ADMITALL".to_string(), n.to_string()];
+            call.extend((0..n).map(|i| format!("{{t}}k{i}")));
+            for i in 0..n {
+                call.push("POLICY".into());
+                match meta {
+                    true => call.extend(["META".into(), format!("{{t}}m{i}")]),
+                    false => call.extend(["LIMIT", "10", "WINDOW", "1000"].map(String::from)),
+                }
+            }
+            let words: Vec<&str> = call.iter().map(String::as_str).collect();
+            let r = backend.raw(&mut con, &words);
+            let what = format!(
+                "{backend:?}: {n} limiters, META {meta}, {} arguments",
+                call.len()
+            );
+            match admitted {
+                true => assert!(
+                    matches!(&r, Value::Array(a) if a[0] == Value::Int(1)),
+                    "{what}: {r:?}"
+                ),
+                false => assert_eq!(
+                    crate::common::backend::error_text(&r).as_deref(),
+                    Some("ERR too many arguments"),
+                    "{what}"
+                ),
+            }
+        }
+    }
+}
