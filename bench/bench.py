@@ -98,6 +98,8 @@ FILL_CHUNK = 100000
 # keys   the key modes the row runs in: hot, rand, and warm (random keys over
 #        a keyspace the row's own command has first filled: every key exists,
 #        as for 1M limiters in place).
+# calls  profiled calls (`make profile`, the instruction budget), for a row
+#        whose prefill is sized for them; 0: the profiler's default.
 # A row whose probe gets "unknown option" / "unknown command" is skipped,
 # with the server's answer in the report.
 #
@@ -117,6 +119,7 @@ class Row:
     expect: str = "admit"
     keys: str = "hot rand"
     prefill: str = ""
+    calls: int = 0
 
 
 # BIG, RATE and BUCKET live in oracle_check.py, which runs these rows'
@@ -143,6 +146,16 @@ ROWS = [
     # call does at least), quoted beside the fixed-window and scale bars.
     Row("setp", "SET KEY 1 PX 60000 (server's own TTL write, reference)",
         "SET KEY 1 PX 60000", "info", expect="ok", keys="hot rand warm"),
+    # Not bars, budget rows (keys "": no throughput runs): the lease calls a
+    # key full of expired leases once made slow (issue 30). The prefill
+    # (bench/lua/lease_expired.lua) leaves one live lease and N expired
+    # ones; each RL.ACQUIRE reclaims 128 of them, so 100,000 + 320 * 128
+    # keep each of its 320 profiled calls on a key holding >= 100k.
+    Row("infl", "RL.INFLIGHT, 1 live and 100k expired leases", "RL.INFLIGHT KEY", "info",
+        expect="int", keys="", prefill="lua:lease_expired KEY 100000"),
+    Row("acqx", "RL.ACQUIRE, >= 100k expired leases (reclaims 128)",
+        "RL.ACQUIRE KEY LIMIT 1000000 TTL 3600000", "info", keys="",
+        prefill="lua:lease_expired KEY 140960", calls=320),
     # The hand-rolled INCR + PEXPIRE script (bench/lua/fixed_incr.lua): not the
     # module's equal (no cost, no reset time, a refusal still counts), the
     # baseline of what applications run without a limiter of their own.

@@ -139,8 +139,10 @@ class Profiler:
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def profile(self, row):
-        """N calls of the row on its hot key: (instructions per call, columns
-        per call), or raises RuntimeError."""
+        """N calls of the row on its hot key (CALLS, or the row's own
+        `calls`): (instructions per call, columns per call), or raises
+        RuntimeError."""
+        calls = row.calls or CALLS
         c = self.b.c
         key = bench.hot_key("b", row.id)
         words = self.b.words(row.cmd, key)
@@ -151,22 +153,22 @@ class Profiler:
         self.control("-z")
         out = subprocess.run(
             [bench.REDIS_BENCHMARK, "-h", "127.0.0.1", "-p", str(self.srv.port),
-             "-c", "4", "-P", "16", "-n", str(CALLS), "-q"] + words,
+             "-c", "4", "-P", "16", "-n", str(calls), "-q"] + words,
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900)
         self.control("-d")
         self.dumps += 1
         if out.returncode != 0:
             raise RuntimeError("redis-benchmark failed: %s" % out.stderr.strip()[-300:])
         stat = self.b.cmdstat(self.b.stat_name(words))
-        if stat["calls"] != CALLS or stat["failed_calls"] != 0:
+        if stat["calls"] != calls or stat["failed_calls"] != 0:
             raise RuntimeError("expected %d calls without failures, INFO says %r"
-                               % (CALLS, stat))
+                               % (calls, stat))
         path = "%s.%d" % (self.out_prefix, self.dumps)
         deadline = time.time() + 30
         while not os.path.isfile(path) and time.time() < deadline:
             time.sleep(0.1)
         total, cols = split_costs(path, self.module_objects)
-        return total / CALLS, {k: v / CALLS for k, v in cols.items()}
+        return total / calls, {k: v / calls for k, v in cols.items()}
 
 
 def report(results, version, started):

@@ -1102,11 +1102,15 @@ end
 -- lease key is a sorted set, member = lease id, score = its deadline in ms
 -- of server time; a lease is live while now < deadline, and the key
 -- expires at its latest live deadline (it is gone with its last lease).
--- Every write first reclaims (removes) the leases whose deadline passed.
+-- Every write first reclaims (removes) the leases whose deadline passed,
+-- at most RECLAIM_MAX of them, earliest first; later writes take the rest.
 
 -- A deadline is an integer from 0 to 2^53, exact in a double.
 local LAST_DEADLINE = 9007199254740992 -- 2^53
 local NOT_A_DEADLINE = 'ERR lease key holds a score that is not a deadline in ms'
+-- The most expired leases one write reclaims (src/algo/lease.rs): a
+-- call's work and its ZREM stay bounded however many leases expired.
+local RECLAIM_MAX = 128
 local LEASE_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
                       status('retry_after_ms'), status('lease_id')}
 
@@ -1164,24 +1168,30 @@ local function deadline_of(score)
   return d
 end
 
--- What a lease call needs of the key at `now` (src/algo/lease.rs `Held`),
--- read in O(log n + expired), never the whole set: its member count, the
--- expired leases' ids (score <= now), the last lease (id and deadline) and
--- the deadline before it, and the deadline of lease `named` (or nil); a
--- refusal reads the earliest live deadline itself. Every score read is
--- checked before anything is written; a score nothing reads is judged when
--- a call reads it.
+-- What a lease write needs of the key at `now` (src/algo/lease.rs
+-- `Held`), read in O(log n + RECLAIM_MAX), never the whole set: its member
+-- count, how many leases expired (score <= now) and the ids of the
+-- earliest RECLAIM_MAX of them, the last lease (id and deadline) and the
+-- deadline before it, and the deadline of lease `named` (or nil); a
+-- refusal reads the earliest live deadline itself. One expired lease more
+-- is read (and judged) only to learn that others follow; then ZCOUNT
+-- counts them all without reading them. Every score read is checked
+-- before anything is written; a score nothing reads is judged when a call
+-- reads it.
 local function read_held(key, now, named)
-  local expired = server.pcall('ZRANGE', key, '-inf', digits(now), 'BYSCORE', 'WITHSCORES')
+  local expired = server.pcall('ZRANGE', key, '-inf', digits(now), 'BYSCORE',
+                               'LIMIT', 0, RECLAIM_MAX + 1, 'WITHSCORES')
   if expired.err then fail(WRONGTYPE) end
   local ids = {}
   for i = 1, #expired / 2 do
     deadline_of(expired[2 * i])
-    ids[i] = expired[2 * i - 1]
+    if i <= RECLAIM_MAX then ids[i] = expired[2 * i - 1] end
   end
-  local held = {members = server.call('ZCARD', key), expired = ids}
+  local count = #ids
+  if #expired > 2 * RECLAIM_MAX then count = server.call('ZCOUNT', key, '-inf', digits(now)) end
+  local held = {members = server.call('ZCARD', key), expired = count, reclaimable = ids}
   if held.members > #ids then
-    -- Some lease is live (else the last two are among the expired, read above).
+    -- Some lease was not read above (else the last two were among them).
     local top = server.call('ZRANGE', key, -2, -1, 'WITHSCORES')
     local n = #top
     held.last_id, held.last = top[n - 1], deadline_of(top[n])
@@ -1194,7 +1204,7 @@ local function read_held(key, now, named)
   return held
 end
 
-local function live_count(held) return held.members - #held.expired end
+local function live_count(held) return held.members - held.expired end
 
 local function named_live(held, now) return held.named ~= nil and held.named > now end
 
@@ -1209,14 +1219,22 @@ local function latest_deadline(held, now, moved, also)
 end
 
 -- Carries out a lease call's plan (src/algo/lease.rs `Plan`) in the
--- contract's order: ZREM the removed ids, ZADD the new deadline, PEXPIREAT
--- the key's latest deadline (nil: the key is gone). Effect replication
--- sends exactly these absolute commands to replicas and the AOF.
-local function store_leases(key, removed, put_id, put_deadline, expires_at)
-  -- ZREM in slices: unpack of a long list would overflow Lua's stack.
-  for i = 1, #removed, 1000 do
-    server.call('ZREM', key, unpack(removed, i, math.min(i + 999, #removed)))
+-- contract's order: ZREM the reclaimable ids and `ended` (a lease the call
+-- ends, or nil), ZADD the new deadline, PEXPIREAT the key's latest
+-- deadline (nil: no live lease is left and the key is gone). Effect
+-- replication sends exactly these absolute commands to replicas and the
+-- AOF.
+local function store_leases(key, held, ended, put_id, put_deadline, expires_at)
+  if expires_at == nil and held.expired > #held.reclaimable then
+    -- Only dead leases would be left, more than one call reclaims: the
+    -- key goes whole (one DEL, freed lazily), not piece by piece
+    -- (src/algo/lease.rs `settled`).
+    server.call('DEL', key)
+    return
   end
+  local removed = held.reclaimable
+  if ended ~= nil then removed[#removed + 1] = ended end
+  if #removed > 0 then server.call('ZREM', key, unpack(removed)) end
   if put_id ~= nil then server.call('ZADD', key, digits(put_deadline), put_id) end
   if expires_at ~= nil then server.call('PEXPIREAT', key, digits(expires_at)) end
 end
@@ -1270,12 +1288,12 @@ local function rl_acquire(keys, args)
     -- writes; the key keeps its latest deadline.
     local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     local retry = deadline_of(first[2]) - now
-    if #held.expired > 0 then store_leases(key, held.expired, nil, nil, latest_deadline(held, now)) end
+    if held.expired > 0 then store_leases(key, held, nil, nil, nil, latest_deadline(held, now)) end
     return named(LEASE_FIELDS, {0, limit, live, retry, false}, opts.FORMAT)
   end
   local function taken(id) return server.call('ZSCORE', key, id) ~= false end
   local id = opts.ID or fresh_id(now, now_us, taken)
-  store_leases(key, held.expired, id, deadline, latest_deadline(held, now, renewed, deadline))
+  store_leases(key, held, nil, id, deadline, latest_deadline(held, now, renewed, deadline))
   if renewed == nil then live = live + 1 end
   return named(LEASE_FIELDS, {1, limit, live, 0, id}, opts.FORMAT)
 end
@@ -1289,13 +1307,12 @@ local function rl_release(keys, args)
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   local now = lease_clock()
   local held = read_held(key, now, id)
-  local mine = named_live(held, now)
-  local removed = held.expired
-  if mine then removed[#removed + 1] = id end
-  if #removed > 0 then
-    store_leases(key, removed, nil, nil, latest_deadline(held, now, mine and id or nil))
+  local ended = nil
+  if named_live(held, now) then ended = id end
+  if ended ~= nil or held.expired > 0 then
+    store_leases(key, held, ended, nil, nil, latest_deadline(held, now, ended))
   end
-  return mine and 1 or 0
+  return ended and 1 or 0
 end
 
 -- RL.EXTEND (src/algo/lease.rs `extend`): the heartbeat. 1 and the live
@@ -1309,18 +1326,28 @@ local function rl_extend(keys, args)
   local deadline = deadline_after(now, ttl)
   local held = read_held(key, now, id)
   if not named_live(held, now) then
-    if #held.expired > 0 then store_leases(key, held.expired, nil, nil, latest_deadline(held, now)) end
+    if held.expired > 0 then store_leases(key, held, nil, nil, nil, latest_deadline(held, now)) end
     return 0
   end
-  store_leases(key, held.expired, id, deadline, latest_deadline(held, now, id, deadline))
+  store_leases(key, held, nil, id, deadline, latest_deadline(held, now, id, deadline))
   return 1
 end
 
--- RL.INFLIGHT: the live leases now. A read: it reclaims nothing.
+-- RL.INFLIGHT: the live leases now, in O(log n): the first and last
+-- leases are read and judged, the expired ones only counted (ZCOUNT), as
+-- the module's `read_counts` does. A read: it reclaims nothing.
 local function rl_inflight(keys, args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.INFLIGHT') end
+  local key = keys[1]
   local now = lease_clock()
-  return live_count(read_held(keys[1], now))
+  local first = server.pcall('ZRANGE', key, 0, 0, 'WITHSCORES')
+  if first.err then fail(WRONGTYPE) end
+  if #first == 0 then return 0 end
+  local earliest = deadline_of(first[2])
+  deadline_of(server.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  local members = server.call('ZCARD', key)
+  if earliest > now then return members end
+  return members - server.call('ZCOUNT', key, '-inf', digits(now))
 end
 
 -- The library's version: the crate's (Cargo.toml; a test holds them equal).

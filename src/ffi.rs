@@ -92,6 +92,10 @@ checked_api! {
     RedisModule_ZsetRem,
     RedisModule_ReplyWithStringBuffer,
     RedisModule_ReplyWithNull,
+    RedisModule_Call,
+    RedisModule_CallReplyType,
+    RedisModule_CallReplyInteger,
+    RedisModule_FreeCallReply,
 }
 
 /// The bytes of a server string, borrowed as long as the handle `s` is:

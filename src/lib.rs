@@ -117,7 +117,7 @@ const RL_ADMITALL: Command = Command {
             .multiple(),
     ],
     summary: c"Admits a request through several limiters at once, or consumes none of them",
-    complexity: c"O(N) where N is the number of limiters",
+    complexity: c"O(N) where N is the number of limiters; at most 256 arguments in all: 42 limiters with inline LIMIT and WINDOW, 63 with META",
 };
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
@@ -215,7 +215,7 @@ const RL_ACQUIRE: Command = Command {
     args: &ACQUIRE_ARGS,
     summary:
         c"Takes a lease on one of a limited number of slots, or renews one, until its TTL ends",
-    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
+    complexity: c"O(log(N)) where N is the number of leases the key holds, plus at most 128 expired leases reclaimed",
 };
 
 /// RL.RELEASE key lease-id
@@ -228,7 +228,7 @@ const RL_RELEASE: Command = Command {
     key_range: (1, 1, 1),
     args: &[Arg::key(c"key", 0), LEASE_ID],
     summary: c"Ends a live lease, freeing its slot; 0 when it is no longer live",
-    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
+    complexity: c"O(log(N)) where N is the number of leases the key holds, plus at most 128 expired leases reclaimed",
 };
 
 /// RL.EXTEND key lease-id TTL ms
@@ -246,7 +246,7 @@ const RL_EXTEND: Command = Command {
     ],
     summary:
         c"Moves a live lease's deadline to now + TTL (a heartbeat); 0 when it is no longer live",
-    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
+    complexity: c"O(log(N)) where N is the number of leases the key holds, plus at most 128 expired leases reclaimed",
 };
 
 /// RL.INFLIGHT key
@@ -259,7 +259,7 @@ const RL_INFLIGHT: Command = Command {
     key_range: (1, 1, 1),
     args: &[Arg::key(c"key", 0)],
     summary: c"Returns the number of live leases",
-    complexity: c"O(log(N) + M) where N is the number of leases the key holds and M the number of expired ones",
+    complexity: c"O(log(N)) where N is the number of leases the key holds",
 };
 
 /// Called by the server on `MODULE LOAD` / `loadmodule`.

@@ -1,16 +1,25 @@
 //! Concurrency leases, pure: a ceiling on work in flight rather than on how
 //! often work starts. A key holds leases (id, deadline in ms of server
-//! time); a lease is live while `now < deadline`. Every call first reclaims
-//! the leases whose deadline has passed, so a holder that crashed frees its
-//! slot at its deadline without anyone releasing it.
+//! time); a lease is live while `now < deadline`. Every write also
+//! reclaims expired leases, at most `RECLAIM_MAX` of them, earliest first,
+//! so a holder that crashed frees its slot at its deadline without anyone
+//! releasing it, and no call's work grows with how many leases expired.
 //!
 //! The store reads only what a decision needs from the key (a `Held`: the
-//! member count, the expired leases, the last two leases, the named
-//! lease's deadline, and for a refusal the earliest live deadline), so a
-//! call costs O(log n + reclaimed), not O(n). One function here decides with the time read
-//! once, and the store carries out the plan it gets back: the members to
-//! remove, the member to add or move, and the key's new expiry (its latest
-//! live deadline). Nothing here reads a clock or touches a key.
+//! member count, how many leases expired, the earliest of them, the last
+//! two leases, the named lease's deadline, and for a refusal the earliest
+//! live deadline), so a call costs O(log n + RECLAIM_MAX), not O(n). Live
+//! leases are counted exactly (the expired ones by score), so a decision
+//! never depends on how many a call reclaims. One function here decides
+//! with the time read once, and the store carries out the plan it gets
+//! back: the members to remove, the member to add or move, and the key's
+//! new expiry (its latest live deadline). Nothing here reads a clock or
+//! touches a key.
+
+/// The most expired leases one write reclaims; later writes take the rest.
+/// Bounds a call's work, and what it replicates (one ZREM of at most this
+/// many ids), whatever piled up on the key.
+pub const RECLAIM_MAX: usize = 128;
 
 /// What a call reads of a lease key (a sorted set ordered by deadline, then
 /// id), all of it at the time `now` the call read once. Empty for no key.
@@ -18,8 +27,11 @@
 pub struct Held {
     /// Members of the set, expired ones included.
     pub members: i64,
-    /// The expired leases' ids (deadline <= now): every write removes them.
-    pub expired: Vec<Vec<u8>>,
+    /// How many leases expired (deadline <= now), counted exactly.
+    pub expired: i64,
+    /// The earliest expired leases' ids, at most `RECLAIM_MAX`: the ones a
+    /// write reclaims.
+    pub reclaimable: Vec<Vec<u8>>,
     /// The earliest live deadline (the first one > now): read only for an
     /// acquire that `refuses`, whose wait it is.
     pub earliest_live: Option<i64>,
@@ -35,7 +47,7 @@ pub struct Held {
 impl Held {
     /// Live leases at the time the summary was read.
     pub fn live(&self) -> i64 {
-        self.members - self.expired.len() as i64
+        self.members - self.expired
     }
 
     /// Whether the named lease is live at `now_ms`.
@@ -108,16 +120,20 @@ pub fn generated_id(now_ms: i64, nonce: u64) -> Vec<u8> {
 /// What a call does to the key, in the order the store applies it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan<'a> {
-    /// Expired leases to remove (ZREM), and any lease the call ends.
+    /// Expired leases to remove (ZREM), and any lease the call ends: at
+    /// most `RECLAIM_MAX` + 1 ids.
     pub remove: Vec<&'a [u8]>,
     /// A lease to add or move (ZADD deadline id).
     pub put: Option<(Vec<u8>, i64)>,
     /// The key's expiry after the call: its latest live deadline, or None
-    /// when no lease is left (the key is gone).
+    /// when no live lease is left (the key is gone: emptied by `remove`,
+    /// or else deleted whole).
     pub expires_at: Option<i64>,
     /// Whether anything changes: a refusal with nothing to reclaim writes
     /// and propagates nothing.
     pub writes: bool,
+    /// Expired leases the call takes out of the key (INFO's count).
+    pub reclaimed: usize,
 }
 
 /// RL.ACQUIRE's answer.
@@ -146,14 +162,28 @@ impl Acquired {
     }
 }
 
-/// The plan that reclaims the expired leases and nothing else.
+/// The plan that reclaims the earliest expired leases and nothing else.
 fn reclaim(held: &Held, now_ms: i64) -> Plan<'_> {
     Plan {
-        remove: held.expired.iter().map(Vec::as_slice).collect(),
+        remove: held.reclaimable.iter().map(Vec::as_slice).collect(),
         put: None,
         expires_at: held.latest_live_but(now_ms, None),
-        writes: !held.expired.is_empty(),
+        writes: held.expired > 0,
+        reclaimed: held.reclaimable.len(),
     }
+}
+
+/// `plan` as carried out: one that leaves no live lease while expired
+/// leases remain beyond what it reclaims deletes the key whole (one DEL,
+/// which the server frees lazily) instead of removing some of its dead
+/// members first.
+fn settled<'a>(held: &Held, mut plan: Plan<'a>) -> Plan<'a> {
+    let leaves_dead = held.expired > held.reclaimable.len() as i64;
+    if plan.writes && plan.expires_at.is_none() && leaves_dead {
+        plan.remove.clear();
+        plan.reclaimed = held.expired.max(0) as usize;
+    }
+    plan
 }
 
 /// Whether an acquire is refused: no free slot of `limit`, and no live
@@ -195,7 +225,7 @@ pub fn acquire<'a>(
             retry_after_ms: held.earliest_live.map_or(0, |at| at - now_ms),
             lease_id: None,
         };
-        return (answer, plan);
+        return (answer, settled(held, plan));
     }
     let id = match wanted {
         WantedId::Given(id) => id.to_vec(),
@@ -221,12 +251,12 @@ pub fn acquire<'a>(
 pub fn release<'a>(held: &'a Held, now_ms: i64, id: &'a [u8]) -> (bool, Plan<'a>) {
     let mut plan = reclaim(held, now_ms);
     if !held.named_live(now_ms) {
-        return (false, plan);
+        return (false, settled(held, plan));
     }
     plan.remove.push(id);
     plan.expires_at = held.latest_live_but(now_ms, Some(id));
     plan.writes = true;
-    (true, plan)
+    (true, settled(held, plan))
 }
 
 /// Moves the live lease `id`'s deadline (`held.named`) to `now_ms +
@@ -235,7 +265,7 @@ pub fn release<'a>(held: &'a Held, now_ms: i64, id: &'a [u8]) -> (bool, Plan<'a>
 pub fn extend<'a>(held: &'a Held, now_ms: i64, id: &[u8], ttl_ms: i64) -> (bool, Plan<'a>) {
     let mut plan = reclaim(held, now_ms);
     if !held.named_live(now_ms) {
-        return (false, plan);
+        return (false, settled(held, plan));
     }
     let deadline = now_ms + ttl_ms;
     plan.put = Some((id.to_vec(), deadline));
@@ -245,7 +275,8 @@ pub fn extend<'a>(held: &'a Held, now_ms: i64, id: &[u8], ttl_ms: i64) -> (bool,
     (true, plan)
 }
 
-/// Live leases (RL.INFLIGHT: a read, it reclaims nothing).
+/// Live leases (RL.INFLIGHT: a read, it reclaims nothing; `held` needs
+/// only its member and expired counts).
 pub fn in_flight(held: &Held) -> i64 {
     held.live()
 }
@@ -264,16 +295,19 @@ mod tests {
         /// What the store reads at `now`, naming `named`: built from the
         /// whole model set, in the sorted set's order (deadline, then id).
         fn held(&self, now: i64, named: Option<&[u8]>) -> Held {
+            self.held_reclaiming(now, named, RECLAIM_MAX)
+        }
+
+        /// `held`, with at most `bound` expired leases to reclaim.
+        fn held_reclaiming(&self, now: i64, named: Option<&[u8]>, bound: usize) -> Held {
             let mut order: Vec<(i64, &Vec<u8>)> = self.0.iter().map(|(id, &d)| (d, id)).collect();
             order.sort();
             let last = order.last().map(|&(d, id)| (id.clone(), d));
+            let expired = order.iter().filter(|&&(d, _)| d <= now);
             Held {
                 members: order.len() as i64,
-                expired: order
-                    .iter()
-                    .filter(|&&(d, _)| d <= now)
-                    .map(|&(_, id)| id.clone())
-                    .collect(),
+                expired: expired.clone().count() as i64,
+                reclaimable: expired.take(bound).map(|&(_, id)| id.clone()).collect(),
                 earliest_live: order.iter().map(|&(d, _)| d).find(|&d| d > now),
                 last,
                 before_last: order.len().checked_sub(2).map(|i| order[i].0),
@@ -283,12 +317,30 @@ mod tests {
         fn live(&self, now: i64) -> i64 {
             self.0.values().filter(|&&d| d > now).count() as i64
         }
+        fn expired(&self, now: i64) -> usize {
+            self.0.values().filter(|&&d| d <= now).count()
+        }
+        /// The expired leases' ids, in the set's order.
+        fn expired_ids(&self, now: i64) -> Vec<Vec<u8>> {
+            let mut order: Vec<(i64, &Vec<u8>)> = self.0.iter().map(|(id, &d)| (d, id)).collect();
+            order.sort();
+            order
+                .into_iter()
+                .filter(|&(d, _)| d <= now)
+                .map(|(_, id)| id.clone())
+                .collect()
+        }
+        /// As the store carries it out: a plan that leaves no live lease
+        /// deletes the key.
         fn apply(&mut self, plan: &Plan) {
             for id in &plan.remove {
                 self.0.remove(*id);
             }
             if let Some((id, deadline)) = &plan.put {
                 self.0.insert(id.clone(), *deadline);
+            }
+            if plan.writes && plan.expires_at.is_none() {
+                self.0.clear();
             }
         }
     }
@@ -395,6 +447,61 @@ mod tests {
     }
 
     #[test]
+    fn a_write_reclaims_at_most_its_bound_and_still_counts_every_live_lease() {
+        // 300 expired leases (deadlines 1..=300) and two live ones.
+        let mut set = Set((1..=300)
+            .map(|d| (format!("x{d:03}").into_bytes(), d))
+            .collect());
+        set.0.insert(b"a".to_vec(), 5000);
+        set.0.insert(b"b".to_vec(), 6000);
+        let held = set.held(1000, None);
+        assert_eq!((held.members, held.expired, held.live()), (302, 300, 2));
+        assert_eq!(held.reclaimable.len(), RECLAIM_MAX);
+        let (answer, plan) = acquire(&held, 1000, 3, 100, WantedId::Generated(1));
+        assert!(answer.acquired);
+        assert_eq!(
+            answer.in_flight, 3,
+            "the expired leases left are not counted"
+        );
+        assert_eq!(plan.remove.first(), Some(&&b"x001"[..]), "earliest first");
+        assert_eq!(plan.remove.len(), RECLAIM_MAX);
+        assert_eq!(plan.reclaimed, RECLAIM_MAX);
+        assert_eq!(plan.expires_at, Some(6000));
+        set.apply(&plan);
+        assert_eq!(set.expired(1000), 300 - RECLAIM_MAX);
+        // The same limit refuses now, and still reclaims the next ones.
+        let held = set.held(1000, None);
+        let (answer, plan) = acquire(&held, 1000, 3, 100, WantedId::Generated(2));
+        assert!(!answer.acquired);
+        assert_eq!(answer.in_flight, 3);
+        assert_eq!(plan.remove.len(), RECLAIM_MAX);
+        set.apply(&plan);
+        let held = set.held(1000, None);
+        assert_eq!(held.expired, 300 - 2 * RECLAIM_MAX as i64);
+        assert_eq!(in_flight(&held), 3);
+    }
+
+    #[test]
+    fn a_write_that_leaves_only_dead_leases_deletes_the_key_whole() {
+        let mut set = Set((1..=300)
+            .map(|d| (format!("x{d:03}").into_bytes(), d))
+            .collect());
+        set.0.insert(b"a".to_vec(), 5000);
+        let held = set.held(1000, Some(b"a"));
+        let (released, plan) = release(&held, 1000, b"a");
+        assert!(released);
+        assert_eq!(plan.remove, Vec::<&[u8]>::new(), "no piecemeal ZREM");
+        assert_eq!((plan.expires_at, plan.writes), (None, true));
+        assert_eq!(plan.reclaimed, 300);
+        // With no more dead leases than the bound, the removals empty it.
+        let set = set_of(&[(b"x", 1), (b"a", 5000)]);
+        let held = set.held(1000, Some(b"a"));
+        let (_, plan) = release(&held, 1000, b"a");
+        assert_eq!(plan.remove, vec![&b"x"[..], &b"a"[..]]);
+        assert_eq!(plan.reclaimed, 1);
+    }
+
+    #[test]
     fn generated_ids_differ_by_time_and_nonce() {
         assert_eq!(generated_id(255, 1), b"ff-0000000000000001".to_vec());
         assert_ne!(generated_id(255, 1), generated_id(255, 2));
@@ -429,6 +536,7 @@ mod tests {
         fn the_ceiling_holds_and_leases_end_exactly_at_their_deadlines(
             limit in 1i64..4,
             ttl in 1i64..200,
+            bound in 1usize..4,
             steps in proptest::collection::vec(step(), 1..200),
         ) {
             let mut set = Set::default();
@@ -442,7 +550,7 @@ mod tests {
                 let (plan, touched) = match step {
                     Step::Acquire(n) | Step::Release(n) | Step::Extend(n, _) => {
                         let id = [b'j', n];
-                        let held = before.held(now, Some(&id));
+                        let held = before.held_reclaiming(now, Some(&id), bound);
                         prop_assert_eq!(held.live(), live_before);
                         let plan = match step {
                             Step::Acquire(_) => {
@@ -481,7 +589,7 @@ mod tests {
                         (plan, Some(id.to_vec()))
                     }
                     Step::AcquireFresh => {
-                        let mut held = before.held(now, None);
+                        let mut held = before.held_reclaiming(now, None, bound);
                         if !refuses(&held, now, limit, WantedId::Generated(0)) {
                             held.earliest_live = None; // not read then
                         }
@@ -498,12 +606,32 @@ mod tests {
                         (plan.clone_owned(), None)
                     }
                 };
+                let expired_before = before.expired_ids(now);
                 set.apply(&plan.borrowed());
-                prop_assert!(set.0.values().all(|&d| d > now), "expired leases are reclaimed");
+                // Only a write reclaims: the earliest expired leases, at
+                // most `bound` of them, or all of them with the key.
+                let reclaimed: Vec<&[u8]> = plan
+                    .remove
+                    .iter()
+                    .map(Vec::as_slice)
+                    .filter(|id| expired_before.iter().any(|e| e == id))
+                    .collect();
+                let n = expired_before.len();
+                match plan.writes {
+                    true if set.0.is_empty() => prop_assert_eq!(plan.reclaimed, n),
+                    true => {
+                        let earliest: Vec<&[u8]> =
+                            expired_before.iter().take(bound).map(Vec::as_slice).collect();
+                        prop_assert_eq!(&reclaimed, &earliest);
+                        prop_assert_eq!(plan.reclaimed, n.min(bound));
+                    }
+                    false => prop_assert_eq!(n, 0, "expired leases always make a write"),
+                }
                 prop_assert!(set.live(now) <= limit);
                 if plan.writes {
                     prop_assert_eq!(plan.expires_at, set.0.values().max().copied(),
                         "the key expires at its latest live deadline");
+                    prop_assert!(plan.remove.len() <= bound + 1);
                 } else {
                     prop_assert_eq!(&set.0, &before.0, "no write, no change");
                 }
@@ -523,6 +651,7 @@ mod tests {
         put: Option<(Vec<u8>, i64)>,
         expires_at: Option<i64>,
         writes: bool,
+        reclaimed: usize,
     }
 
     impl Plan<'_> {
@@ -532,6 +661,7 @@ mod tests {
                 put: self.put.clone(),
                 expires_at: self.expires_at,
                 writes: self.writes,
+                reclaimed: self.reclaimed,
             }
         }
     }
@@ -543,6 +673,7 @@ mod tests {
                 put: self.put.clone(),
                 expires_at: self.expires_at,
                 writes: self.writes,
+                reclaimed: self.reclaimed,
             }
         }
     }

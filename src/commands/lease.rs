@@ -2,7 +2,8 @@
 //! A lease key is a sorted set of lease ids scored by their deadlines;
 //! each call reads what it needs of it (`lease::Held`, never the whole
 //! set) with the time read once, asks `algo::lease`, and has `store` carry
-//! out the plan (reclaiming expired leases first).
+//! out the plan (reclaiming the earliest expired leases first, at most
+//! `lease::RECLAIM_MAX` a call).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
@@ -48,12 +49,12 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
     let given_str = opts.id.map(|at| call.argv[at]);
-    let mut held = key.read_held(call.ctx, now, None)?;
+    let mut held = key.read_held(call.ctx, name, now, None)?;
     // Granted whatever the key holds under the id, and nothing to reclaim:
     // the store adds a new id at once (ZADD NX: one search of the set, not
     // a lookup and then an add) and learns from it whether the id was held.
     // With nothing reclaimed the set never holds more than after the call.
-    let put_first = lease::grants_any_id(&held, policy.limit) && held.expired.is_empty();
+    let put_first = lease::grants_any_id(&held, policy.limit) && held.expired == 0;
     let mut put_done = false;
     let wanted = match (given, given_str) {
         (Some(id), Some(id_str)) => {
@@ -64,7 +65,9 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
             WantedId::Given(id)
         }
         _ => {
-            let taken = |id: &[u8]| match put_first {
+            // Whether the key holds a candidate id; when the call puts
+            // first, a free one is added on the spot (ZADD NX).
+            let taken_else_added = |id: &[u8]| match put_first {
                 true => match key.put_new_bytes(call.ctx, id, deadline) {
                     Some(added) => {
                         put_done = added;
@@ -74,7 +77,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
                 },
                 false => key.holds(call.ctx, id),
             };
-            WantedId::Generated(lease::fresh_nonce(now, taken, next_nonce))
+            WantedId::Generated(lease::fresh_nonce(now, taken_else_added, next_nonce))
         }
     };
     if lease::refuses(&held, now, policy.limit, wanted) {
@@ -87,7 +90,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
         true => LeaseOutcome::Acquired,
         false => LeaseOutcome::Refused,
     };
-    record(call, name, outcome, plan.remove.len());
+    record(call, name, outcome, plan.reclaimed);
     reply::acquired(call.ctx, &answer);
     Ok(())
 }
@@ -98,15 +101,15 @@ pub fn release(call: &Call) -> Result<(), RlError> {
     let now = crate::clock::now().ms;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
-    let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
+    let held = key.read_held(call.ctx, name, now, Some(call.argv[2]))?;
     let (released, plan) = lease::release(&held, now, id);
     store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]), false);
     drop(key);
-    let (outcome, reclaimed) = match released {
-        true => (LeaseOutcome::Released, plan.remove.len().saturating_sub(1)),
-        false => (LeaseOutcome::Nothing, plan.remove.len()),
+    let outcome = match released {
+        true => LeaseOutcome::Released,
+        false => LeaseOutcome::Nothing,
     };
-    record(call, name, outcome, reclaimed);
+    record(call, name, outcome, plan.reclaimed);
     reply::int(call.ctx, i64::from(released));
     Ok(())
 }
@@ -118,7 +121,7 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
     lease::deadline_after(now, ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
     let mut key = Key::write(call.ctx, name);
-    let held = key.read_held(call.ctx, now, Some(call.argv[2]))?;
+    let held = key.read_held(call.ctx, name, now, Some(call.argv[2]))?;
     let (extended, plan) = lease::extend(&held, now, id, ttl_ms);
     store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]), false);
     drop(key);
@@ -126,16 +129,16 @@ pub fn extend(call: &Call) -> Result<(), RlError> {
         true => LeaseOutcome::Extended,
         false => LeaseOutcome::Nothing,
     };
-    record(call, name, outcome, plan.remove.len());
+    record(call, name, outcome, plan.reclaimed);
     reply::int(call.ctx, i64::from(extended));
     Ok(())
 }
 
-/// RL.INFLIGHT key: a read; reclaims nothing.
+/// RL.INFLIGHT key: a read, in O(log n); reclaims nothing.
 pub fn in_flight(call: &Call) -> Result<(), RlError> {
     let now = crate::clock::now().ms;
     let key = Key::read(call.ctx, call.argv[1]);
-    let held = key.read_held(call.ctx, now, None)?;
+    let held = key.read_counts(call.ctx, call.argv[1], now)?;
     reply::int(call.ctx, lease::in_flight(&held));
     Ok(())
 }

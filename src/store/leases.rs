@@ -1,8 +1,9 @@
 //! The keyspace for leases: a lease key is a sorted set (member = lease
 //! id, score = deadline in ms). Reads what a lease call needs of it (never
-//! the whole set), carries out a lease plan, and tells replicas and the AOF
-//! the effect. Raw FFI: redis-module's safe layer has no sorted-set API,
-//! and this is the command path.
+//! the whole set, nor more than `RECLAIM_MAX` + 1 expired leases), carries
+//! out a lease plan, and tells replicas and the AOF the effect. Raw FFI:
+//! redis-module's safe layer has no sorted-set API, and this is the
+//! command path.
 
 use std::os::raw::{c_char, c_longlong};
 use std::ptr;
@@ -10,24 +11,37 @@ use std::ptr;
 use redis_module::raw;
 
 use super::{replicate_delete, replicate_expiry, signal_modified, Key, KeyKind};
-use crate::algo::lease::{deadline_of, Held, Plan};
+use crate::algo::lease::{deadline_of, Held, Plan, RECLAIM_MAX};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str, OK};
 
 impl Key {
-    /// What a lease call needs of the key at `now_ms`, read in O(log n +
-    /// expired): its member count, the expired leases, the last two leases
-    /// and the deadline of `named` (a lease id the call gives); not the
-    /// earliest live deadline (`read_earliest_live`, for a refusal). Empty for no key; an error for another type, or
-    /// for a score read here that is not a deadline (a call judges the
-    /// scores it reads: the same ones as the library's functions).
-    pub fn read_held(&self, ctx: Ctx, now_ms: i64, named: Option<Str>) -> Result<Held, RlError> {
+    /// The open key when it is a sorted set (None for no key); an error for
+    /// another type.
+    fn lease_set(&self) -> Result<Option<*mut raw::RedisModuleKey>, RlError> {
         match self.kind() {
-            KeyKind::Empty => return Ok(Held::default()),
-            KeyKind::Zset => {}
-            _ => return Err(RlError::WrongType),
+            KeyKind::Empty => Ok(None),
+            KeyKind::Zset => Ok(self.live()),
+            _ => Err(RlError::WrongType),
         }
-        let Some(key) = self.live() else {
+    }
+
+    /// What a lease write needs of the key `name` at `now_ms`, read in
+    /// O(log n + RECLAIM_MAX): its member count, how many leases expired
+    /// and the earliest `RECLAIM_MAX` of them, the last two leases and the
+    /// deadline of `named` (a lease id the call gives); not the earliest
+    /// live deadline (`read_earliest_live`, for a refusal). Empty for no
+    /// key; an error for another type, or for a score read here that is not
+    /// a deadline (a call judges the scores it reads: the same ones as the
+    /// library's functions).
+    pub fn read_held(
+        &self,
+        ctx: Ctx,
+        name: Str,
+        now_ms: i64,
+        named: Option<Str>,
+    ) -> Result<Held, RlError> {
+        let Some(key) = self.lease_set()? else {
             return Ok(Held::default());
         };
         let now = now_ms as f64;
@@ -36,17 +50,27 @@ impl Key {
             members: unsafe { api!(RedisModule_ValueLength)(key) } as i64,
             ..Held::default()
         };
-        // The expired leases (score <= now), in order.
+        // The earliest expired leases (score <= now), and one more, read
+        // and judged only to learn that others follow: then the server
+        // counts them all, without reading them.
+        let mut more = false;
         scan(
             ctx,
             key,
             Range::From(f64::NEG_INFINITY, now),
             |id, score| {
                 deadline_of(score).ok_or(RlError::NotADeadline)?;
-                held.expired.push(id.to_vec());
-                Ok(true)
+                more = held.reclaimable.len() == RECLAIM_MAX;
+                if !more {
+                    held.reclaimable.push(id.to_vec());
+                }
+                Ok(!more)
             },
         )?;
+        held.expired = match more {
+            true => count_expired(ctx, key, name, now_ms)?,
+            false => held.reclaimable.len() as i64,
+        };
         // The last lease, then the one before it.
         scan(ctx, key, Range::Last, |id, score| {
             let deadline = deadline_of(score).ok_or(RlError::NotADeadline)?;
@@ -65,6 +89,36 @@ impl Key {
             held.named = self.read_named(&held, id)?;
         }
         Ok(held)
+    }
+
+    /// What RL.INFLIGHT needs of the key `name` at `now_ms`, in O(log n):
+    /// its member count and how many leases expired, counted by the server
+    /// without reading them. The first and last leases are read, and
+    /// judged, as the library's rl_inflight reads and judges them.
+    pub fn read_counts(&self, ctx: Ctx, name: Str, now_ms: i64) -> Result<Held, RlError> {
+        let Some(key) = self.lease_set()? else {
+            return Ok(Held::default());
+        };
+        let mut first = None;
+        let all = Range::From(f64::NEG_INFINITY, f64::INFINITY);
+        scan(ctx, key, all, |_, score| {
+            first = Some(deadline_of(score).ok_or(RlError::NotADeadline)?);
+            Ok(false)
+        })?;
+        scan(ctx, key, Range::Last, |_, score| {
+            deadline_of(score).ok_or(RlError::NotADeadline)?;
+            Ok(false)
+        })?;
+        let expired = match first {
+            Some(at) if at <= now_ms => count_expired(ctx, key, name, now_ms)?,
+            _ => 0,
+        };
+        Ok(Held {
+            // SAFETY: an open sorted-set key.
+            members: unsafe { api!(RedisModule_ValueLength)(key) } as i64,
+            expired,
+            ..Held::default()
+        })
     }
 
     /// The deadline of lease `id`, if the key holds it; an error for a
@@ -129,6 +183,57 @@ impl Key {
     pub fn holds(&self, ctx: Ctx, id: &[u8]) -> bool {
         Member::new(ctx, id, None).is_some_and(|id| self.score(id.s).is_some())
     }
+}
+
+/// How many members of the sorted set `key` (named `name`) score at most
+/// `now_ms`: the server's own ZCOUNT, a rank lookup in O(log n), which the
+/// module API lacks (its iterators would read every one). Should the call
+/// answer anything but a count (it has no reason to), they are counted by
+/// a scan instead.
+fn count_expired(
+    ctx: Ctx,
+    key: *mut raw::RedisModuleKey,
+    name: Str,
+    now_ms: i64,
+) -> Result<i64, RlError> {
+    let now = now_ms as c_longlong;
+    // SAFETY: "scl": a live string, a NUL-terminated literal, a long long.
+    // No flags: no replication (a read), no ACL or OOM check (the running
+    // command passed them). The reply is freed below, once.
+    let reply = unsafe {
+        api!(RedisModule_Call)(
+            ctx,
+            c"ZCOUNT".as_ptr(),
+            c"scl".as_ptr(),
+            name,
+            c"-inf".as_ptr(),
+            now,
+        )
+    };
+    if !reply.is_null() {
+        // SAFETY: a live reply, read then freed once.
+        let count = unsafe {
+            let is_int =
+                api!(RedisModule_CallReplyType)(reply) == raw::REDISMODULE_REPLY_INTEGER as i32;
+            let count = is_int.then(|| api!(RedisModule_CallReplyInteger)(reply));
+            api!(RedisModule_FreeCallReply)(reply);
+            count
+        };
+        if let Some(count) = count {
+            return Ok(count);
+        }
+    }
+    let mut count = 0;
+    scan(
+        ctx,
+        key,
+        Range::From(f64::NEG_INFINITY, now_ms as f64),
+        |_, _| {
+            count += 1;
+            Ok(true)
+        },
+    )?;
+    Ok(count)
 }
 
 /// Where a scan of a sorted set starts and which way it goes.

@@ -20,6 +20,7 @@ mod functions_parity;
 mod fuzz_live;
 mod harness_selftest;
 mod instruction_budget;
+mod lease_bounds;
 mod leases;
 mod load_functions;
 mod lua_oracle;
