@@ -117,6 +117,8 @@ class Row:
     expect: str = "admit"
     keys: str = "hot rand"
     prefill: str = ""
+    # A library row: the id of the hand-written script of its shape.
+    shape: str = ""
 
 
 # BIG, RATE and BUCKET live in oracle_check.py, which runs these rows'
@@ -129,6 +131,8 @@ BIG, RATE, BUCKET = oracle_check.BIG, oracle_check.RATE, oracle_check.BUCKET
 # expire 1 ms after each call), and the capacity (6e15 ns) stays below 2^53,
 # where the library's doubles are exact.
 BUCKET_ARGS = "LIMIT %s WINDOW 60000 BURST %s" % (RATE, BUCKET)
+# The client's clock (ms) the hand-written sliding and token shapes take.
+CLIENT_MS = 1764000000000
 ROWS = [
     Row("incr", "INCR", "INCR KEY", "floor", expect="int", keys="hot rand warm"),
     # Not a bar: the cost of any module command (RL.LIMIT on a missing META
@@ -149,7 +153,7 @@ ROWS = [
     Row("hand", "fixed_incr.lua (EVALSHA, hand-rolled INCR + PEXPIRE)",
         "lua:fixed_incr KEY %s 60000" % BIG, "lua", "fixed"),
     Row("lfix", "FCALL rl_admit fixed (library)",
-        "lib:rl_admit KEY LIMIT %s WINDOW 60000" % BIG, "lua", "fixed"),
+        "lib:rl_admit KEY LIMIT %s WINDOW 60000" % BIG, "lua", "fixed", shape="hfix"),
     Row("fixd", "RL.ADMIT fixed, admit", "RL.ADMIT KEY LIMIT %s WINDOW 60000" % BIG,
         "native", "fixed", lua="lfix", keys="hot rand warm"),
     Row("rcnt", "RL.ADMIT fixed, refuse: count at limit (pre-filled key)",
@@ -158,27 +162,52 @@ ROWS = [
     Row("rcst", "RL.ADMIT fixed, refuse: COST 2 > LIMIT 1 (no state)",
         "RL.ADMIT KEY LIMIT 1 WINDOW 60000 COST 2", "refuse", "fixed", expect="refuse"),
     Row("lsld", "FCALL rl_admit ALGO sliding (library)",
-        "lib:rl_admit KEY LIMIT %s WINDOW 60000 ALGO sliding" % BIG, "lua", "sliding"),
+        "lib:rl_admit KEY LIMIT %s WINDOW 60000 ALGO sliding" % BIG, "lua", "sliding", shape="hsld"),
     Row("asld", "RL.ADMIT ALGO sliding", "RL.ADMIT KEY LIMIT %s WINDOW 60000 ALGO sliding" % BIG,
         "native", "sliding", lua="lsld"),
     Row("ltok", "FCALL rl_admit ALGO token (library)",
-        "lib:rl_admit KEY %s ALGO token" % BUCKET_ARGS, "lua", "token"),
+        "lib:rl_admit KEY %s ALGO token" % BUCKET_ARGS, "lua", "token", shape="htok"),
     Row("atok", "RL.ADMIT ALGO token", "RL.ADMIT KEY %s ALGO token" % BUCKET_ARGS,
         "native", "token", lua="ltok"),
     Row("lgcr", "FCALL rl_admit ALGO gcra (library)",
-        "lib:rl_admit KEY %s ALGO gcra" % BUCKET_ARGS, "lua", "gcra"),
+        "lib:rl_admit KEY %s ALGO gcra" % BUCKET_ARGS, "lua", "gcra", shape="hgcr"),
     Row("agcr", "RL.ADMIT ALGO gcra", "RL.ADMIT KEY %s ALGO gcra" % BUCKET_ARGS,
         "native", "gcra", lua="lgcr"),
     Row("llky", "FCALL rl_admit ALGO leaky (library)",
-        "lib:rl_admit KEY %s ALGO leaky" % BUCKET_ARGS, "lua", "leaky"),
+        "lib:rl_admit KEY %s ALGO leaky" % BUCKET_ARGS, "lua", "leaky", shape="hgcr"),
     Row("alky", "RL.ADMIT ALGO leaky", "RL.ADMIT KEY %s ALGO leaky" % BUCKET_ARGS,
         "native", "leaky", lua="llky"),
     # CL.THROTTLE's arguments: max_burst count_per_period period_s quantity.
     Row("lthr", "FCALL rl_throttle (library)",
         "lib:rl_throttle KEY %s %s 60 1" % (BUCKET, RATE), "lua", "throttle",
-        expect="allowed0"),
+        expect="allowed0", shape="hgcr"),
     Row("thrt", "RL.THROTTLE", "RL.THROTTLE KEY %s %s 60 1" % (BUCKET, RATE),
         "native", "throttle", lua="lthr", expect="allowed0"),
+    # The library's refusals: a counter at its limit, a bucket whose debt
+    # a COST beyond its room cannot fit (hot key only, no bars).
+    Row("lrfx", "FCALL rl_admit fixed, refuse: count at limit (library)",
+        "lib:rl_admit KEY LIMIT 1 WINDOW 3600000", "info", "fixed", expect="refuse",
+        keys="hot", prefill="lib:rl_admit KEY LIMIT 1 WINDOW 3600000"),
+    Row("lrgc", "FCALL rl_admit ALGO gcra, refuse: full bucket (library)",
+        "lib:rl_admit KEY LIMIT 1 WINDOW 3600000 ALGO gcra BURST 1", "info", "gcra",
+        expect="refuse", keys="hot",
+        prefill="lib:rl_admit KEY LIMIT 1 WINDOW 3600000 ALGO gcra BURST 1"),
+    # The hand-written scripts of each library row's shape (bench/lua/hand_*.lua,
+    # the shapes peers' libraries run; each file says how it is not the
+    # library's equal), at the same rates, hot key only, no bars. The
+    # sliding and token shapes take the client's clock: a fixed ms here.
+    Row("hfix", "hand_fixed.lua (INCRBY, PEXPIRE when new)",
+        "lua:hand_fixed KEY %s 60000 1" % BIG, "info", "fixed", keys="hot"),
+    Row("hfpt", "hand_fixed_pttl.lua (INCR, PTTL)",
+        "lua:hand_fixed_pttl KEY 60000", "info", "fixed", expect="int_list", keys="hot"),
+    Row("hsld", "hand_sliding.lua (GET, GET, INCRBY)",
+        "lua:hand_sliding KEY KEY:prev %s %d 60000 1" % (BIG, CLIENT_MS), "info", "sliding",
+        expect="int", keys="hot"),
+    Row("htok", "hand_token.lua (HMGET, HSET, PEXPIRE)",
+        "lua:hand_token KEY %s 6000 1 %d 1" % (BUCKET, CLIENT_MS), "info", "token",
+        expect="int_list", keys="hot"),
+    Row("hgcr", "hand_gcra.lua (TIME, GET, SET EX)",
+        "lua:hand_gcra KEY %s %s 60 1" % (BUCKET, RATE), "info", "gcra", keys="hot"),
 ]
 
 # MEMORY USAGE of one limiter key after one admit (key names all the same
@@ -274,8 +303,10 @@ class Bench:
                 self.shas[name] = vh.load_script(self.c, name)
             if self.shas[name] is None:
                 raise LookupError("bench/lua/%s.lua does not exist yet" % name)
-            w = ["EVALSHA", self.shas[name], "1"] + w[1:]
-        return [key if x == "KEY" else x for x in w]
+            # Every KEY or KEY:suffix word is one of the script's keys.
+            numkeys = sum(1 for x in w[1:] if x.split(":")[0] == "KEY")
+            w = ["EVALSHA", self.shas[name], str(numkeys)] + w[1:]
+        return [key + x[3:] if x.split(":")[0] == "KEY" else x for x in w]
 
     @staticmethod
     def stat_name(words):
@@ -304,6 +335,7 @@ class Bench:
         ok = {
             "int": lambda r: isinstance(r, int),
             "ok": lambda r: r == "OK",
+            "int_list": lambda r: isinstance(r, list) and all(isinstance(x, int) for x in r),
             "admit": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 1,
             "refuse": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 0,
             "allowed0": lambda r: isinstance(r, list) and len(r) >= 1 and r[0] == 0,
