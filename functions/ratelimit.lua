@@ -877,10 +877,12 @@ local function rl_ttl(keys, args)
   if r == nil then return 0 end
   if r.algo == 'fixed' and r.window == nil then
     -- The fixed window's back-off is the counter's PTTL: no window needed.
+    if r.limit > EXACT or now.ms > EXACT then fail(BEYOND_DOUBLES) end
     local raw = read_value(key)
     if raw == nil then return 0 end
     local count = decode('fixed', raw, now).count
     local at = expiry_of(key)
+    if at > EXACT then fail(STATE_BEYOND_DOUBLES) end
     if at >= 0 and at > now.ms and count >= r.limit then return at - now.ms end
     return 0
   end
@@ -899,6 +901,8 @@ local function rl_limit(keys, args)
   check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.LIMIT') end
   local max = meta_int(read_meta(keys[1]), 'max', 0, NON_NEGATIVE)
+  -- Replied as a number: refused, never rounded, beyond 2^53.
+  if max and max > EXACT then fail(BEYOND_DOUBLES) end
   return max or 0
 end
 

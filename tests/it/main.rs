@@ -26,6 +26,7 @@ mod harness_selftest;
 mod instruction_budget;
 mod leases;
 mod load_functions;
+mod lua_inprocess;
 mod lua_oracle;
 mod reliability;
 mod replication;
