@@ -998,7 +998,8 @@ impl Resolved {
         let window = i128::from(self.window.map_or(1, |w| w.0));
         let burst = i128::from(self.burst.map_or(self.limit, |b| b.0));
         match self.algo {
-            Algo::Fixed => limit > EXACT || now + window > EXACT,
+            // The fixed window reads no clock: it works in ms left.
+            Algo::Fixed => limit > EXACT || window > EXACT,
             Algo::Sliding => limit * window > EXACT || now + 2 * window > EXACT,
             algo => {
                 let interval = (window * 1_000_000 + limit - 1) / limit;
@@ -1673,7 +1674,7 @@ impl Run {
         if function == "rl_ttl" && resolved.algo == Algo::Fixed && resolved.window.is_none() {
             // The fixed window's back-off is the counter's PTTL: no window.
             // Refused, never rounded, beyond 2^53.
-            if i128::from(resolved.limit) > EXACT || i128::from(now.ms) > EXACT {
+            if i128::from(resolved.limit) > EXACT {
                 return same(Expect::Reply(Reply::Error(BEYOND_DOUBLES.into())));
             }
             let found = match read_state(&mut self.db.borrow_mut(), KEY, Algo::Fixed) {
@@ -1681,8 +1682,8 @@ impl Run {
                 Err(e) => return same(Expect::Reply(err(e))),
             };
             let wait = fixed::backoff(fixed::counter_of(found, now.ms), resolved.limit, now.ms);
-            // An expiry past 2^53 ms (the wait is its distance from now).
-            if matches!(found, Some((_, Some(at))) if i128::from(at) > EXACT) {
+            // A wait past 2^53 ms.
+            if matches!(found, Some((_, Some(at))) if i128::from(at) - i128::from(now.ms) > EXACT) {
                 return same(Expect::OneOf(
                     vec![STATE_BEYOND_DOUBLES.into()],
                     Some(Reply::Int(wait)),
