@@ -134,21 +134,11 @@ local function parse_i64(s)
   return tonum(s)
 end
 
--- 10^(n - 1): the least n-digit number without a leading zero.
+-- 10^(n - 1): the least n-digit number without a leading zero (a field
+-- of n digits below it has one).
 local LEAST = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
-               10000000000, 100000000000, 1000000000000, 10000000000000, 100000000000000}
-
--- A stored field of digits (a pattern's capture) as parse_i64 reads it,
--- fast for the usual one: under 16 digits (exact), no leading zero.
-local function field(digits)
-  local n = #digits
-  if n < 16 then
-    local v = tonum(digits)
-    if v >= LEAST[n] or n == 1 then return v end
-    return nil
-  end
-  return parse_i64(digits)
-end
+               10000000000, 100000000000, 1000000000000, 10000000000000, 100000000000000,
+               1000000000000000}
 
 -- An absolute ns time given as decimal digits, as the span (ns) from
 -- now: exact while the span is below 2^53, and beyond it never on the
@@ -228,9 +218,10 @@ local function server_time()
 end
 
 local function clock()
-  local s, us = server_time()
+  local t = call('TIME')
+  local us = t[2] + 0
   local into = us % 1000
-  return s * 1000 + (us - into) / 1000, into * 1000
+  return t[1] * 1000 + (us - into) / 1000, into * 1000
 end
 
 -- The server's time for this call in ms, read once: frozen for the whole
@@ -460,6 +451,14 @@ end
 -- The deciders (below), by algorithm; bound once they are defined.
 local ADMIT, REFUND = {}, {}
 
+-- GCRA's and the leaky queue's state as it is written: 19 digits (a time
+-- from 2001 to 2286), the ms and the ns into it apart.
+local TAT_STATE = {
+  gcra = '^gcra:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
+  leaky = '^leaky:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
+}
+
+
 -- The validated policy of a resolved limiter (see `resolve`), completed in
 -- place, for the call's clock `now_ms` (nil: not read; only the fixed
 -- window goes without one). `now_hi` is the last ms at which its checks
@@ -485,7 +484,8 @@ local function policy_of(r, now_ms)
       p.now_hi = EXACT - 2 * p.window
     else
       p.now_hi = last_fitting_ms(p.capacity)
-      p.state_format = p.algo .. ':%d%06d' -- gcra, leaky
+      p.state, p.state_format = TAT_STATE[p.algo], p.algo .. ':%d%06d' -- gcra, leaky
+      p.leaky = p.algo == 'leaky'
     end
   end
   p.admit, p.refund = ADMIT[p.algo], REFUND[p.algo]
@@ -501,22 +501,14 @@ end
 ---------------------------------------------------------------- memo
 
 -- Validated policies by their argument words: a tree with one level per
--- word under the number of words (MEMO[#args][args[1]]...[args[n]]).
+-- word under the number of words, MEMO[#args][args[1]]...[args[n]] (the
+-- functions look it up themselves: it is on every call's path).
 -- Only what passed every check is kept, never an error; a clock check is
 -- made again past the policy's `now_hi`. At most MEMO_MAX policies: when
 -- full, it starts again empty.
 local MEMO_MAX = 1024
 local memo_size = 0
 local LIMITER_MEMO, THROTTLE_MEMO = {}, {}
-
-local function recall(memo, args)
-  local node = memo[#args]
-  for i = 1, #args do
-    if node == nil then return nil end
-    node = node[args[i]]
-  end
-  return node
-end
 
 local function remember(memo, args, entry)
   if memo_size >= MEMO_MAX then
@@ -592,7 +584,13 @@ key: (cost or amount, the clock's ms and ns into it) in; the five numbers
 of the reply (admitted, limit, remaining, retry, reset) and the write
 (kind, value, time) out, or nil and an error text. They read the key
 themselves and write nothing: the caller stores the write (rl_admitall
-only when all its limiters agree).
+only when all its limiters agree). A stored value comes back from GET as
+a string, or as an error table (`.err`) for another type's key.
+
+On the way to an admission they call no helper of their own and read no
+field twice: a Lua call or a table lookup costs more than the arithmetic.
+Digits a pattern captured are read by arithmetic (`+ 0`), the same strtod
+as tonumber without its call.
 ]]
 
 ---------------------------------------------------------------- fixed
@@ -601,18 +599,21 @@ only when all its limiters agree).
 -- the key's expiry is the reset. Read as the count and the ms it has left
 -- (PTTL); a counter without a TTL, or outliving this window, is read with
 -- the window's expiry, which must be written (`adopted`).
+local COUNTER = '^%-?[1-9]%d*$'
 
--- The counter: its count and ms left (0 and nil: none), whether adopted.
--- Or nil and the error.
+-- The counter in a stored value (nil: not one). Below 16 characters a
+-- strict integer is exact.
 local function counter_of(raw)
-  if #raw < 16 and find(raw, '^%-?[1-9]%d*$') then return tonum(raw) end
+  if #raw < 16 and find(raw, COUNTER) then return raw + 0 end
   return parse_i64(raw)
 end
 
+-- The counter at `key`: its count and ms left (0 and nil: none), whether
+-- adopted; or nil and the error.
 local function read_counter(key, window)
   local raw = server_pcall('GET', key)
   if not raw then return 0, nil, false end
-  if typeof(raw) ~= 'string' then return nil, WRONGTYPE end
+  if raw.err then return nil, WRONGTYPE end
   local count = counter_of(raw)
   if count == nil then return nil, NOT_A_COUNTER end
   local left = call('PTTL', key) -- -1: no TTL; 0: it ends at this ms, gone
@@ -622,29 +623,36 @@ local function read_counter(key, window)
 end
 
 local function fixed_admit(p, key, cost)
-  local count, left, adopted = read_counter(key, p.window)
-  if count == nil then return nil, left end
-  local limit = p.limit
-  -- limit - count below 2^53 keeps every reply exact.
-  if left and limit - count > EXACT then return nil, STATE_BEYOND_DOUBLES end
-  local room = limit - count
-  if room < 0 then room = 0 end
-  if cost > limit then
-    -- Never fits. A refusal writes only the expiry a counter lacked.
-    if adopted and cost > 0 then return 0, limit, room, -1, left, EXPIRE_IN, nil, left end
-    return 0, limit, room, -1, left or 0
+  local limit, window = p.limit, p.window
+  local count, left, adopted = 0, nil, false
+  local raw = server_pcall('GET', key)
+  if raw then
+    if raw.err then return nil, WRONGTYPE end
+    if #raw < 16 and find(raw, COUNTER) then count = raw + 0 else count = parse_i64(raw) end
+    if count == nil then return nil, NOT_A_COUNTER end
+    left = call('PTTL', key)
+    if left == 0 then
+      count, left = 0, nil -- it ends at this ms: gone
+    else
+      if left < 0 or left > window then left, adopted = window, true end
+      -- limit - count below 2^53 keeps every reply exact.
+      if limit - count > EXACT then return nil, STATE_BEYOND_DOUBLES end
+    end
   end
   local after = count + cost
-  if after <= limit then
-    -- A peek at no state opens no window.
-    if cost == 0 then return 1, limit, limit - after, 0, left or 0 end
-    if left == nil then return 1, limit, limit - after, 0, p.window, SET_IN, after, p.window end
+  if cost <= limit and after <= limit then
+    if cost == 0 then return 1, limit, limit - after, 0, left or 0 end -- a peek at no state opens no window
     if adopted then return 1, limit, limit - after, 0, left, SET_IN, after, left end
-    return 1, limit, limit - after, 0, left, ADD, cost
+    if left then return 1, limit, limit - after, 0, left, ADD, cost end
+    return 1, limit, limit - after, 0, window, SET_IN, after, window
   end
-  -- (A peek refused: the counter is over a lowered limit; it writes nothing.)
-  if adopted and cost > 0 then return 0, limit, room, left, left, EXPIRE_IN, nil, left end
-  return 0, limit, room, left, left
+  local room = limit - count
+  if room < 0 then room = 0 end
+  local retry = left
+  if cost > limit then retry = -1 end -- never fits
+  -- A refusal writes only the expiry a counter lacked (a peek: nothing).
+  if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
+  return 0, limit, room, retry, left or 0
 end
 
 local function fixed_refund(p, key, amount)
@@ -674,128 +682,125 @@ end
 -- Sliding window counter (src/algo/sliding.rs). All comparisons exact:
 -- previous * left + (current + cost) * window <= limit * window.
 local SLIDING_STATE = '^sliding:(%d+):(%d+):(%d+)$'
+local SLIDING_VALUE = 'sliding:%d:%d:%d'
 
--- The window start, current and previous counts stored; nil for no key;
--- or false and the error.
+-- The window start, current and previous counts stored, read digit by
+-- digit; or false and the error.
 local function read_sliding(raw)
-  local s, c, q = match(raw, SLIDING_STATE)
-  if s then s, c, q = field(s), field(c), field(q) end
-  if not (s and c and q) then return false, bad_state('sliding') end
+  local s, c, q = match(raw, '^sliding:([^:]*):([^:]*):([^:]*)$')
+  s, c, q = parse_i64(s), parse_i64(c), parse_i64(q)
+  if not (s and c and q) or s < 0 or c < 0 or q < 0 then return false, bad_state('sliding') end
   return s, c, q
 end
 
--- The counts in view at `now`: the window's start, ms left in it, current
--- and previous counts, and whether the stored window is ahead of now; or
--- false and the error.
-local function sliding_view(raw, p, now)
-  local w = p.window
-  local start = now - fmod(now, w)
-  local current, previous, future = 0, 0, false
-  if raw then
-    local s, c, q = read_sliding(raw)
-    if not s then return false, c end
-    future = s > now
-    if s == start or future then
-      current, previous = c, q
-    elseif s == start - w then
-      previous = c
-    end
-    if (current + previous + p.limit) * w > EXACT then return false, STATE_BEYOND_DOUBLES end
-  end
-  return start, start + w - now, current, previous, future
-end
-
 -- Whole requests of cost 1 that fit on top of counts c and q (previous).
-local function sliding_room(p, left, c, q)
-  local free = p.limit * p.window - (q * left + c * p.window)
-  if free < 0 then return 0 end
-  return fdiv(free, p.window)
-end
-
-local function sliding_reset(w, left, c, q)
-  if c == 0 and q == 0 then return 0 end
-  if c == 0 then return left end
-  return left + w
+local function sliding_room(limit, w, left, c, q)
+  local free = limit * w - (q * left + c * w)
+  if free <= 0 then return 0 end
+  return fdiv(free, w)
 end
 
 -- The state for these counts, expiring once nothing of it is in view.
 local function sliding_stored(start, c, q, w)
   if c == 0 and q == 0 then return DELETE end
-  local value = fmt('sliding:%d:%d:%d', start, c, q)
-  if c == 0 then return SET_AT, value, start + w end
-  return SET_AT, value, start + 2 * w
+  if c == 0 then return SET_AT, fmt(SLIDING_VALUE, start, c, q), start + w end
+  return SET_AT, fmt(SLIDING_VALUE, start, c, q), start + 2 * w
 end
 
-local function sliding_wait(p, left, c, q, cost)
+-- A refusal (or a peek that does not fit): the wait, and what it writes.
+local function sliding_refused(p, key, cost, now, start, left, c, q, future, had_state)
   local w, limit = p.window, p.limit
-  if q > 0 and c + cost <= limit then
-    local excess = q * left + c * w + cost * w - limit * w
-    local t = fdiv(excess + q - 1, q)
-    if t < left then return t end
-  end
-  local into_next = 0
-  if c > 0 then
-    local over = w * (c - limit + cost)
-    if over < 0 then over = 0 end
-    into_next = fdiv(over + c - 1, c)
-  end
-  if into_next > w then into_next = w end
-  return left + into_next
-end
-
--- Decides on counts already in view (the refund's peek decides on its own).
-local function sliding_decide(p, key, cost, now, start, left, c, q, future, had_state)
-  local w, limit = p.window, p.limit
-  if cost <= limit and q * left + (c + cost) * w <= limit * w then
-    local after = c + cost
-    local room, reset = sliding_room(p, left, after, q), sliding_reset(w, left, after, q)
-    if cost == 0 then return 1, limit, room, 0, reset end
-    return 1, limit, room, 0, reset, SET_AT, fmt('sliding:%d:%d:%d', start, after, q), start + 2 * w
-  end
   local retry = -1
-  if cost <= limit then retry = sliding_wait(p, left, c, q, cost) end
-  local room, reset = sliding_room(p, left, c, q), sliding_reset(w, left, c, q)
-  if cost > 0 and future then
-    return 0, limit, room, retry, reset, sliding_stored(start, c, q, w)
+  if cost <= limit then
+    retry = nil
+    if q > 0 and c + cost <= limit then
+      local t = fdiv(q * left + c * w + cost * w - limit * w + q - 1, q)
+      if t < left then retry = t end
+    end
+    if retry == nil then
+      local into_next = 0
+      if c > 0 then
+        local over = w * (c - limit + cost)
+        if over < 0 then over = 0 end
+        into_next = fdiv(over + c - 1, c)
+      end
+      if into_next > w then into_next = w end
+      retry = left + into_next
+    end
   end
+  local reset = 0
+  if c > 0 then reset = left + w elseif q > 0 then reset = left end
+  local room = sliding_room(limit, w, left, c, q)
+  if cost > 0 and future then return 0, limit, room, retry, reset, sliding_stored(start, c, q, w) end
   if cost > 0 and had_state then
     return 0, limit, room, retry, reset, refusal_repair(key, reset, now + reset)
   end
   return 0, limit, room, retry, reset
 end
 
-local function sliding_admit(p, key, cost, now)
+-- Admits `cost` at `now`; or, given `amount`, refunds it and answers as a
+-- peek at the counts after it.
+local function sliding(p, key, cost, now, _, amount)
   local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return nil, WRONGTYPE end
-  local start, left, c, q, future = sliding_view(raw, p, now)
-  if not start then return nil, left end
-  return sliding_decide(p, key, cost, now, start, left, c, q, future, raw)
-end
-
-local function sliding_refund(p, key, amount, now)
-  local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return nil, WRONGTYPE end
-  local start, left, c, q = sliding_view(raw, p, now)
-  if not start then return nil, left end
-  local after = c - amount
-  if after < 0 then after = 0 end
-  local a, l, room, retry, reset = sliding_decide(p, key, 0, now, start, left, after, q, false, false)
-  if raw and c > 0 then return a, l, room, retry, reset, sliding_stored(start, after, q, p.window) end
-  return a, l, room, retry, reset
+  local w, limit = p.window, p.limit
+  local start = now - fmod(now, w)
+  local left = start + w - now
+  local c, q, future = 0, 0, false
+  if raw then
+    if raw.err then return nil, WRONGTYPE end
+    -- The usual state: fields below 10^15 (exact), no leading zeros.
+    local ss, cs, qs = match(raw, SLIDING_STATE)
+    local s, cur, prev
+    if ss and #ss < 16 and #cs < 16 and #qs < 16 then
+      s, cur, prev = ss + 0, cs + 0, qs + 0
+      if s < LEAST[#ss] or (cur < LEAST[#cs] and #cs > 1) or (prev < LEAST[#qs] and #qs > 1) then
+        s = nil
+      end
+    end
+    if s == nil then
+      s, cur, prev = read_sliding(raw)
+      if not s then return nil, cur end
+    end
+    future = s > now
+    if s == start or future then
+      c, q = cur, prev
+    elseif s == start - w then
+      q = cur
+    end
+    if (c + q + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
+  end
+  local kind, value, at -- a refund's write
+  if amount then
+    local after = c - amount
+    if after < 0 then after = 0 end
+    if raw and c > 0 then kind, value, at = sliding_stored(start, after, q, w) end
+    c, future, raw = after, false, false
+  end
+  local after = c + cost
+  if cost <= limit and q * left + after * w <= limit * w then
+    local room = limit * w - (q * left + after * w) -- sliding_room, spelled out
+    if room > 0 then
+      local r = floor(room / w)
+      if r * w > room then r = r - 1 elseif (r + 1) * w <= room then r = r + 1 end
+      room = r
+    end
+    local reset = 0
+    if after > 0 then reset = left + w elseif q > 0 then reset = left end
+    if cost == 0 then return 1, limit, room, 0, reset, kind, value, at end
+    return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, q), start + 2 * w
+  end
+  if amount then
+    local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, c, q, false, false)
+    return a, l, r, t, s, kind, value, at
+  end
+  return sliding_refused(p, key, cost, now, start, left, c, q, future, raw)
 end
 
 ---------------------------------------------------------------- buckets
 
 -- The meter GCRA, the token bucket and the leaky queue share
--- (src/algo/gcra.rs `Meter`), on a debt in ns: whether a cost fits, and
--- then the new debt, else the wait until it would (nil: never).
-local function judge(p, debt, cost)
-  local increment = cost * p.interval
-  if increment > p.capacity then return false, nil end
-  local x = debt + increment
-  if x <= p.capacity then return true, x end
-  return false, x - p.capacity
-end
+-- (src/algo/gcra.rs `Meter`), on a debt in ns (at most the capacity): a
+-- cost fits when debt + cost * interval does not pass the capacity.
 
 -- Whole requests of cost 1 that fit on top of `debt`.
 local function room(p, debt)
@@ -810,104 +815,150 @@ local function forgive(p, debt, amount)
   return left
 end
 
--- Token bucket (src/algo/token.rs): credit in ns, refilled continuously;
--- stored with the time of the last refill, its ms and the ns into it.
-local TOKEN_STATE = '^token:(%d+):(%d+):(%d+)$'
-
--- The credit now (nil: no state), and whether the last refill is after now
--- (a clock that went back, a hand-written value); or false and the error.
-local function token_level(raw, p, now_ms, now_sub)
-  if not raw then return nil, false end
-  local credit, last, into = match(raw, TOKEN_STATE)
-  if credit then
-    credit, last, into = field(credit), field(last), field(into)
-  else
-    -- The general form: a negative time, or no ns (a build that read the
-    -- clock in ms wrote that form: the start of the ms).
-    credit, last, into = match(raw, '^token:([^:]*):([^:]*):([^:]*)$')
-    if credit == nil then
-      credit, last = match(raw, '^token:([^:]*):([^:]*)$')
-      into = '0'
+-- An admission of the buckets at debt x (its new debt): the room left and
+-- the reset, and the time x ns after now as its ms and the ns into it.
+-- x / 1e6 is taken once, for both (exact: see ceil_ms).
+local function bucket_admitted(p, x, now_ms, now_sub)
+  local capacity, interval = p.capacity, p.interval
+  local xms = floor(x / NS_PER_MS)
+  local xns = x - xms * NS_PER_MS
+  local reset = xms
+  if xns > 0 then reset = xms + 1 end
+  local left = 0
+  if x < capacity then
+    left = floor((capacity - x) / interval)
+    if left * interval > capacity - x then
+      left = left - 1
+    elseif (left + 1) * interval <= capacity - x then
+      left = left + 1
     end
-    credit, last, into = parse_i64(credit), parse_i64(last), parse_i64(into)
   end
-  if not (credit and last and into) or credit < 0 or into < 0 or into >= NS_PER_MS then
-    return false, bad_state('token')
-  end
-  local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
-  if elapsed < 0 then elapsed = 0 end
-  local level = credit + elapsed
-  if level > p.capacity then level = p.capacity end
-  return level, last > now_ms or (last == now_ms and into > now_sub)
+  local into, ms = xns + now_sub, now_ms + xms
+  if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
+  return left, reset, ms, into
 end
 
--- When a bucket holding `level` now is full again (absolute ms, rounded up).
-local function token_stored(level, p, now_ms, now_sub)
-  return SET_AT, fmt('token:%d:%d:%d', level, now_ms, now_sub), ms_at(now_ms, now_sub, p.capacity - level)
-end
-
-local function token_decide(p, key, cost, now_ms, now_sub, level, future, had_state)
-  local capacity = p.capacity
-  local debt = capacity - level
-  local admitted, x = judge(p, debt, cost)
-  if admitted then
-    if cost == 0 then return 1, p.burst, room(p, x), 0, ceil_ms(x) end
-    return 1, p.burst, room(p, x), 0, ceil_ms(x), SET_AT,
-      fmt('token:%d:%d:%d', capacity - x, now_ms, now_sub), ms_at(now_ms, now_sub, x)
-  end
+-- A refusal of the buckets: debt `debt` stays, `x` is the wait (nil:
+-- never). The reply's five numbers and the repair. `capped`: the room
+-- replied is at most the burst (GCRA, leaky).
+local function bucket_refused(p, key, cost, now_ms, now_sub, debt, x, had_state, capped)
   local retry = -1
   if x ~= nil then retry = ceil_ms(x) end
   local reset = ceil_ms(debt)
-  if cost > 0 and future then
-    if level == capacity then return 0, p.burst, room(p, debt), retry, reset, DELETE end
-    return 0, p.burst, room(p, debt), retry, reset, token_stored(level, p, now_ms, now_sub)
-  end
+  local left = room(p, debt)
+  if capped and left > p.burst then left = p.burst end
   if cost > 0 and had_state then
-    return 0, p.burst, room(p, debt), retry, reset,
-      refusal_repair(key, reset, ms_at(now_ms, now_sub, debt))
+    return 0, p.burst, left, retry, reset, refusal_repair(key, reset, ms_at(now_ms, now_sub, debt))
   end
-  return 0, p.burst, room(p, debt), retry, reset
+  return 0, p.burst, left, retry, reset
 end
 
-local function token_admit(p, key, cost, now_ms, now_sub)
-  local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return nil, WRONGTYPE end
-  local level, future = token_level(raw, p, now_ms, now_sub)
-  if level == false then return nil, future end
-  return token_decide(p, key, cost, now_ms, now_sub, level or p.capacity, future, raw)
+-- Token bucket (src/algo/token.rs): credit in ns, refilled continuously;
+-- stored with the time of the last refill, its ms and the ns into it.
+local TOKEN_STATE = '^token:(%d+):(%d+):(%d+)$'
+local TOKEN_VALUE = 'token:%d:%d:%d'
+
+-- The credit, last refill ms and ns stored, read digit by digit (a
+-- negative time, or no ns: a build that read the clock in ms wrote that
+-- form, the start of the ms); or false and the error.
+local function read_token(raw)
+  local credit, last, into = match(raw, '^token:([^:]*):([^:]*):([^:]*)$')
+  if credit == nil then
+    credit, last = match(raw, '^token:([^:]*):([^:]*)$')
+    into = '0'
+  end
+  credit, last, into = parse_i64(credit), parse_i64(last), parse_i64(into)
+  if not (credit and last and into) or credit < 0 or into < 0 or into >= NS_PER_MS then
+    return false, bad_state('token')
+  end
+  return credit, last, into
 end
 
-local function token_refund(p, key, amount, now_ms, now_sub)
+-- The bucket holding `level` now, stored, expiring when it is full again.
+local function token_stored(level, p, now_ms, now_sub)
+  return SET_AT, fmt(TOKEN_VALUE, level, now_ms, now_sub), ms_at(now_ms, now_sub, p.capacity - level)
+end
+
+-- Admits `cost` now; or, given `amount`, refunds it and answers as a peek
+-- at the bucket after it.
+local function token(p, key, cost, now_ms, now_sub, amount)
   local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return nil, WRONGTYPE end
-  local level, future = token_level(raw, p, now_ms, now_sub)
-  if level == false then return nil, future end
-  if level == nil then return token_decide(p, key, 0, now_ms, now_sub, p.capacity, false, false) end
-  local after = p.capacity - forgive(p, p.capacity - level, amount)
-  local a, l, r, t, s = token_decide(p, key, 0, now_ms, now_sub, after, false, false)
-  if level == p.capacity then return a, l, r, t, s end
-  if after == p.capacity then return a, l, r, t, s, DELETE end
-  return a, l, r, t, s, token_stored(after, p, now_ms, now_sub)
+  local capacity = p.capacity
+  local level, future = capacity, false
+  if raw then
+    if raw.err then return nil, WRONGTYPE end
+    -- The usual state: fields below 2^53 (exact), no leading zeros, a
+    -- positive time.
+    local cs, ls, ns = match(raw, TOKEN_STATE)
+    local credit, last, into
+    if cs and #cs < 17 and #ls < 17 and #ns < 7 then
+      credit, last, into = cs + 0, ls + 0, ns + 0
+      if credit > EXACT or last > EXACT or last < LEAST[#ls] or (credit < LEAST[#cs] and #cs > 1)
+          or (into < LEAST[#ns] and #ns > 1) then
+        credit = nil
+      end
+    end
+    if credit == nil then
+      credit, last, into = read_token(raw)
+      if not credit then return nil, last end
+    end
+    local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
+    if elapsed < 0 then elapsed = 0 end
+    level = credit + elapsed
+    if level > capacity then level = capacity end
+    -- A last refill after now: a clock that went back, a hand-written value.
+    future = last > now_ms or (last == now_ms and into > now_sub)
+  end
+  local kind, value, at -- a refund's write
+  if amount then
+    if raw then
+      local after = capacity - forgive(p, capacity - level, amount)
+      if after == capacity then
+        if level ~= capacity then kind = DELETE end
+      else
+        kind, value, at = token_stored(after, p, now_ms, now_sub)
+      end
+      level = after
+    end
+    future, raw = false, false
+  end
+  local debt = capacity - level
+  local increment = cost * p.interval
+  local x = debt + increment
+  if increment <= capacity and x <= capacity then
+    local left, reset, ms, into = bucket_admitted(p, x, now_ms, now_sub)
+    if cost == 0 then return 1, p.burst, left, 0, reset, kind, value, at end
+    if into > 0 then ms = ms + 1 end -- ms_at: the key outlives the time
+    return 1, p.burst, left, 0, reset, SET_AT, fmt(TOKEN_VALUE, capacity - x, now_ms, now_sub), ms
+  end
+  if increment > capacity then x = nil else x = x - capacity end
+  if amount then
+    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
+    return a, l, r, t, s, kind, value, at
+  end
+  if cost > 0 and future then
+    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
+    if level == capacity then return a, l, r, t, s, DELETE end
+    return a, l, r, t, s, token_stored(level, p, now_ms, now_sub)
+  end
+  return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw)
 end
 
 -- GCRA and the leaky queue (src/algo/gcra.rs `Schedule`): the state is one
 -- absolute ns time; its span after now is the debt, clamped to the bucket.
--- Stored as it is written: 19 digits (a time from 2001 to 2286), the ms
--- and the ns into it apart; any other form is read digit by digit.
-local TAT_STATE = {
-  gcra = '^gcra:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
-  leaky = '^leaky:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
-}
+-- Stored as it is written (TAT_STATE); any other form is read digit by
+-- digit.
 
--- The time stored (as its span after now; nil for no key), or false and
+-- The time stored as its span after now (nil for no key), or false and
 -- the error. redis-cell's bare ns integer is read too when `bare`.
 local function read_tat(algo, raw, now_ms, now_sub, bare)
   if not raw then return nil end
+  if raw.err then return false, WRONGTYPE end
   local ms, into = match(raw, TAT_STATE[algo])
   if ms then
-    ms = tonum(ms)
-    -- Within i64 for sure (its last 13-digit ms is 9223372036854).
-    if ms < 9223372036854 then return (ms - now_ms) * NS_PER_MS + (tonum(into) - now_sub) end
+    ms = ms + 0
+    -- Within i64 for sure below the ms 9223372036854 (the last one's).
+    if ms < 9223372036854 then return (ms - now_ms) * NS_PER_MS + (into - now_sub) end
   end
   local tat = match(raw, '^' .. algo .. ':([^:]*)$')
   if parse_i64(tat) == nil then
@@ -924,65 +975,76 @@ local function schedule_stored(p, debt, now_ms, now_sub)
   return SET_AT, fmt(p.state_format, ms, into), ms
 end
 
-local function schedule_decide(p, key, cost, now_ms, now_sub, ahead, had_state)
+-- Admits `cost` now; or, given `amount`, refunds it and answers as a peek
+-- at the schedule after it.
+local function schedule(p, key, cost, now_ms, now_sub, amount)
+  local raw = server_pcall('GET', key)
+  local ahead = nil
+  if raw then
+    -- read_tat, its usual state spelled out
+    if raw.err then return nil, WRONGTYPE end
+    local ms, into = match(raw, p.state)
+    if ms then ms = ms + 0 end
+    if ms and ms < 9223372036854 then
+      ahead = (ms - now_ms) * NS_PER_MS + (into - now_sub)
+    else
+      local err
+      ahead, err = read_tat(p.algo, raw, now_ms, now_sub)
+      if ahead == false then return nil, err end
+    end
+  end
+  local capacity, burst = p.capacity, p.burst
+  local kind, value, at -- a refund's write
+  if amount then
+    local before = 0
+    if ahead then
+      before = ahead
+      if before < 0 then before = 0 elseif before > capacity then before = capacity end
+    end
+    ahead = forgive(p, before, amount)
+    if raw and before > 0 then
+      if ahead == 0 then kind = DELETE else kind, value, at = schedule_stored(p, ahead, now_ms, now_sub) end
+    end
+    raw = false
+  end
+  ahead = ahead or 0
   local debt = ahead
-  if debt < 0 then debt = 0 elseif debt > p.capacity then debt = p.capacity end
-  local admitted, x = judge(p, debt, cost)
-  local burst = p.burst
-  if admitted then
+  if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
+  local increment = cost * p.interval
+  local x = debt + increment
+  if increment <= capacity and x <= capacity then
     local retry = 0
-    if p.algo == 'leaky' then retry = ceil_ms(debt) end -- the queue ahead of it
+    if p.leaky then retry = ceil_ms(debt) end -- the queue ahead of it
+    local left, reset, ms, into = bucket_admitted(p, x, now_ms, now_sub)
     -- Never more than the burst (the leaky queue's head is not waiting).
-    local left = room(p, x)
     if left > burst then left = burst end
-    if cost == 0 then return 1, burst, left, retry, ceil_ms(x) end
-    return 1, burst, left, retry, ceil_ms(x), schedule_stored(p, x, now_ms, now_sub)
+    if cost == 0 then return 1, burst, left, retry, reset, kind, value, at end
+    local expiry = ms -- ms_at: the key outlives the time
+    if into > 0 then expiry = ms + 1 end
+    return 1, burst, left, retry, reset, SET_AT, fmt(p.state_format, ms, into), expiry
   end
-  local retry = -1
-  if x ~= nil then retry = ceil_ms(x) end
-  local left = room(p, debt)
-  if left > burst then left = burst end
-  local reset = ceil_ms(debt)
+  if increment > capacity then x = nil else x = x - capacity end
+  if amount then
+    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
+    return a, l, r, t, s, kind, value, at
+  end
   -- Beyond a full bucket: written back clamped, so it drains.
-  if cost > 0 and ahead > p.capacity then
-    return 0, burst, left, retry, reset, schedule_stored(p, debt, now_ms, now_sub)
+  if cost > 0 and ahead > capacity then
+    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
+    return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub)
   end
-  if cost > 0 and had_state then
-    return 0, burst, left, retry, reset, refusal_repair(key, reset, ms_at(now_ms, now_sub, debt))
-  end
-  return 0, burst, left, retry, reset
+  return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw, true)
 end
 
-local function schedule_admit(p, key, cost, now_ms, now_sub)
-  local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return nil, WRONGTYPE end
-  local ahead, err = read_tat(p.algo, raw, now_ms, now_sub)
-  if ahead == false then return nil, err end
-  return schedule_decide(p, key, cost, now_ms, now_sub, ahead or 0, raw)
-end
-
-local function schedule_refund(p, key, amount, now_ms, now_sub)
-  local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return nil, WRONGTYPE end
-  local ahead, err = read_tat(p.algo, raw, now_ms, now_sub)
-  if ahead == false then return nil, err end
-  local before = 0
-  if ahead then
-    before = ahead
-    if before < 0 then before = 0 elseif before > p.capacity then before = p.capacity end
-  end
-  local after = forgive(p, before, amount)
-  local a, l, r, t, s = schedule_decide(p, key, 0, now_ms, now_sub, after, false)
-  if not (ahead and before > 0) then return a, l, r, t, s end
-  if after == 0 then return a, l, r, t, s, DELETE end
-  return a, l, r, t, s, schedule_stored(p, after, now_ms, now_sub)
-end
-
+-- Each algorithm's admit, and its refund (the amount where the cost goes).
 ADMIT.fixed, REFUND.fixed = fixed_admit, fixed_refund
-ADMIT.sliding, REFUND.sliding = sliding_admit, sliding_refund
-ADMIT.token, REFUND.token = token_admit, token_refund
-ADMIT.gcra, REFUND.gcra = schedule_admit, schedule_refund
-ADMIT.leaky, REFUND.leaky = schedule_admit, schedule_refund
+ADMIT.sliding = sliding
+ADMIT.token = token
+ADMIT.gcra, ADMIT.leaky = schedule, schedule
+REFUND.sliding = function(p, key, amount, now) return sliding(p, key, 0, now, nil, amount) end
+REFUND.token = function(p, key, amount, now_ms, now_sub) return token(p, key, 0, now_ms, now_sub, amount) end
+REFUND.gcra = function(p, key, amount, now_ms, now_sub) return schedule(p, key, 0, now_ms, now_sub, amount) end
+REFUND.leaky = REFUND.gcra
 
 -- A refund of nothing is a peek: the decision, and no write, even where a
 -- real call would normalise the state.
@@ -1054,6 +1116,9 @@ local function limiter_keys(keys, args, command, noun)
   return keys[1], keys[2]
 end
 
+-- No limit (none, or 0): admitted, nothing read or written.
+local function unlimited() return 1, 0, 0, 0, 0 end
+
 -- RL.ADMIT's and RL.REFUND's policy (src/commands/limiter.rs `update`):
 -- the options, the META hash, the checks. With the clock it read, if any.
 -- Remembered when it depends on the words alone (no META hash).
@@ -1061,7 +1126,7 @@ local function limiter_policy(keys, args, command)
   local _, metakey = limiter_keys(keys, args, command)
   local opts = parse_options(args, ADMIT_OPTIONS, metakey)
   local r = resolve(opts, metakey)
-  local p, now_ms, now_sub = {unlimited = true}, nil, nil
+  local p, now_ms, now_sub = {admit = unlimited, refund = unlimited}, nil, nil
   if r ~= nil then
     if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
     p = policy_of(r, now_ms)
@@ -1071,44 +1136,57 @@ local function limiter_policy(keys, args, command)
   return p, now_ms, now_sub
 end
 
--- rl_admit and rl_refund: the policy (remembered, or worked out), the
--- clock if the algorithm reads one, the decision, its write, the reply.
-local function update_limiter(keys, args, command, refunds)
-  if not tonum then bind() end
-  local p = nil
-  if #keys == 1 then p = recall(LIMITER_MEMO, args) end
-  local now_ms, now_sub
-  if p == nil then
-    local ok, got, ms, sub = pcall(limiter_policy, keys, args, command)
-    if not ok then return failed(got) end
-    p, now_ms, now_sub = got, ms, sub
-  end
-  if p.unlimited then return five(DECISION_FIELDS, p.format, 1, 0, 0, 0, 0) end
-  if p.clock and now_ms == nil then
-    now_ms, now_sub = clock()
-    if now_ms > p.now_hi then
-      local ok, err = pcall(check_at, p, now_ms)
-      if not ok then return failed(err) end
+-- rl_admit and rl_refund (`refunds`): the policy (remembered, or worked
+-- out), the clock if the algorithm reads one, the decision, its write, the
+-- reply. The memo's lookup and the clock are spelled out here: this is
+-- the path every call takes.
+local function limiter_function(command, refunds)
+  return function(keys, args)
+    if not tonum then bind() end
+    local p = nil
+    if #keys == 1 then
+      p = LIMITER_MEMO[#args]
+      for i = 1, #args do
+        if p == nil then break end
+        p = p[args[i]]
+      end
     end
+    local now_ms, now_sub
+    if p == nil then
+      local ok, got, ms, sub = pcall(limiter_policy, keys, args, command)
+      if not ok then return failed(got) end
+      p, now_ms, now_sub = got, ms, sub
+    end
+    if p.clock and now_ms == nil then
+      local t = call('TIME') -- clock()
+      local us = t[2] + 0
+      local into = us % 1000
+      now_ms, now_sub = t[1] * 1000 + (us - into) / 1000, into * 1000
+      if now_ms > p.now_hi then
+        local ok, err = pcall(check_at, p, now_ms)
+        if not ok then return failed(err) end
+      end
+    end
+    local key, decide = keys[1], p.admit
+    if refunds then
+      decide = p.refund
+      if p.cost == 0 then decide = peek end
+    end
+    local a, limit, remaining, retry, reset, kind, value, at = decide(p, key, p.cost, now_ms, now_sub)
+    if a == nil then return server.error_reply(limit) end
+    if kind == SET_AT then
+      call('SET', key, value, 'PXAT', at)
+    elseif kind then
+      store(key, kind, value, at)
+    end
+    if p.format then return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset) end
+    FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, limit, remaining, retry, reset
+    return FIVE
   end
-  local key, decide = keys[1], p.admit
-  if refunds then
-    decide = p.refund
-    if p.cost == 0 then decide = peek end
-  end
-  local a, limit, remaining, retry, reset, kind, value, at = decide(p, key, p.cost, now_ms, now_sub)
-  if a == nil then return server.error_reply(limit) end
-  if kind then store(key, kind, value, at) end
-  return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset)
 end
 
-local function rl_admit(keys, args)
-  return update_limiter(keys, args, 'RL.ADMIT', false)
-end
-
-local function rl_refund(keys, args)
-  return update_limiter(keys, args, 'RL.REFUND', true)
-end
+local rl_admit = limiter_function('RL.ADMIT', false)
+local rl_refund = limiter_function('RL.REFUND', true)
 
 -- The wait a request of cost 1 would be told now; writes nothing.
 local function rl_ttl(keys, args)
@@ -1198,7 +1276,13 @@ local function rl_throttle(keys, args)
   if not tonum then bind() end
   local now_ms, now_sub = clock()
   local m = nil
-  if #keys == 1 then m = recall(THROTTLE_MEMO, args) end
+  if #keys == 1 then
+    m = THROTTLE_MEMO[#args]
+    for i = 1, #args do
+      if m == nil then break end
+      m = m[args[i]]
+    end
+  end
   if m == nil or now_ms > m.now_hi then
     local ok, got = pcall(throttle_meter, keys, args, now_ms)
     if not ok then return failed(got) end
@@ -1207,23 +1291,26 @@ local function rl_throttle(keys, args)
   local key, tolerance, interval, quantity = keys[1], m.tolerance, m.interval, m.quantity
   -- Our `gcra:<tat_ns>` state, or redis-cell's plain ns integer.
   local raw = server_pcall('GET', key)
-  if raw and typeof(raw) ~= 'string' then return server.error_reply(WRONGTYPE) end
   local ahead, err = read_tat('gcra', raw, now_ms, now_sub, true)
   if ahead == false then return server.error_reply(err) end
   local ttl = ahead or 0
   if ttl < 0 then ttl = 0 elseif ttl > tolerance then ttl = tolerance end
   local increment = quantity * interval
   local allowed, wait = false, nil
-  local kind, value, at
   if increment <= tolerance then
     local new = ttl + increment
     if new <= tolerance then
       allowed = true
       ttl = new
       if quantity > 0 then
-        local ms, into = split_at(now_ms, now_sub, new)
-        kind, value, at = SET_AT, fmt('gcra:%d%06d', ms, into), ms
+        -- split_at(now_ms, now_sub, new), and ms_at
+        local ms = floor(new / NS_PER_MS)
+        local into = new - ms * NS_PER_MS + now_sub
+        ms = now_ms + ms
+        if into >= NS_PER_MS then ms, into = ms + 1, into - NS_PER_MS end
+        local at = ms
         if into > 0 then at = ms + 1 end
+        call('SET', key, fmt('gcra:%d%06d', ms, into), 'PXAT', at)
       end
     else
       wait = new - tolerance
@@ -1233,17 +1320,30 @@ local function rl_throttle(keys, args)
     if ahead ~= nil and ahead > tolerance then
       -- Beyond the tolerance: written back clamped, so it drains.
       local ms, into = split_at(now_ms, now_sub, ttl)
-      kind, value, at = SET_AT, fmt('gcra:%d%06d', ms, into), ms
+      local at = ms
       if into > 0 then at = ms + 1 end
+      call('SET', key, fmt('gcra:%d%06d', ms, into), 'PXAT', at)
     elseif raw then
-      kind, value, at = refusal_repair(key, ceil_ms(ttl), ms_at(now_ms, now_sub, ttl))
+      local kind, value, at = refusal_repair(key, ceil_ms(ttl), ms_at(now_ms, now_sub, ttl))
+      if kind then store(key, kind, value, at) end
     end
   end
-  if kind then store(key, kind, value, at) end
   local retry = -1
   if wait ~= nil then retry = ceil_div(wait, NS_PER_S) end
-  return five(THROTTLE_FIELDS, m.format, allowed and 0 or 1, m.limit, fdiv(tolerance - ttl, interval),
-    retry, ceil_div(ttl, NS_PER_S))
+  -- fdiv(tolerance - ttl, interval) and ceil_div(ttl, NS_PER_S), spelled
+  -- out (a quotient by 1e9 of a span below 2^53 floors exactly: see ceil_ms).
+  local remaining = floor((tolerance - ttl) / interval)
+  if remaining * interval > tolerance - ttl then
+    remaining = remaining - 1
+  elseif (remaining + 1) * interval <= tolerance - ttl then
+    remaining = remaining + 1
+  end
+  local reset = floor(ttl / NS_PER_S)
+  if reset * NS_PER_S < ttl then reset = reset + 1 end
+  local limited = allowed and 0 or 1
+  if m.format then return five(THROTTLE_FIELDS, m.format, limited, m.limit, remaining, retry, reset) end
+  FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = limited, m.limit, remaining, retry, reset
+  return FIVE
 end
 
 -- RL.ADMITALL: one POLICY per counter, in order; all are admitted or none
@@ -1320,19 +1420,15 @@ local function rl_admitall(keys, args)
   local members = {}
   for i = 1, n do
     local r = resolve(policies[i], policies[i].META)
-    local p = {unlimited = true}
+    local p = {admit = unlimited, refund = unlimited}
     if r ~= nil then p = policy_of(r, now_ms) end
     members[i] = {key = keys[i], policy = p}
   end
   for i = 1, n do
     local m = members[i]
-    if m.policy.unlimited then
-      m.decision = {1, 0, 0, 0, 0}
-    else
-      local a, l, r, t, s, kind, value, expiry = m.policy.admit(m.policy, m.key, cost, now_ms, now_sub)
-      if a == nil then fail(l) end
-      m.decision, m.write = {a, l, r, t, s}, {kind, value, expiry}
-    end
+    local a, l, r, t, s, kind, value, expiry = m.policy.admit(m.policy, m.key, cost, now_ms, now_sub)
+    if a == nil then fail(l) end
+    m.decision, m.write = {a, l, r, t, s}, {kind, value, expiry}
   end
   local all = true
   for i = 1, n do if members[i].decision[1] == 0 then all = false end end
@@ -1343,14 +1439,14 @@ local function rl_admitall(keys, args)
     local wait = m.decision[4]
     if all then
       if wait > longest then longest = wait end
-      if m.write and m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
+      if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
     elseif m.decision[1] == 0 then
       -- A refusal consumes nothing, but makes the repair RL.ADMIT would.
-      if m.write and m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
+      if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
       if refused_by == 0 or (longest >= 0 and (wait < 0 or wait > longest)) then
         refused_by, longest = i, wait
       end
-    elseif not m.policy.unlimited then
+    else
       -- Nothing was consumed: this member as it stands.
       local a, l, r, t, s = m.policy.admit(m.policy, m.key, 0, now_ms, now_sub)
       m.decision = {a, l, r, t, s}
