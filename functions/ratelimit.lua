@@ -81,13 +81,8 @@ local NS_PER_S = 1000000000
 -- protected global table on every use.
 -- `server_pcall` is server.pcall: an error comes back as a table instead
 -- of raising (GET of another type's key: WRONGTYPE).
-local tonum, find, match, fmt, floor, fmod, typeof, call, server_pcall
+local tonum, find, match, fmt, floor, fmod, typeof, call, server_pcall -- set by `bind`
 
-local function bind()
-  tonum, find, match, fmt = tonumber, string.find, string.match, string.format
-  floor, fmod, typeof = math.floor, math.fmod, type
-  call, server_pcall = server.call, server.pcall
-end
 
 -- floor(a / b) for integers below 2^53, corrected for the rounding of the
 -- division.
@@ -488,7 +483,13 @@ local function policy_of(r, now_ms)
       p.leaky = p.algo == 'leaky'
     end
   end
-  p.admit, p.refund = ADMIT[p.algo], REFUND[p.algo]
+  -- The policy's decider, a closure over its numbers; the refund is the
+  -- same with the amount where the cost goes (the fixed window's apart).
+  local decide = ADMIT[p.algo](p)
+  p.admit = decide
+  p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
+    return decide(q, key, 0, ms, sub, amount)
+  end
   return p
 end
 
@@ -502,12 +503,17 @@ end
 
 -- Validated policies by their argument words: a tree with one level per
 -- word under the number of words, MEMO[#args][args[1]]...[args[n]] (the
--- functions look it up themselves: it is on every call's path).
+-- functions look it up themselves: it is on every call's path). A word
+-- the tree does not hold leads to MISS, and MISS to itself, so the lookup
+-- is one index per word with no test on the way (`bind` sets the
+-- metatables: setmetatable is not reachable while the library loads).
 -- Only what passed every check is kept, never an error; a clock check is
 -- made again past the policy's `now_hi`. At most MEMO_MAX policies: when
 -- full, it starts again empty.
 local MEMO_MAX = 1024
 local memo_size = 0
+local MISS = {}
+local NODE = {__index = function() return MISS end}
 local LIMITER_MEMO, THROTTLE_MEMO = {}, {}
 
 local function remember(memo, args, entry)
@@ -521,15 +527,25 @@ local function remember(memo, args, entry)
     memo[0] = entry
   else
     local node = memo[n]
-    if node == nil then node = {}; memo[n] = node end
+    if node == MISS then node = setmetatable({}, NODE); memo[n] = node end
     for i = 1, n - 1 do
       local next = node[args[i]]
-      if next == nil then next = {}; node[args[i]] = next end
+      if next == MISS then next = setmetatable({}, NODE); node[args[i]] = next end
       node = next
     end
     node[args[n]] = entry
   end
   memo_size = memo_size + 1
+end
+
+-- Binds the standard functions (above) and the memo's metatables.
+local function bind()
+  tonum, find, match, fmt = tonumber, string.find, string.match, string.format
+  floor, fmod, typeof = math.floor, math.fmod, type
+  call, server_pcall = server.call, server.pcall
+  setmetatable(MISS, NODE)
+  setmetatable(LIMITER_MEMO, NODE)
+  setmetatable(THROTTLE_MEMO, NODE)
 end
 
 ---------------------------------------------------------------- writes
@@ -622,37 +638,41 @@ local function read_counter(key, window)
   return count, left, false
 end
 
-local function fixed_admit(p, key, cost)
+-- The decider of one fixed-window policy: a closure over its numbers (an
+-- upvalue is cheaper to read than a field).
+local function fixed_of(p)
   local limit, window = p.limit, p.window
-  local count, left, adopted = 0, nil, false
-  local raw = server_pcall('GET', key)
-  if raw then
-    if raw.err then return nil, WRONGTYPE end
-    if #raw < 16 and find(raw, COUNTER) then count = raw + 0 else count = parse_i64(raw) end
-    if count == nil then return nil, NOT_A_COUNTER end
-    left = call('PTTL', key)
-    if left == 0 then
-      count, left = 0, nil -- it ends at this ms: gone
-    else
-      if left < 0 or left > window then left, adopted = window, true end
-      -- limit - count below 2^53 keeps every reply exact.
-      if limit - count > EXACT then return nil, STATE_BEYOND_DOUBLES end
+  return function(_, key, cost)
+    local count, left, adopted = 0, nil, false
+    local raw = server_pcall('GET', key)
+    if raw then
+      if raw.err then return nil, WRONGTYPE end
+      if #raw < 16 and find(raw, COUNTER) then count = raw + 0 else count = parse_i64(raw) end
+      if count == nil then return nil, NOT_A_COUNTER end
+      left = call('PTTL', key)
+      if left == 0 then
+        count, left = 0, nil -- it ends at this ms: gone
+      else
+        if left < 0 or left > window then left, adopted = window, true end
+        -- limit - count below 2^53 keeps every reply exact.
+        if limit - count > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      end
     end
+    local after = count + cost
+    if cost <= limit and after <= limit then
+      if cost == 0 then return 1, limit, limit - after, 0, left or 0 end -- a peek at no state opens no window
+      if adopted then return 1, limit, limit - after, 0, left, SET_IN, after, left end
+      if left then return 1, limit, limit - after, 0, left, ADD, cost end
+      return 1, limit, limit - after, 0, window, SET_IN, after, window
+    end
+    local room = limit - count
+    if room < 0 then room = 0 end
+    local retry = left
+    if cost > limit then retry = -1 end -- never fits
+    -- A refusal writes only the expiry a counter lacked (a peek: nothing).
+    if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
+    return 0, limit, room, retry, left or 0
   end
-  local after = count + cost
-  if cost <= limit and after <= limit then
-    if cost == 0 then return 1, limit, limit - after, 0, left or 0 end -- a peek at no state opens no window
-    if adopted then return 1, limit, limit - after, 0, left, SET_IN, after, left end
-    if left then return 1, limit, limit - after, 0, left, ADD, cost end
-    return 1, limit, limit - after, 0, window, SET_IN, after, window
-  end
-  local room = limit - count
-  if room < 0 then room = 0 end
-  local retry = left
-  if cost > limit then retry = -1 end -- never fits
-  -- A refusal writes only the expiry a counter lacked (a peek: nothing).
-  if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
-  return 0, limit, room, retry, left or 0
 end
 
 local function fixed_refund(p, key, amount)
@@ -738,62 +758,65 @@ local function sliding_refused(p, key, cost, now, start, left, c, q, future, had
   return 0, limit, room, retry, reset
 end
 
--- Admits `cost` at `now`; or, given `amount`, refunds it and answers as a
--- peek at the counts after it.
-local function sliding(p, key, cost, now, _, amount)
-  local raw = server_pcall('GET', key)
+-- The decider of one sliding-window policy, a closure over its numbers.
+-- It admits `cost` at `now`; or, given `amount`, refunds it and answers as
+-- a peek at the counts after it.
+local function sliding_of(p)
   local w, limit = p.window, p.limit
-  local start = now - fmod(now, w)
-  local left = start + w - now
-  local c, q, future = 0, 0, false
-  if raw then
-    if raw.err then return nil, WRONGTYPE end
-    -- The usual state: fields below 10^15 (exact), no leading zeros.
-    local ss, cs, qs = match(raw, SLIDING_STATE)
-    local s, cur, prev
-    if ss and #ss < 16 and #cs < 16 and #qs < 16 then
-      s, cur, prev = ss + 0, cs + 0, qs + 0
-      if s < LEAST[#ss] or (cur < LEAST[#cs] and #cs > 1) or (prev < LEAST[#qs] and #qs > 1) then
-        s = nil
+  return function(_, key, cost, now, _, amount)
+    local raw = server_pcall('GET', key)
+    local start = now - fmod(now, w)
+    local left = start + w - now
+    local c, q, future = 0, 0, false
+    if raw then
+      if raw.err then return nil, WRONGTYPE end
+      -- The usual state: fields below 10^15 (exact), no leading zeros.
+      local ss, cs, qs = match(raw, SLIDING_STATE)
+      local s, cur, prev
+      if ss and #ss < 16 and #cs < 16 and #qs < 16 then
+        s, cur, prev = ss + 0, cs + 0, qs + 0
+        if s < LEAST[#ss] or (cur < LEAST[#cs] and #cs > 1) or (prev < LEAST[#qs] and #qs > 1) then
+          s = nil
+        end
       end
+      if s == nil then
+        s, cur, prev = read_sliding(raw)
+        if not s then return nil, cur end
+      end
+      future = s > now
+      if s == start or future then
+        c, q = cur, prev
+      elseif s == start - w then
+        q = cur
+      end
+      if (c + q + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
     end
-    if s == nil then
-      s, cur, prev = read_sliding(raw)
-      if not s then return nil, cur end
+    local kind, value, at -- a refund's write
+    if amount then
+      local after = c - amount
+      if after < 0 then after = 0 end
+      if raw and c > 0 then kind, value, at = sliding_stored(start, after, q, w) end
+      c, future, raw = after, false, false
     end
-    future = s > now
-    if s == start or future then
-      c, q = cur, prev
-    elseif s == start - w then
-      q = cur
+    local after = c + cost
+    if cost <= limit and q * left + after * w <= limit * w then
+      local room = limit * w - (q * left + after * w) -- sliding_room, spelled out
+      if room > 0 then
+        local r = floor(room / w)
+        if r * w > room then r = r - 1 elseif (r + 1) * w <= room then r = r + 1 end
+        room = r
+      end
+      local reset = 0
+      if after > 0 then reset = left + w elseif q > 0 then reset = left end
+      if cost == 0 then return 1, limit, room, 0, reset, kind, value, at end
+      return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, q), start + 2 * w
     end
-    if (c + q + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
-  end
-  local kind, value, at -- a refund's write
-  if amount then
-    local after = c - amount
-    if after < 0 then after = 0 end
-    if raw and c > 0 then kind, value, at = sliding_stored(start, after, q, w) end
-    c, future, raw = after, false, false
-  end
-  local after = c + cost
-  if cost <= limit and q * left + after * w <= limit * w then
-    local room = limit * w - (q * left + after * w) -- sliding_room, spelled out
-    if room > 0 then
-      local r = floor(room / w)
-      if r * w > room then r = r - 1 elseif (r + 1) * w <= room then r = r + 1 end
-      room = r
+    if amount then
+      local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, c, q, false, false)
+      return a, l, r, t, s, kind, value, at
     end
-    local reset = 0
-    if after > 0 then reset = left + w elseif q > 0 then reset = left end
-    if cost == 0 then return 1, limit, room, 0, reset, kind, value, at end
-    return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, q), start + 2 * w
+    return sliding_refused(p, key, cost, now, start, left, c, q, future, raw)
   end
-  if amount then
-    local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, c, q, false, false)
-    return a, l, r, t, s, kind, value, at
-  end
-  return sliding_refused(p, key, cost, now, start, left, c, q, future, raw)
 end
 
 ---------------------------------------------------------------- buckets
@@ -813,29 +836,6 @@ local function forgive(p, debt, amount)
   local left = debt - amount * p.interval
   if left < 0 then return 0 end
   return left
-end
-
--- An admission of the buckets at debt x (its new debt): the room left and
--- the reset, and the time x ns after now as its ms and the ns into it.
--- x / 1e6 is taken once, for both (exact: see ceil_ms).
-local function bucket_admitted(p, x, now_ms, now_sub)
-  local capacity, interval = p.capacity, p.interval
-  local xms = floor(x / NS_PER_MS)
-  local xns = x - xms * NS_PER_MS
-  local reset = xms
-  if xns > 0 then reset = xms + 1 end
-  local left = 0
-  if x < capacity then
-    left = floor((capacity - x) / interval)
-    if left * interval > capacity - x then
-      left = left - 1
-    elseif (left + 1) * interval <= capacity - x then
-      left = left + 1
-    end
-  end
-  local into, ms = xns + now_sub, now_ms + xms
-  if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
-  return left, reset, ms, into
 end
 
 -- A refusal of the buckets: debt `debt` stays, `x` is the wait (nil:
@@ -879,69 +879,87 @@ local function token_stored(level, p, now_ms, now_sub)
   return SET_AT, fmt(TOKEN_VALUE, level, now_ms, now_sub), ms_at(now_ms, now_sub, p.capacity - level)
 end
 
--- Admits `cost` now; or, given `amount`, refunds it and answers as a peek
+-- The decider of one token-bucket policy, a closure over its numbers. It
+-- admits `cost` now; or, given `amount`, refunds it and answers as a peek
 -- at the bucket after it.
-local function token(p, key, cost, now_ms, now_sub, amount)
-  local raw = server_pcall('GET', key)
-  local capacity = p.capacity
-  local level, future = capacity, false
-  if raw then
-    if raw.err then return nil, WRONGTYPE end
-    -- The usual state: fields below 2^53 (exact), no leading zeros, a
-    -- positive time.
-    local cs, ls, ns = match(raw, TOKEN_STATE)
-    local credit, last, into
-    if cs and #cs < 17 and #ls < 17 and #ns < 7 then
-      credit, last, into = cs + 0, ls + 0, ns + 0
-      if credit > EXACT or last > EXACT or last < LEAST[#ls] or (credit < LEAST[#cs] and #cs > 1)
-          or (into < LEAST[#ns] and #ns > 1) then
-        credit = nil
-      end
-    end
-    if credit == nil then
-      credit, last, into = read_token(raw)
-      if not credit then return nil, last end
-    end
-    local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
-    if elapsed < 0 then elapsed = 0 end
-    level = credit + elapsed
-    if level > capacity then level = capacity end
-    -- A last refill after now: a clock that went back, a hand-written value.
-    future = last > now_ms or (last == now_ms and into > now_sub)
-  end
-  local kind, value, at -- a refund's write
-  if amount then
+local function token_of(p)
+  local capacity, interval, burst = p.capacity, p.interval, p.burst
+  return function(_, key, cost, now_ms, now_sub, amount)
+    local raw = server_pcall('GET', key)
+    local level, future = capacity, false
     if raw then
-      local after = capacity - forgive(p, capacity - level, amount)
-      if after == capacity then
-        if level ~= capacity then kind = DELETE end
-      else
-        kind, value, at = token_stored(after, p, now_ms, now_sub)
+      if raw.err then return nil, WRONGTYPE end
+      -- The usual state: fields below 2^53 (exact), no leading zeros, a
+      -- positive time.
+      local cs, ls, ns = match(raw, TOKEN_STATE)
+      local credit, last, into
+      if cs and #cs < 17 and #ls < 17 and #ns < 7 then
+        credit, last, into = cs + 0, ls + 0, ns + 0
+        if credit > EXACT or last > EXACT or last < LEAST[#ls] or (credit < LEAST[#cs] and #cs > 1)
+            or (into < LEAST[#ns] and #ns > 1) then
+          credit = nil
+        end
       end
-      level = after
+      if credit == nil then
+        credit, last, into = read_token(raw)
+        if not credit then return nil, last end
+      end
+      local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
+      if elapsed < 0 then elapsed = 0 end
+      level = credit + elapsed
+      if level > capacity then level = capacity end
+      -- A last refill after now: a clock that went back, a hand-written value.
+      future = last > now_ms or (last == now_ms and into > now_sub)
     end
-    future, raw = false, false
+    local kind, value, at -- a refund's write
+    if amount then
+      if raw then
+        local after = capacity - forgive(p, capacity - level, amount)
+        if after == capacity then
+          if level ~= capacity then kind = DELETE end
+        else
+          kind, value, at = token_stored(after, p, now_ms, now_sub)
+        end
+        level = after
+      end
+      future, raw = false, false
+    end
+    local debt = capacity - level
+    local increment = cost * interval
+    local x = debt + increment
+    if increment <= capacity and x <= capacity then
+      -- x / 1e6 once, for the reset and the expiry (exact: see ceil_ms).
+      local xms = floor(x / NS_PER_MS)
+      local xns = x - xms * NS_PER_MS
+      local reset = xms
+      if xns > 0 then reset = xms + 1 end
+      local left = 0 -- room(p, x), spelled out
+      if x < capacity then
+        left = floor((capacity - x) / interval)
+        if left * interval > capacity - x then
+          left = left - 1
+        elseif (left + 1) * interval <= capacity - x then
+          left = left + 1
+        end
+      end
+      if cost == 0 then return 1, burst, left, 0, reset, kind, value, at end
+      local into, ms = xns + now_sub, now_ms + xms -- split_at(now, x)
+      if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
+      if into > 0 then ms = ms + 1 end -- ms_at: the key outlives the time
+      return 1, burst, left, 0, reset, SET_AT, fmt(TOKEN_VALUE, capacity - x, now_ms, now_sub), ms
+    end
+    if increment > capacity then x = nil else x = x - capacity end
+    if amount then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
+      return a, l, r, t, s, kind, value, at
+    end
+    if cost > 0 and future then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
+      if level == capacity then return a, l, r, t, s, DELETE end
+      return a, l, r, t, s, token_stored(level, p, now_ms, now_sub)
+    end
+    return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw)
   end
-  local debt = capacity - level
-  local increment = cost * p.interval
-  local x = debt + increment
-  if increment <= capacity and x <= capacity then
-    local left, reset, ms, into = bucket_admitted(p, x, now_ms, now_sub)
-    if cost == 0 then return 1, p.burst, left, 0, reset, kind, value, at end
-    if into > 0 then ms = ms + 1 end -- ms_at: the key outlives the time
-    return 1, p.burst, left, 0, reset, SET_AT, fmt(TOKEN_VALUE, capacity - x, now_ms, now_sub), ms
-  end
-  if increment > capacity then x = nil else x = x - capacity end
-  if amount then
-    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
-    return a, l, r, t, s, kind, value, at
-  end
-  if cost > 0 and future then
-    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
-    if level == capacity then return a, l, r, t, s, DELETE end
-    return a, l, r, t, s, token_stored(level, p, now_ms, now_sub)
-  end
-  return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw)
 end
 
 -- GCRA and the leaky queue (src/algo/gcra.rs `Schedule`): the state is one
@@ -975,76 +993,91 @@ local function schedule_stored(p, debt, now_ms, now_sub)
   return SET_AT, fmt(p.state_format, ms, into), ms
 end
 
--- Admits `cost` now; or, given `amount`, refunds it and answers as a peek
--- at the schedule after it.
-local function schedule(p, key, cost, now_ms, now_sub, amount)
-  local raw = server_pcall('GET', key)
-  local ahead = nil
-  if raw then
-    -- read_tat, its usual state spelled out
-    if raw.err then return nil, WRONGTYPE end
-    local ms, into = match(raw, p.state)
-    if ms then ms = ms + 0 end
-    if ms and ms < 9223372036854 then
-      ahead = (ms - now_ms) * NS_PER_MS + (into - now_sub)
-    else
-      local err
-      ahead, err = read_tat(p.algo, raw, now_ms, now_sub)
-      if ahead == false then return nil, err end
+-- The decider of one GCRA or leaky policy: a closure over its numbers
+-- (an upvalue is cheaper to read than a field). It admits `cost` now; or,
+-- given `amount`, refunds it and answers as a peek at the schedule after it.
+local function schedule_of(p)
+  local capacity, interval, burst, leaky = p.capacity, p.interval, p.burst, p.leaky
+  local state, state_format, algo = p.state, p.state_format, p.algo
+  return function(_, key, cost, now_ms, now_sub, amount)
+    local raw = server_pcall('GET', key)
+    local ahead = nil
+    if raw then
+      -- read_tat, its usual state spelled out
+      if raw.err then return nil, WRONGTYPE end
+      local ms, into = match(raw, state)
+      if ms then ms = ms + 0 end
+      if ms and ms < 9223372036854 then
+        ahead = (ms - now_ms) * NS_PER_MS + (into - now_sub)
+      else
+        local err
+        ahead, err = read_tat(algo, raw, now_ms, now_sub)
+        if ahead == false then return nil, err end
+      end
     end
-  end
-  local capacity, burst = p.capacity, p.burst
-  local kind, value, at -- a refund's write
-  if amount then
-    local before = 0
-    if ahead then
-      before = ahead
-      if before < 0 then before = 0 elseif before > capacity then before = capacity end
+    local kind, value, at -- a refund's write
+    if amount then
+      local before = 0
+      if ahead then
+        before = ahead
+        if before < 0 then before = 0 elseif before > capacity then before = capacity end
+      end
+      ahead = forgive(p, before, amount)
+      if raw and before > 0 then
+        if ahead == 0 then kind = DELETE else kind, value, at = schedule_stored(p, ahead, now_ms, now_sub) end
+      end
+      raw = false
     end
-    ahead = forgive(p, before, amount)
-    if raw and before > 0 then
-      if ahead == 0 then kind = DELETE else kind, value, at = schedule_stored(p, ahead, now_ms, now_sub) end
+    ahead = ahead or 0
+    local debt = ahead
+    if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
+    local increment = cost * interval
+    local x = debt + increment
+    if increment <= capacity and x <= capacity then
+      local retry = 0
+      if leaky then retry = ceil_ms(debt) end -- the queue ahead of it
+      -- bucket_admitted, spelled out
+      local xms = floor(x / NS_PER_MS)
+      local xns = x - xms * NS_PER_MS
+      local reset = xms
+      if xns > 0 then reset = xms + 1 end
+      -- Never more than the burst (the leaky queue's head is not waiting).
+      local left = 0
+      if x < capacity then
+        left = floor((capacity - x) / interval)
+        if left * interval > capacity - x then
+          left = left - 1
+        elseif (left + 1) * interval <= capacity - x then
+          left = left + 1
+        end
+        if left > burst then left = burst end
+      end
+      if cost == 0 then return 1, burst, left, retry, reset, kind, value, at end
+      local into, ms = xns + now_sub, now_ms + xms
+      if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
+      local expiry = ms -- ms_at: the key outlives the time
+      if into > 0 then expiry = ms + 1 end
+      return 1, burst, left, retry, reset, SET_AT, fmt(state_format, ms, into), expiry
     end
-    raw = false
+    if increment > capacity then x = nil else x = x - capacity end
+    if amount then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
+      return a, l, r, t, s, kind, value, at
+    end
+    -- Beyond a full bucket: written back clamped, so it drains.
+    if cost > 0 and ahead > capacity then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
+      return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub)
+    end
+    return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw, true)
   end
-  ahead = ahead or 0
-  local debt = ahead
-  if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
-  local increment = cost * p.interval
-  local x = debt + increment
-  if increment <= capacity and x <= capacity then
-    local retry = 0
-    if p.leaky then retry = ceil_ms(debt) end -- the queue ahead of it
-    local left, reset, ms, into = bucket_admitted(p, x, now_ms, now_sub)
-    -- Never more than the burst (the leaky queue's head is not waiting).
-    if left > burst then left = burst end
-    if cost == 0 then return 1, burst, left, retry, reset, kind, value, at end
-    local expiry = ms -- ms_at: the key outlives the time
-    if into > 0 then expiry = ms + 1 end
-    return 1, burst, left, retry, reset, SET_AT, fmt(p.state_format, ms, into), expiry
-  end
-  if increment > capacity then x = nil else x = x - capacity end
-  if amount then
-    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
-    return a, l, r, t, s, kind, value, at
-  end
-  -- Beyond a full bucket: written back clamped, so it drains.
-  if cost > 0 and ahead > capacity then
-    local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
-    return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub)
-  end
-  return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw, true)
 end
 
--- Each algorithm's admit, and its refund (the amount where the cost goes).
-ADMIT.fixed, REFUND.fixed = fixed_admit, fixed_refund
-ADMIT.sliding = sliding
-ADMIT.token = token
-ADMIT.gcra, ADMIT.leaky = schedule, schedule
-REFUND.sliding = function(p, key, amount, now) return sliding(p, key, 0, now, nil, amount) end
-REFUND.token = function(p, key, amount, now_ms, now_sub) return token(p, key, 0, now_ms, now_sub, amount) end
-REFUND.gcra = function(p, key, amount, now_ms, now_sub) return schedule(p, key, 0, now_ms, now_sub, amount) end
-REFUND.leaky = REFUND.gcra
+-- Each algorithm's decider, made for a policy (`policy_of`); the fixed
+-- window's refund apart.
+ADMIT.fixed, REFUND.fixed = fixed_of, fixed_refund
+ADMIT.sliding, ADMIT.token = sliding_of, token_of
+ADMIT.gcra, ADMIT.leaky = schedule_of, schedule_of
 
 -- A refund of nothing is a peek: the decision, and no write, even where a
 -- real call would normalise the state.
@@ -1143,16 +1176,13 @@ end
 local function limiter_function(command, refunds)
   return function(keys, args)
     if not tonum then bind() end
-    local p = nil
+    local p = MISS
     if #keys == 1 then
       p = LIMITER_MEMO[#args]
-      for i = 1, #args do
-        if p == nil then break end
-        p = p[args[i]]
-      end
+      for i = 1, #args do p = p[args[i]] end
     end
     local now_ms, now_sub
-    if p == nil then
+    if p == MISS then
       local ok, got, ms, sub = pcall(limiter_policy, keys, args, command)
       if not ok then return failed(got) end
       p, now_ms, now_sub = got, ms, sub
@@ -1275,15 +1305,12 @@ end
 local function rl_throttle(keys, args)
   if not tonum then bind() end
   local now_ms, now_sub = clock()
-  local m = nil
+  local m = MISS
   if #keys == 1 then
     m = THROTTLE_MEMO[#args]
-    for i = 1, #args do
-      if m == nil then break end
-      m = m[args[i]]
-    end
+    for i = 1, #args do m = m[args[i]] end
   end
-  if m == nil or now_ms > m.now_hi then
+  if m == MISS or now_ms > m.now_hi then
     local ok, got = pcall(throttle_meter, keys, args, now_ms)
     if not ok then return failed(got) end
     m = got
