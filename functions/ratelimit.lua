@@ -173,8 +173,10 @@ local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_A_COUNTER = 'ERR limiter key does not hold an integer counter'
 -- The library's own: what the module computes and doubles cannot.
-local BEYOND_DOUBLES = 'ERR the policy is beyond the library\'s exact range (Lua numbers are exact below 2^53, see docs/managed-valkey.md); the module computes it'
-local STATE_BEYOND_DOUBLES = 'ERR limiter key holds counts beyond the library\'s exact range (Lua numbers are exact below 2^53); the module computes it'
+local BEYOND_DOUBLES = 'ERR the policy is beyond the library\'s exact range (Lua numbers are exact below 2^53, '
+  .. 'see docs/managed-valkey.md); the module computes it'
+local STATE_BEYOND_DOUBLES = 'ERR limiter key holds counts beyond the library\'s exact range '
+  .. '(Lua numbers are exact below 2^53); the module computes it'
 
 -- Errors of arguments and policies unwind to the function's pcall as this
 -- marker table, which replies with the text as is (Lua's error() would
@@ -707,51 +709,52 @@ local SLIDING_VALUE = 'sliding:%d:%d:%d'
 -- The window start, current and previous counts stored, read digit by
 -- digit; or false and the error.
 local function read_sliding(raw)
-  local s, c, q = match(raw, '^sliding:([^:]*):([^:]*):([^:]*)$')
-  s, c, q = parse_i64(s), parse_i64(c), parse_i64(q)
-  if not (s and c and q) or s < 0 or c < 0 or q < 0 then return false, bad_state('sliding') end
-  return s, c, q
+  local s, cur, prev = match(raw, '^sliding:([^:]*):([^:]*):([^:]*)$')
+  s, cur, prev = parse_i64(s), parse_i64(cur), parse_i64(prev)
+  if not (s and cur and prev) or s < 0 or cur < 0 or prev < 0 then return false, bad_state('sliding') end
+  return s, cur, prev
 end
 
--- Whole requests of cost 1 that fit on top of counts c and q (previous).
-local function sliding_room(limit, w, left, c, q)
-  local free = limit * w - (q * left + c * w)
+-- Whole requests of cost 1 that fit on top of the current and previous
+-- windows' counts.
+local function sliding_room(limit, w, left, cur, prev)
+  local free = limit * w - (prev * left + cur * w)
   if free <= 0 then return 0 end
   return fdiv(free, w)
 end
 
 -- The state for these counts, expiring once nothing of it is in view.
-local function sliding_stored(start, c, q, w)
-  if c == 0 and q == 0 then return DELETE end
-  if c == 0 then return SET_AT, fmt(SLIDING_VALUE, start, c, q), start + w end
-  return SET_AT, fmt(SLIDING_VALUE, start, c, q), start + 2 * w
+local function sliding_stored(start, cur, prev, w)
+  if cur == 0 and prev == 0 then return DELETE end
+  if cur == 0 then return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + w end
+  return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + 2 * w
 end
 
 -- A refusal (or a peek that does not fit): the wait, and what it writes.
-local function sliding_refused(p, key, cost, now, start, left, c, q, future, had_state)
+local function sliding_refused(p, key, cost, now, start, left, cur, prev, future, had_state)
   local w, limit = p.window, p.limit
   local retry = -1
   if cost <= limit then
     retry = nil
-    if q > 0 and c + cost <= limit then
-      local t = fdiv(q * left + c * w + cost * w - limit * w + q - 1, q)
+    if prev > 0 and cur + cost <= limit then
+      local t = fdiv(prev * left + cur * w + cost * w - limit * w + prev - 1, prev)
       if t < left then retry = t end
     end
     if retry == nil then
       local into_next = 0
-      if c > 0 then
-        local over = w * (c - limit + cost)
+      if cur > 0 then
+        local over = w * (cur - limit + cost)
         if over < 0 then over = 0 end
-        into_next = fdiv(over + c - 1, c)
+        into_next = fdiv(over + cur - 1, cur)
       end
       if into_next > w then into_next = w end
       retry = left + into_next
     end
   end
   local reset = 0
-  if c > 0 then reset = left + w elseif q > 0 then reset = left end
-  local room = sliding_room(limit, w, left, c, q)
-  if cost > 0 and future then return 0, limit, room, retry, reset, sliding_stored(start, c, q, w) end
+  if cur > 0 then reset = left + w elseif prev > 0 then reset = left end
+  local room = sliding_room(limit, w, left, cur, prev)
+  if cost > 0 and future then return 0, limit, room, retry, reset, sliding_stored(start, cur, prev, w) end
   if cost > 0 and had_state then
     return 0, limit, room, retry, reset, refusal_repair(key, reset, now + reset)
   end
@@ -767,55 +770,55 @@ local function sliding_of(p)
     local raw = server_pcall('GET', key)
     local start = now - fmod(now, w)
     local left = start + w - now
-    local c, q, future = 0, 0, false
+    local cur, prev, future = 0, 0, false
     if raw then
       if raw.err then return nil, WRONGTYPE end
       -- The usual state: fields below 10^15 (exact), no leading zeros.
       local ss, cs, qs = match(raw, SLIDING_STATE)
-      local s, cur, prev
+      local s_start, s_cur, s_prev
       if ss and #ss < 16 and #cs < 16 and #qs < 16 then
-        s, cur, prev = ss + 0, cs + 0, qs + 0
-        if s < LEAST[#ss] or (cur < LEAST[#cs] and #cs > 1) or (prev < LEAST[#qs] and #qs > 1) then
-          s = nil
+        s_start, s_cur, s_prev = ss + 0, cs + 0, qs + 0
+        if s_start < LEAST[#ss] or (s_cur < LEAST[#cs] and #cs > 1) or (s_prev < LEAST[#qs] and #qs > 1) then
+          s_start = nil
         end
       end
-      if s == nil then
-        s, cur, prev = read_sliding(raw)
-        if not s then return nil, cur end
+      if s_start == nil then
+        s_start, s_cur, s_prev = read_sliding(raw)
+        if not s_start then return nil, s_cur end
       end
-      future = s > now
-      if s == start or future then
-        c, q = cur, prev
-      elseif s == start - w then
-        q = cur
+      future = s_start > now
+      if s_start == start or future then
+        cur, prev = s_cur, s_prev
+      elseif s_start == start - w then
+        prev = s_cur
       end
-      if (c + q + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      if (cur + prev + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
     end
     local kind, value, at -- a refund's write
     if amount then
-      local after = c - amount
+      local after = cur - amount
       if after < 0 then after = 0 end
-      if raw and c > 0 then kind, value, at = sliding_stored(start, after, q, w) end
-      c, future, raw = after, false, false
+      if raw and cur > 0 then kind, value, at = sliding_stored(start, after, prev, w) end
+      cur, future, raw = after, false, false
     end
-    local after = c + cost
-    if cost <= limit and q * left + after * w <= limit * w then
-      local room = limit * w - (q * left + after * w) -- sliding_room, spelled out
+    local after = cur + cost
+    if cost <= limit and prev * left + after * w <= limit * w then
+      local room = limit * w - (prev * left + after * w) -- sliding_room, spelled out
       if room > 0 then
         local r = floor(room / w)
         if r * w > room then r = r - 1 elseif (r + 1) * w <= room then r = r + 1 end
         room = r
       end
       local reset = 0
-      if after > 0 then reset = left + w elseif q > 0 then reset = left end
+      if after > 0 then reset = left + w elseif prev > 0 then reset = left end
       if cost == 0 then return 1, limit, room, 0, reset, kind, value, at end
-      return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, q), start + 2 * w
+      return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, prev), start + 2 * w
     end
     if amount then
-      local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, c, q, false, false)
+      local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, cur, prev, false, false)
       return a, l, r, t, s, kind, value, at
     end
-    return sliding_refused(p, key, cost, now, start, left, c, q, future, raw)
+    return sliding_refused(p, key, cost, now, start, left, cur, prev, future, raw)
   end
 end
 
@@ -1433,7 +1436,8 @@ local function rl_admitall(keys, args)
     local m = policies[i].META
     if m ~= nil then
       if not metas[m] then
-        fail('ERR META key \'' .. shown(m) .. '\' of POLICY ' .. i .. ' is not among the keys after the ' .. n .. ' counters')
+        fail('ERR META key \'' .. shown(m) .. '\' of POLICY ' .. i .. ' is not among the keys after the '
+          .. n .. ' counters')
       end
       named_metas[m] = true
     end
@@ -1737,4 +1741,5 @@ server.register_function{function_name = 'rl_acquire', callback = entry(rl_acqui
 server.register_function{function_name = 'rl_release', callback = entry(rl_release), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_extend', callback = entry(rl_extend), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_inflight', callback = entry(rl_inflight), flags = {'no-writes'}}
-server.register_function{function_name = 'rl_version', callback = entry(rl_version), flags = {'no-writes', 'allow-stale'}}
+server.register_function{function_name = 'rl_version', callback = entry(rl_version),
+                         flags = {'no-writes', 'allow-stale'}}

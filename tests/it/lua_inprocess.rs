@@ -1785,7 +1785,13 @@ impl Run {
     /// rl_throttle key max_burst count_per_period period [quantity] [FORMAT f]
     fn throttle_case(&mut self) {
         let rng = &mut self.rng;
-        let mut words: Vec<Vec<u8>> = if rng.pct(60) {
+        let mut words: Vec<Vec<u8>> = if rng.pct(10) {
+            // The benchmark's row (bench/bench.py).
+            ["1000000", "10", "60", "1"]
+                .iter()
+                .map(|w| w.as_bytes().to_vec())
+                .collect()
+        } else if rng.pct(60) {
             vec![
                 rng.below(20).to_string().into_bytes(),
                 (1 + rng.below(100)).to_string().into_bytes(),
@@ -1798,7 +1804,7 @@ impl Run {
                 gen_int_text(rng, 1),
             ]
         };
-        if rng.pct(70) {
+        if words.len() == 3 && rng.pct(70) {
             let q = if rng.pct(80) {
                 rng.below(4).to_string().into_bytes()
             } else {
