@@ -29,16 +29,17 @@ path: options (src/args.rs) -> policy (src/resolve.rs, src/algo/policy.rs)
 -> stored state -> algorithm (src/algo/) -> write -> reply (src/reply.rs);
 src/commands/ has each command's flow.
 
-Cost: a limiter call costs about what the few lines of Lua people write
-by hand cost (bench/lua/hand_*.lua, docs/performance.md). A validated
-policy is remembered by its argument words (`remember`), with the last ms
-its clock checks hold for, so a call parses nothing it parsed before; a
-decision is plain numbers, passed as multiple values, and the reply is
-one table; each state format has one pattern, written once; the standard
-functions the hot path calls are bound to locals on the first call; and
-the calls never raise on the way (a raised error would have the server
-append its position to the reply), so only a call that may fail with an
-argument error runs under pcall.
+Cost: a limiter call is written to cost close to the few lines of Lua
+people write by hand (bench/lua/hand_*.lua; docs/performance.md has the
+figures, and what the exactness costs on top). A validated policy is
+remembered by its argument words (`remember`), with the last ms its clock
+checks hold for, so a call parses nothing it parsed before, and its
+decider is a closure over its numbers; a decision is plain numbers, passed
+as multiple values, and the reply is one table; each state format has one
+pattern, written once; the standard functions the hot path calls are bound
+to locals on the first call; and the deciders never raise (a raised error
+would have the server append its position to the reply), so only the
+working out of a policy, which may fail on an argument, runs under pcall.
 
 Numbers: Lua numbers are doubles, exact for integers below 2^53. Absolute
 ns times (about 1.8e18) are read and written as ms plus a 6-digit ns
@@ -82,7 +83,6 @@ local NS_PER_S = 1000000000
 -- `server_pcall` is server.pcall: an error comes back as a table instead
 -- of raising (GET of another type's key: WRONGTYPE).
 local tonum, find, match, fmt, floor, fmod, typeof, call, server_pcall -- set by `bind`
-
 
 -- floor(a / b) for integers below 2^53, corrected for the rounding of the
 -- division.
@@ -206,14 +206,15 @@ end
 
 ---------------------------------------------------------------- time
 
--- The server's time for this call, read once: frozen for the whole script
--- and MULTI/EXEC, the clock of key expiry and of the module. Its ms, and
--- the ns into that ms (whole µs).
+-- The server's time: its seconds and the µs into them.
 local function server_time()
   local t = call('TIME')
   return tonum(t[1]), tonum(t[2])
 end
 
+-- The server's time for this call, read once: frozen for the whole script
+-- and MULTI/EXEC, the clock of key expiry and of the module. Its ms, and
+-- the ns into that ms (whole µs).
 local function clock()
   local t = call('TIME')
   local us = t[2] + 0
@@ -455,7 +456,6 @@ local TAT_STATE = {
   leaky = '^leaky:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
 }
 
-
 -- The validated policy of a resolved limiter (see `resolve`), completed in
 -- place, for the call's clock `now_ms` (nil: not read; only the fixed
 -- window goes without one). `now_hi` is the last ms at which its checks
@@ -597,13 +597,15 @@ end
 ---------------------------------------------------------------- deciders
 
 --[[
-Each algorithm's admit and refund (src/algo/), one call on one limiter
-key: (cost or amount, the clock's ms and ns into it) in; the five numbers
-of the reply (admitted, limit, remaining, retry, reset) and the write
-(kind, value, time) out, or nil and an error text. They read the key
-themselves and write nothing: the caller stores the write (rl_admitall
-only when all its limiters agree). A stored value comes back from GET as
-a string, or as an error table (`.err`) for another type's key.
+Each algorithm's decider (src/algo/), made for one policy by its `*_of`
+(a closure over the policy's numbers), decides one call on one limiter
+key: (the key, the cost, the clock's ms and the ns into it, and for a
+refund the amount) in; the five numbers of the reply (admitted, limit,
+remaining, retry, reset) and the write (kind, value, time) out, or nil and
+an error text. It reads the key itself and writes nothing: the caller
+stores the write (rl_admitall only when all its limiters agree). A stored
+value comes back from GET as a string, or as an error table (`.err`) for
+another type's key.
 
 On the way to an admission they call no helper of their own and read no
 field twice: a Lua call or a table lookup costs more than the arithmetic.

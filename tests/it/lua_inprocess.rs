@@ -342,7 +342,7 @@ impl Db {
                     .and_then(|z| z.get(&args[2]))
                     .map_or(Reply::Nil, |s| Reply::Bulk(score_text(*s))),
             },
-            "ZADD" if n >= 4 && n % 2 == 0 => {
+            "ZADD" if n >= 4 && n.is_multiple_of(2) => {
                 let mut pairs = Vec::new();
                 for p in args[2..].chunks(2) {
                     match bound(&p[0]) {
