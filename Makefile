@@ -32,9 +32,11 @@ PORT ?= 6379
 functions:
 	cd "$(ROOT)" && scripts/load-functions.sh "$(HOST)" "$(PORT)"
 
+# luacheck: Debian's lua-check (settings in .luacheckrc).
 lint:
 	cd "$(ROOT)" && cargo fmt --check
 	cd "$(ROOT)" && cargo clippy --all-targets -- -D warnings
+	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
 
 fmt:
 	cd "$(ROOT)" && cargo fmt

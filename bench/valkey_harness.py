@@ -1,5 +1,6 @@
-"""Shared by bench.py and oracle_check.py: a tiny RESP client and a throwaway
-valkey-server with the ratelimit module loaded. Python 3 stdlib only."""
+"""Shared by the bench scripts (bench.py, profile.py, budget.py,
+lease_bench.py): a tiny RESP client and a throwaway valkey-server with the
+ratelimit module loaded. Python 3 stdlib only."""
 
 import os
 import shutil

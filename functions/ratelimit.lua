@@ -25,7 +25,21 @@ then the META hashes; a POLICY block names its META hash by key name, which
 must be one of the keys after the counters (several blocks may share one).
 
 The module's source (src/) is the specification; this file follows its
-structure: options -> policy -> stored state -> algorithm -> write -> reply.
+path: options (src/args.rs) -> policy (src/resolve.rs, src/algo/policy.rs)
+-> stored state -> algorithm (src/algo/) -> write -> reply (src/reply.rs);
+src/commands/ has each command's flow.
+
+Cost: a limiter call is written to cost close to the few lines of Lua
+people write by hand (bench/lua/hand_*.lua; docs/performance.md has the
+figures, and what the exactness costs on top). A validated policy is
+remembered by its argument words (`remember`), with the last ms its clock
+checks hold for, so a call parses nothing it parsed before, and its
+decider is a closure over its numbers; a decision is plain numbers, passed
+as multiple values, and the reply is one table; each state format has one
+pattern, written once; the standard functions the hot path calls are bound
+to locals on the first call; and the deciders never raise (a raised error
+would have the server append its position to the reply), so only the
+working out of a policy, which may fail on an argument, runs under pcall.
 
 Numbers: Lua numbers are doubles, exact for integers below 2^53. Absolute
 ns times (about 1.8e18) are read and written as ms plus a 6-digit ns
@@ -34,10 +48,14 @@ the ns into it), so the module's state round-trips exactly. Everything else must
 `exact_policy` and STATE_BEYOND_DOUBLES); beyond that the call is refused
 with an ERR that says so, never answered with a rounded number.
 
-Time: the server's clock (TIME), read once per call (`limiter_clock`, `lease_clock`); inside a
+Time: the server's clock (TIME), read once per call (`clock`, `lease_clock`); inside a
 script and inside MULTI/EXEC it is frozen, and it is the clock the module
-reads. Writes carry absolute times (SET ... PXAT, PEXPIREAT), so effect
-replication gives replicas and the AOF the primary's values and expiries.
+reads, and the one the server resolves a relative expiry (SET PX, PEXPIRE)
+and PTTL against. The fixed window reads no clock: it works in ms left
+(PTTL) and writes relative times. Writes reach replicas and the AOF as
+absolute times (the server turns SET PX into SET PXAT and PEXPIRE into
+PEXPIREAT when it propagates them; INCRBY keeps the TTL), so they hold the
+primary's values and expiries.
 A refusal or a peek writes nothing, except the module's repairs of odd
 state (a key without a TTL, a time stored beyond a full bucket).
 --]]
@@ -52,16 +70,24 @@ local I64_MIN_DIGITS = '9223372036854775808'
 local I64_LIMIT = 9223372036854775807
 
 -- Times are ms (the windows, every expiry) and ns (the buckets' state).
--- The clock is read in µs, as the module reads it (`limiter_clock`): `now.ms` for
--- the windows, plus `now.sub`, the ns into that ms, for the buckets, whose
--- absolute times are only ever formed in `ns_after`, `ns_at` and `ms_at`.
+-- The clock is read in µs, as the module reads it (`clock`): its ms for
+-- the windows, plus the ns into that ms (`sub`) for the buckets, whose
+-- absolute times are only ever formed in `ns_after`, `split_at` and `ms_at`.
 local NS_PER_MS = 1000000
 local NS_PER_S = 1000000000
+
+-- The standard functions the hot paths call, bound on the first call of
+-- any function (`bind`): the standard libraries are not reachable while
+-- the library loads, and a global is a lookup through the server's
+-- protected global table on every use.
+-- `server_pcall` is server.pcall: an error comes back as a table instead
+-- of raising (GET of another type's key: WRONGTYPE).
+local tonum, find, match, fmt, floor, fmod, typeof, call, server_pcall -- set by `bind`
 
 -- floor(a / b) for integers below 2^53, corrected for the rounding of the
 -- division.
 local function fdiv(a, b)
-  local q = math.floor(a / b)
+  local q = floor(a / b)
   if q * b > a then
     q = q - 1
   elseif (q + 1) * b <= a then
@@ -70,55 +96,68 @@ local function fdiv(a, b)
   return q
 end
 
--- A non-negative span rounded up to whole units (0 for a negative one).
-local function ceil_div(n, unit)
-  if n <= 0 then return 0 end
-  return fdiv(n + unit - 1, unit)
+-- A non-negative ns span (below 2^53) in whole ms, rounded up (0 for a
+-- negative one). Its quotient by 1e6 is below 2^34, where the division
+-- rounds by under 1e-6, less than any quotient's distance to the next
+-- integer: floor is exact, and so is the product checked after it.
+local function ceil_ms(ns)
+  if ns <= 0 then return 0 end
+  local ms = floor(ns / NS_PER_MS)
+  if ms * NS_PER_MS < ns then return ms + 1 end
+  return ms
 end
 
-local function ceil_ms(ns) return ceil_div(ns, NS_PER_MS) end
+-- The same for any unit (whole seconds). Not as fdiv(n + unit - 1, unit):
+-- that sum may pass 2^53 and round.
+local function ceil_div(n, unit)
+  if n <= 0 then return 0 end
+  local q = fdiv(n, unit)
+  if q * unit < n then return q + 1 end
+  return q
+end
 
 -- An integer with the server's strictness (src/num.rs): optional '-',
 -- digits, no '+', no spaces, no leading zeros, within i64. Returns the
 -- number (rounded beyond 2^53; callers check the range where it matters),
 -- or nil.
 local function parse_i64(s)
-  if type(s) ~= 'string' then return nil end
-  local sign, digits = string.match(s, '^(%-?)([0-9]+)$')
+  if typeof(s) ~= 'string' then return nil end
+  local sign, digits = match(s, '^(%-?)([0-9]+)$')
   if not digits or #digits > 19 then return nil end
   if string.byte(digits, 1) == 48 and (#digits > 1 or sign == '-') then return nil end
   if #digits == 19 and digits > (sign == '-' and I64_MIN_DIGITS or I64_MAX) then return nil end
-  return tonumber(s)
+  return tonum(s)
 end
+
+-- 10^(n - 1): the least n-digit number without a leading zero (a field
+-- of n digits below it has one).
+local LEAST = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000,
+               10000000000, 100000000000, 1000000000000, 10000000000000, 100000000000000,
+               1000000000000000}
 
 -- An absolute ns time given as decimal digits, as the span (ns) from
--- `now`: exact while the span is below 2^53, and beyond it never on the
+-- now: exact while the span is below 2^53, and beyond it never on the
 -- wrong side of any bound below 2^53. A negative time is long past.
-local function ns_after(digits, now)
+local function ns_after(digits, now_ms, now_sub)
   if string.byte(digits, 1) == 45 then return -I64_LIMIT end -- '-'
-  if #digits <= 6 then return tonumber(digits) - now.ms * NS_PER_MS - now.sub end
-  return (tonumber(string.sub(digits, 1, -7)) - now.ms) * NS_PER_MS
-    + (tonumber(string.sub(digits, -6)) - now.sub)
+  if #digits <= 6 then return tonum(digits) - now_ms * NS_PER_MS - now_sub end
+  return (tonum(string.sub(digits, 1, -7)) - now_ms) * NS_PER_MS
+    + (tonum(string.sub(digits, -6)) - now_sub)
 end
 
--- The absolute ns time `span_ns` (>= 0, below 2^53) after `now`, as its ms
--- and the ns into that ms; the span is split before `now.sub` is added, so
--- nothing passes 2^53.
-local function split_at(now, span_ns)
-  local ms = fdiv(span_ns, NS_PER_MS)
-  local into = span_ns - ms * NS_PER_MS + now.sub
-  if into >= NS_PER_MS then ms, into = ms + 1, into - NS_PER_MS end
-  return now.ms + ms, into
-end
-
--- Its decimal digits.
-local function ns_at(now, span_ns)
-  return string.format('%d%06d', split_at(now, span_ns))
+-- The absolute ns time `span` (>= 0, below 2^53) after now, as its ms
+-- and the ns into that ms; the span is split before `now_sub` is added,
+-- so nothing passes 2^53.
+local function split_at(now_ms, now_sub, span)
+  local ms = floor(span / NS_PER_MS) -- exact: see ceil_ms
+  local into = span - ms * NS_PER_MS + now_sub
+  if into >= NS_PER_MS then return now_ms + ms + 1, into - NS_PER_MS end
+  return now_ms + ms, into
 end
 
 -- That time in ms, rounded up: a key expiring then outlives it.
-local function ms_at(now, span_ns)
-  local ms, into = split_at(now, span_ns)
+local function ms_at(now_ms, now_sub, span)
+  local ms, into = split_at(now_ms, now_sub, span)
   if into > 0 then return ms + 1 end
   return ms
 end
@@ -132,20 +171,25 @@ local BURST_RANGE = 'an integer from 1 (0 for ALGO leaky) to 9223372036854775807
 local ALGO_NAMES = 'one of fixed, sliding, token, gcra, leaky'
 local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local NOT_A_COUNTER = 'ERR limiter key does not hold an integer counter'
 -- The library's own: what the module computes and doubles cannot.
-local BEYOND_DOUBLES = 'ERR the policy is beyond the library\'s exact range (Lua numbers are exact below 2^53, see docs/managed-valkey.md); the module computes it'
-local STATE_BEYOND_DOUBLES = 'ERR limiter key holds counts beyond the library\'s exact range (Lua numbers are exact below 2^53); the module computes it'
+local BEYOND_DOUBLES = 'ERR the policy is beyond the library\'s exact range (Lua numbers are exact below 2^53, '
+  .. 'see docs/managed-valkey.md); the module computes it'
+local STATE_BEYOND_DOUBLES = 'ERR limiter key holds counts beyond the library\'s exact range '
+  .. '(Lua numbers are exact below 2^53); the module computes it'
 
--- Errors unwind to the entry point (`entry`) as this marker table, which
--- replies with the text as is (Lua's error() would append its position).
+-- Errors of arguments and policies unwind to the function's pcall as this
+-- marker table, which replies with the text as is (Lua's error() would
+-- append its position). The deciders never raise: they return nil and
+-- the text.
 local Failure = {}
 local function fail(text) error(setmetatable({text = text}, Failure), 0) end
 
 local function bad_value(name, must) fail('ERR ' .. name .. ' must be ' .. must) end
 local function wrong_arity(command) fail('ERR wrong number of arguments for \'' .. command .. '\' command') end
 local function bad_state(algo)
-  if algo == 'fixed' then fail('ERR limiter key does not hold an integer counter') end
-  fail('ERR limiter key does not hold ' .. algo .. ' state')
+  if algo == 'fixed' then return NOT_A_COUNTER end
+  return 'ERR limiter key does not hold ' .. algo .. ' state'
 end
 
 -- An unknown option, quoted safely: printable ASCII only, and short.
@@ -153,20 +197,29 @@ local function shown(word)
   return (string.gsub(string.sub(word, 1, 32), '[^\33-\126]', '?'))
 end
 
+-- The reply of a pcall that failed: a `fail` as its text, verbatim; any
+-- other error (a server error raised by server.call) raised again.
+local function failed(err)
+  if getmetatable(err) == Failure then return server.error_reply(err.text) end
+  error(err, 0)
+end
+
 ---------------------------------------------------------------- time
+
+-- The server's time: its seconds and the µs into them.
+local function server_time()
+  local t = call('TIME')
+  return tonum(t[1]), tonum(t[2])
+end
 
 -- The server's time for this call, read once: frozen for the whole script
 -- and MULTI/EXEC, the clock of key expiry and of the module. Its ms, and
 -- the ns into that ms (whole µs).
-local function server_time()
-  local t = server.call('TIME')
-  return tonumber(t[1]), tonumber(t[2])
-end
-
-local function limiter_clock()
-  local s, us = server_time()
-  local ms = fdiv(us, 1000)
-  return {ms = s * 1000 + ms, sub = (us - ms * 1000) * 1000}
+local function clock()
+  local t = call('TIME')
+  local us = t[2] + 0
+  local into = us % 1000
+  return t[1] * 1000 + (us - into) / 1000, into * 1000
 end
 
 -- The server's time for this call in ms, read once: frozen for the whole
@@ -198,6 +251,18 @@ local function int_arg(value, name, min)
   return v
 end
 
+local function read_format(v)
+  local f = string.lower(v)
+  if f ~= 'map' and f ~= 'array' then bad_value('FORMAT', 'one of map, array') end
+  return f
+end
+
+local function read_burst(v)
+  local b = parse_i64(v)
+  if b == nil or b < 0 then bad_value('BURST', BURST_RANGE) end
+  return b
+end
+
 -- Option name -> how its value is read (src/args.rs `Options::set`).
 local OPTIONS = {
   ALGO = function(v)
@@ -205,18 +270,10 @@ local OPTIONS = {
   end,
   LIMIT = function(v) return int_arg(v, 'LIMIT', 0) end,
   WINDOW = function(v) return int_arg(v, 'WINDOW', 1) end,
-  BURST = function(v)
-    local b = parse_i64(v)
-    if b == nil or b < 0 then bad_value('BURST', BURST_RANGE) end
-    return b
-  end,
+  BURST = read_burst,
   COST = function(v) return int_arg(v, 'COST', 0) end,
-  -- The library's own: replies as a map (see `reply`).
-  FORMAT = function(v)
-    local f = string.lower(v)
-    if f ~= 'map' and f ~= 'array' then bad_value('FORMAT', 'one of map, array') end
-    return f
-  end,
+  -- The library's own: replies as a map (see `named`).
+  FORMAT = read_format,
 }
 
 -- Option names in their usual spellings, to skip string.upper for them
@@ -280,12 +337,12 @@ local function read_meta(metakey)
           algorithm = fields[3] or nil, burst = fields[4] or nil}
 end
 
-local function meta_int(meta, field, min, must)
-  local raw = meta[field]
+local function meta_int(meta, name, min, must)
+  local raw = meta[name]
   if raw == nil then return nil end
   local v = parse_i64(raw)
   if v == nil or v < min then
-    fail('ERR META hash field \'' .. field .. '\' must be ' .. must)
+    fail('ERR META hash field \'' .. name .. '\' must be ' .. must)
   end
   return v
 end
@@ -293,7 +350,7 @@ end
 ---------------------------------------------------------------- policy
 
 -- Inline options win over the META hash; no limit (or 0) means unlimited:
--- nil. As src/commands.rs `resolve`, in the same order of checks.
+-- nil. As src/resolve.rs `resolve`, in the same order of checks.
 local function resolve(opts, metakey)
   local meta = read_meta(metakey)
   local algo = opts.ALGO
@@ -341,12 +398,17 @@ local function fits_ns(now_ms, span_ns)
   return (now_ms + 1) * NS_PER_MS - 1 + span_ns <= I64_LIMIT
 end
 
--- The module's checks (src/commands.rs `Resolved::policy`, src/algo/policy.rs
--- `Policy::new`). They fail only beyond 2^53, where doubles round: there the
--- library may name another of these errors than the module would, but it
--- answers an error either way (`exact_policy` refuses what passes).
-local function module_policy_checks(r, clock_now)
-  local now = clock_now.ms
+-- The last ms at which `fits_ns(now, span)` holds for a span below 2^53,
+-- with a margin for the doubles' rounding (some 10^3 against 10^6 ns).
+local function last_fitting_ms(span)
+  return floor((I64_LIMIT - span) / NS_PER_MS) - 2
+end
+
+-- The module's checks (src/resolve.rs `Resolved::policy`, src/algo/policy.rs
+-- `Policy::new`) at the ms `now`. They fail only beyond 2^53, where doubles
+-- round: there the library may name another of these errors than the module
+-- would, but it answers an error either way (`exact_policy` refuses what passes).
+local function module_policy_checks(r, now)
   if r.window == nil then
     fail('ERR a limit is set but no window: give WINDOW or set field \'duration\' in the META hash')
   end
@@ -370,12 +432,12 @@ local function module_policy_checks(r, clock_now)
 end
 
 -- The library's own check: every quantity the policy's arithmetic makes
--- stays below 2^53 (docs/managed-valkey.md states the range).
-local function exact_policy(p, clock_now)
-  local now = clock_now.ms
+-- stays below 2^53 (docs/managed-valkey.md states the range). The fixed
+-- window reads no clock: its arithmetic is on the window and ms left.
+local function exact_policy(p, now)
   local ok
   if p.algo == 'fixed' then
-    ok = p.limit <= EXACT and now + p.window <= EXACT
+    ok = p.limit <= EXACT and p.window <= EXACT
   elseif p.algo == 'sliding' then
     ok = p.limit * p.window <= EXACT and now + 2 * p.window <= EXACT
   else
@@ -384,417 +446,654 @@ local function exact_policy(p, clock_now)
   if not ok then fail(BEYOND_DOUBLES) end
 end
 
--- The validated policy of a resolved limiter (see `resolve`) at `now`: the
--- same table, completed.
-local function policy_of(r, now)
-  module_policy_checks(r, now)
+-- The deciders (below), by algorithm; bound once they are defined.
+local ADMIT, REFUND = {}, {}
+
+-- GCRA's and the leaky queue's state as it is written: 19 digits (a time
+-- from 2001 to 2286), the ms and the ns into it apart.
+local TAT_STATE = {
+  gcra = '^gcra:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
+  leaky = '^leaky:([1-9]%d%d%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d)$',
+}
+
+-- The validated policy of a resolved limiter (see `resolve`), completed in
+-- place, for the call's clock `now_ms` (nil: not read; only the fixed
+-- window goes without one). `now_hi` is the last ms at which its checks
+-- against the clock hold: a call after it checks again (`check_at`).
+local function policy_of(r, now_ms)
   local p = r
   p.burst = r.burst or r.limit
-  if USES_BURST[p.algo] then
-    p.interval, p.capacity = bucket(p.algo, p.limit, p.window, p.burst)
+  if p.algo == 'fixed' then
+    -- Nothing of it depends on the clock while the window is below 2^53
+    -- (the clock is far below 2^63 - 2^53); beyond, the module's checks
+    -- at the call's clock name the error.
+    if r.window == nil or r.window > EXACT then module_policy_checks(r, now_ms or (clock())) end
+    exact_policy(p)
+    p.clock, p.now_hi = false, math.huge
+  else
+    module_policy_checks(r, now_ms)
+    if USES_BURST[p.algo] then
+      p.interval, p.capacity = bucket(p.algo, p.limit, p.window, p.burst)
+    end
+    exact_policy(p, now_ms)
+    p.clock = true
+    if p.algo == 'sliding' then
+      p.now_hi = EXACT - 2 * p.window
+    else
+      p.now_hi = last_fitting_ms(p.capacity)
+      p.state, p.state_format = TAT_STATE[p.algo], p.algo .. ':%d%06d' -- gcra, leaky
+      p.leaky = p.algo == 'leaky'
+    end
   end
-  exact_policy(p, now)
+  -- The policy's decider, a closure over its numbers; the refund is the
+  -- same with the amount where the cost goes (the fixed window's apart).
+  local decide = ADMIT[p.algo](p)
+  p.admit = decide
+  p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
+    return decide(q, key, 0, ms, sub, amount)
+  end
   return p
 end
 
--- A validated policy for `now`, or nil for no limit.
-local function make_policy(opts, metakey, now)
-  local r = resolve(opts, metakey)
-  if r == nil then return nil end
-  return policy_of(r, now)
+-- Raises what the policy's checks say at a clock past its `now_hi`.
+local function check_at(p, now_ms)
+  module_policy_checks(p, now_ms)
+  exact_policy(p, now_ms)
 end
 
----------------------------------------------------------------- state
+---------------------------------------------------------------- memo
 
--- Reads a limiter key as `algo`'s state (src/algo/state.rs). Returns nil
--- for no key, or the state: fields as numbers (ns times as spans after now,
--- see `ns_after`) and `raw`, the stored string.
-local function decode(algo, raw, now)
-  if algo == 'fixed' then
-    local count = parse_i64(raw)
-    if count == nil then bad_state(algo) end
-    return {count = count}
+-- Validated policies by their argument words: a tree with one level per
+-- word under the number of words, MEMO[#args][args[1]]...[args[n]] (the
+-- functions look it up themselves: it is on every call's path). A word
+-- the tree does not hold leads to MISS, and MISS to itself, so the lookup
+-- is one index per word with no test on the way (`bind` sets the
+-- metatables: setmetatable is not reachable while the library loads).
+-- Only what passed every check is kept, never an error; a clock check is
+-- made again past the policy's `now_hi`. At most MEMO_MAX policies: when
+-- full, it starts again empty.
+local MEMO_MAX = 1024
+local memo_size = 0
+local MISS = {}
+local NODE = {__index = function() return MISS end}
+local LIMITER_MEMO, THROTTLE_MEMO = {}, {}
+
+local function remember(memo, args, entry)
+  if memo_size >= MEMO_MAX then
+    for n in pairs(LIMITER_MEMO) do LIMITER_MEMO[n] = nil end
+    for n in pairs(THROTTLE_MEMO) do THROTTLE_MEMO[n] = nil end
+    memo_size = 0
   end
-  if algo == 'sliding' then
-    local s, c, p = string.match(raw, '^sliding:([^:]*):([^:]*):([^:]*)$')
-    s, c, p = parse_i64(s), parse_i64(c), parse_i64(p)
-    if not (s and c and p) or s < 0 or c < 0 or p < 0 then bad_state(algo) end
-    return {start = s, current = c, previous = p}
-  end
-  if algo == 'token' then
-    -- The last refill's ms and the ns into it; without them (a build that
-    -- read the clock in ms wrote that form), the start of the ms.
-    local c, last, into = string.match(raw, '^token:([^:]*):([^:]*):([^:]*)$')
-    if c == nil then
-      c, last = string.match(raw, '^token:([^:]*):([^:]*)$')
-      into = '0'
+  local n = #args
+  if n == 0 then
+    memo[0] = entry
+  else
+    local node = memo[n]
+    if node == MISS then node = setmetatable({}, NODE); memo[n] = node end
+    for i = 1, n - 1 do
+      local next = node[args[i]]
+      if next == MISS then next = setmetatable({}, NODE); node[args[i]] = next end
+      node = next
     end
-    local credit, last_ms, last_sub = parse_i64(c), parse_i64(last), parse_i64(into)
-    if not (credit and last_ms and last_sub) or credit < 0 or last_sub < 0 or last_sub >= NS_PER_MS then
-      bad_state(algo)
-    end
-    return {credit = credit, last = last_ms, last_sub = last_sub}
+    node[args[n]] = entry
   end
-  -- gcra, leaky: one absolute ns time.
-  local tat = string.match(raw, '^' .. algo .. ':([^:]*)$')
-  if parse_i64(tat) == nil then bad_state(algo) end
-  return {ahead = ns_after(tat, now)}
+  memo_size = memo_size + 1
 end
 
-local function read_value(key)
-  local raw = server.pcall('GET', key)
-  if type(raw) == 'table' and raw.err then fail(WRONGTYPE) end
-  if raw == false then return nil end
-  return raw
+-- Binds the standard functions (above) and the memo's metatables.
+local function bind()
+  tonum, find, match, fmt = tonumber, string.find, string.match, string.format
+  floor, fmod, typeof = math.floor, math.fmod, type
+  call, server_pcall = server.call, server.pcall
+  setmetatable(MISS, NODE)
+  setmetatable(LIMITER_MEMO, NODE)
+  setmetatable(THROTTLE_MEMO, NODE)
 end
-
--- The key's absolute expiry in ms: -1 without a TTL, -2 without the key.
-local function expiry_of(key) return server.call('PEXPIRETIME', key) end
 
 ---------------------------------------------------------------- writes
 
--- What a decision does to its key: nil (nothing), or
---   {value = s, at = ms}  store the state with this absolute expiry;
---   {at = ms}             only give the key this expiry;
---   {delete = true}       remove the key.
-local function apply(key, write)
-  if write == nil then return end
-  if write.delete then
-    server.call('DEL', key)
-  elseif write.value then
-    server.call('SET', key, write.value, 'PXAT', write.at)
-  else
-    server.call('PEXPIREAT', key, write.at)
+-- What a decision does to its key, as (kind, value, time): nothing (nil),
+-- or one server call. The fixed window's are relative to now.
+local SET_AT = 1    -- SET key value PXAT time
+local EXPIRE_AT = 2 -- PEXPIREAT key time
+local DELETE = 3    -- DEL key
+local ADD = 4       -- INCRBY key value (keeps the TTL)
+local SET_IN = 5    -- SET key value PX time
+local EXPIRE_IN = 6 -- PEXPIRE key time
+local KEEP_TTL = 7  -- SET key value KEEPTTL
+
+local function store(key, kind, value, at)
+  if kind == SET_AT then
+    call('SET', key, value, 'PXAT', at)
+  elseif kind == ADD then
+    call('INCRBY', key, value)
+  elseif kind == SET_IN then
+    call('SET', key, value, 'PX', at)
+  elseif kind == EXPIRE_AT then
+    call('PEXPIREAT', key, at)
+  elseif kind == EXPIRE_IN then
+    call('PEXPIRE', key, at)
+  elseif kind == DELETE then
+    call('DEL', key)
+  elseif kind == KEEP_TTL then
+    call('SET', key, value, 'KEEPTTL')
   end
 end
 
 -- The one write a real refusal that wrote nothing else may make
 -- (src/algo/mod.rs `refusal_repair`): the state must live until the reset
 -- the refusal reports, which ends at `reset_at` (absolute ms, rounded up);
--- a spent key without a TTL is deleted. `at` is the key's expiry
--- (`expiry_of`).
-local function refusal_repair(reset_ms, reset_at, at)
+-- a spent key without a TTL is deleted. Reads the key's expiry.
+local function refusal_repair(key, reset_ms, reset_at)
+  local at = call('PEXPIRETIME', key) -- -1 without a TTL, -2 without the key
   if reset_ms == 0 then
-    if at == -1 then return {delete = true} end
+    if at == -1 then return DELETE end
     return nil
   end
-  if at >= 0 and at >= reset_at then return nil end
-  if at == -2 then return nil end
-  return {at = reset_at}
+  if at >= reset_at or at == -2 then return nil end
+  return EXPIRE_AT, nil, reset_at
 end
 
-local function decision(admitted, limit, remaining, retry, reset)
-  return {admitted and 1 or 0, limit, remaining, retry, reset}
-end
+---------------------------------------------------------------- deciders
 
-local UNLIMITED = {1, 0, 0, 0, 0}
+--[[
+Each algorithm's decider (src/algo/), made for one policy by its `*_of`
+(a closure over the policy's numbers), decides one call on one limiter
+key: (the key, the cost, the clock's ms and the ns into it, and for a
+refund the amount) in; the five numbers of the reply (admitted, limit,
+remaining, retry, reset) and the write (kind, value, time) out, or nil and
+an error text. It reads the key itself and writes nothing: the caller
+stores the write (rl_admitall only when all its limiters agree). A stored
+value comes back from GET as a string, or as an error table (`.err`) for
+another type's key.
+
+On the way to an admission they call no helper of their own and read no
+field twice: a Lua call or a table lookup costs more than the arithmetic.
+Digits a pattern captured are read by arithmetic (`+ 0`), the same strtod
+as tonumber without its call.
+]]
 
 ---------------------------------------------------------------- fixed
 
--- Fixed window counter (src/algo/fixed.rs): one integer per window, and the
--- key's expiry is the reset. `found`: {count, at} (at: -1 without a TTL).
--- ms from now until `at` (none: 0).
-local function time_left(at, now)
-  if at == nil then return 0 end
-  return math.max(at - now, 0)
+-- Fixed window counter (src/algo/fixed.rs): one integer per window, and
+-- the key's expiry is the reset. Read as the count and the ms it has left
+-- (PTTL); a counter without a TTL, or outliving this window, is read with
+-- the window's expiry, which must be written (`adopted`).
+local COUNTER = '^%-?[1-9]%d*$'
+
+-- The counter in a stored value (nil: not one). Below 16 characters a
+-- strict integer is exact.
+local function counter_of(raw)
+  if #raw < 16 and find(raw, COUNTER) then return raw + 0 end
+  return parse_i64(raw)
 end
 
-local function fixed_admit(found, p, cost, now)
-  local fresh = now + p.window
-  if found and found.at >= 0 and found.at <= now then found = nil end
-  local count, at, adopted = 0, nil, false
-  if found then
-    count, at = found.count, fresh
-    if found.at >= 0 and found.at <= fresh then at = found.at end
-    adopted = found.at ~= at
-    -- limit - count below 2^53 keeps every reply exact.
-    if p.limit - count > EXACT then fail(STATE_BEYOND_DOUBLES) end
-  end
-  local left = time_left(at, now)
-  -- A refusal writes only the expiry a counter lacked (or outlived).
-  local adoption = nil
-  if adopted and cost > 0 then adoption = {at = at} end
-  if cost > p.limit then
-    return decision(false, p.limit, math.max(p.limit - count, 0), -1, left), adoption
-  end
-  local next = count + cost
-  if next <= p.limit then
-    local expires = at or fresh
-    local reset = time_left(expires, now)
-    if cost == 0 and not found then reset = 0 end -- a peek at no state opens no window
-    local write = nil
-    if cost > 0 then write = {value = string.format('%d', next), at = expires} end
-    return decision(true, p.limit, math.max(p.limit - next, 0), 0, reset), write
-  end
-  return decision(false, p.limit, math.max(p.limit - count, 0), left, left), adoption
+-- The counter at `key`: its count and ms left (0 and nil: none), whether
+-- adopted; or nil and the error.
+local function read_counter(key, window)
+  local raw = server_pcall('GET', key)
+  if not raw then return 0, nil, false end
+  if raw.err then return nil, WRONGTYPE end
+  local count = counter_of(raw)
+  if count == nil then return nil, NOT_A_COUNTER end
+  local left = call('PTTL', key) -- -1: no TTL; 0: it ends at this ms, gone
+  if left == 0 then return 0, nil, false end
+  if left < 0 or left > window then return count, window, true end
+  return count, left, false
 end
 
-local function fixed_refund(found, p, amount, now)
-  if found and found.at >= 0 and found.at <= now then found = nil end
-  if not found then return fixed_admit(nil, p, 0, now), nil end
-  local c = found.count
-  if c > EXACT then fail(STATE_BEYOND_DOUBLES) end
+-- The decider of one fixed-window policy: a closure over its numbers (an
+-- upvalue is cheaper to read than a field).
+local function fixed_of(p)
+  local limit, window = p.limit, p.window
+  return function(_, key, cost)
+    local count, left, adopted = 0, nil, false
+    local raw = server_pcall('GET', key)
+    if raw then
+      if raw.err then return nil, WRONGTYPE end
+      if #raw < 16 and find(raw, COUNTER) then count = raw + 0 else count = parse_i64(raw) end
+      if count == nil then return nil, NOT_A_COUNTER end
+      left = call('PTTL', key)
+      if left == 0 then
+        count, left = 0, nil -- it ends at this ms: gone
+      else
+        if left < 0 or left > window then left, adopted = window, true end
+        -- limit - count below 2^53 keeps every reply exact.
+        if limit - count > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      end
+    end
+    local after = count + cost
+    if cost <= limit and after <= limit then
+      if cost == 0 then return 1, limit, limit - after, 0, left or 0 end -- a peek at no state opens no window
+      if adopted then return 1, limit, limit - after, 0, left, SET_IN, after, left end
+      if left then return 1, limit, limit - after, 0, left, ADD, cost end
+      return 1, limit, limit - after, 0, window, SET_IN, after, window
+    end
+    local room = limit - count
+    if room < 0 then room = 0 end
+    local retry = left
+    if cost > limit then retry = -1 end -- never fits
+    -- A refusal writes only the expiry a counter lacked (a peek: nothing).
+    if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
+    return 0, limit, room, retry, left or 0
+  end
+end
+
+local function fixed_refund(p, key, amount)
+  local c, left, adopted = read_counter(key, p.window)
+  if c == nil then return nil, left end
+  local limit = p.limit
+  if left == nil then return 1, limit, limit, 0, 0 end
+  if c > EXACT then return nil, STATE_BEYOND_DOUBLES end
   local count = c
-  if c > 0 then count = math.max(c - amount, 0) end
-  if count == 0 and c > 0 then
-    return fixed_admit(nil, p, 0, now), {delete = true}
+  if c > 0 then
+    count = c - amount
+    if count <= 0 then
+      -- Refunded to empty: the limiter is gone, as for the other algorithms.
+      return 1, limit, limit, 0, 0, DELETE
+    end
   end
-  local at = now + p.window
-  if found.at >= 0 and found.at <= at then at = found.at end
-  local write = nil
-  if not (count == c and found.at == at) then
-    write = {value = string.format('%d', count), at = at}
-  end
-  return fixed_admit({count = count, at = at}, p, 0, now), write
+  if limit - count > EXACT then return nil, STATE_BEYOND_DOUBLES end
+  -- The counter after it, as a peek sees it.
+  local kind = nil
+  if adopted then kind = SET_IN elseif count ~= c then kind = KEEP_TTL end
+  if count <= limit then return 1, limit, limit - count, 0, left, kind, count, left end
+  return 0, limit, 0, left, left, kind, count, left
 end
 
 ---------------------------------------------------------------- sliding
 
 -- Sliding window counter (src/algo/sliding.rs). All comparisons exact:
 -- previous * left + (current + cost) * window <= limit * window.
-local function sliding_view(state, p, now)
-  local w = p.window
-  local start = now - math.fmod(now, w)
-  local current, previous, future = 0, 0, false
-  if state then
-    future = state.start > now
-    if state.start == start or future then
-      current, previous = state.current, state.previous
-    elseif state.start == start - w then
-      previous = state.current
-    end
-    if (current + previous + p.limit) * w > EXACT then fail(STATE_BEYOND_DOUBLES) end
-  end
-  return {start = start, left = start + w - now, current = current, previous = previous, future = future}
+local SLIDING_STATE = '^sliding:(%d+):(%d+):(%d+)$'
+local SLIDING_VALUE = 'sliding:%d:%d:%d'
+
+-- The window start, current and previous counts stored, read digit by
+-- digit; or false and the error.
+local function read_sliding(raw)
+  local s, cur, prev = match(raw, '^sliding:([^:]*):([^:]*):([^:]*)$')
+  s, cur, prev = parse_i64(s), parse_i64(cur), parse_i64(prev)
+  if not (s and cur and prev) or s < 0 or cur < 0 or prev < 0 then return false, bad_state('sliding') end
+  return s, cur, prev
 end
 
-local function sliding_used(v, w, c, p) return p * v.left + c * w end
-
-local function sliding_room(v, pol, c, p)
-  local free = pol.limit * pol.window - sliding_used(v, pol.window, c, p)
-  if free < 0 then return 0 end
-  return fdiv(free, pol.window)
-end
-
-local function sliding_reset(v, w, c, p)
-  if c == 0 and p == 0 then return 0 end
-  if c == 0 then return v.left end
-  return v.left + w
+-- Whole requests of cost 1 that fit on top of the current and previous
+-- windows' counts.
+local function sliding_room(limit, w, left, cur, prev)
+  local free = limit * w - (prev * left + cur * w)
+  if free <= 0 then return 0 end
+  return fdiv(free, w)
 end
 
 -- The state for these counts, expiring once nothing of it is in view.
-local function sliding_stored(start, c, p, w)
-  if c == 0 and p == 0 then return {delete = true} end
-  local value = string.format('sliding:%d:%d:%d', start, c, p)
-  if c == 0 then return {value = value, at = start + w} end
-  return {value = value, at = start + 2 * w}
+local function sliding_stored(start, cur, prev, w)
+  if cur == 0 and prev == 0 then return DELETE end
+  if cur == 0 then return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + w end
+  return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + 2 * w
 end
 
-local function sliding_wait(v, pol, c, p, cost)
-  local w, limit = pol.window, pol.limit
-  if p > 0 and c + cost <= limit then
-    local excess = sliding_used(v, w, c, p) + cost * w - limit * w
-    local t = fdiv(excess + p - 1, p)
-    if t < v.left then return t end
+-- A refusal (or a peek that does not fit): the wait, and what it writes.
+local function sliding_refused(p, key, cost, now, start, left, cur, prev, future, had_state)
+  local w, limit = p.window, p.limit
+  local retry = -1
+  if cost <= limit then
+    retry = nil
+    if prev > 0 and cur + cost <= limit then
+      local t = fdiv(prev * left + cur * w + cost * w - limit * w + prev - 1, prev)
+      if t < left then retry = t end
+    end
+    if retry == nil then
+      local into_next = 0
+      if cur > 0 then
+        local over = w * (cur - limit + cost)
+        if over < 0 then over = 0 end
+        into_next = fdiv(over + cur - 1, cur)
+      end
+      if into_next > w then into_next = w end
+      retry = left + into_next
+    end
   end
-  local into_next = 0
-  if c > 0 then
-    into_next = fdiv(math.max(w * (c - limit + cost), 0) + c - 1, c)
+  local reset = 0
+  if cur > 0 then reset = left + w elseif prev > 0 then reset = left end
+  local room = sliding_room(limit, w, left, cur, prev)
+  if cost > 0 and future then return 0, limit, room, retry, reset, sliding_stored(start, cur, prev, w) end
+  if cost > 0 and had_state then
+    return 0, limit, room, retry, reset, refusal_repair(key, reset, now + reset)
   end
-  return v.left + math.min(into_next, w)
+  return 0, limit, room, retry, reset
 end
 
-local function sliding_admit(state, pol, cost, now)
-  local v = sliding_view(state, pol, now)
-  local w, c, p = pol.window, v.current, v.previous
-  local fits = cost <= pol.limit and sliding_used(v, w, c, p) + cost * w <= pol.limit * w
-  if not fits then
-    local retry = -1
-    if cost <= pol.limit then retry = sliding_wait(v, pol, c, p, cost) end
-    local write = nil
-    if cost > 0 and v.future then write = sliding_stored(v.start, c, p, w) end
-    return decision(false, pol.limit, sliding_room(v, pol, c, p), retry, sliding_reset(v, w, c, p)), write
+-- The decider of one sliding-window policy, a closure over its numbers.
+-- It admits `cost` at `now`; or, given `amount`, refunds it and answers as
+-- a peek at the counts after it.
+local function sliding_of(p)
+  local w, limit = p.window, p.limit
+  return function(_, key, cost, now, _, amount)
+    local raw = server_pcall('GET', key)
+    local start = now - fmod(now, w)
+    local left = start + w - now
+    local cur, prev, future = 0, 0, false
+    if raw then
+      if raw.err then return nil, WRONGTYPE end
+      -- The usual state: fields below 10^15 (exact), no leading zeros.
+      local ss, cs, qs = match(raw, SLIDING_STATE)
+      local s_start, s_cur, s_prev
+      if ss and #ss < 16 and #cs < 16 and #qs < 16 then
+        s_start, s_cur, s_prev = ss + 0, cs + 0, qs + 0
+        if s_start < LEAST[#ss] or (s_cur < LEAST[#cs] and #cs > 1) or (s_prev < LEAST[#qs] and #qs > 1) then
+          s_start = nil
+        end
+      end
+      if s_start == nil then
+        s_start, s_cur, s_prev = read_sliding(raw)
+        if not s_start then return nil, s_cur end
+      end
+      future = s_start > now
+      if s_start == start or future then
+        cur, prev = s_cur, s_prev
+      elseif s_start == start - w then
+        prev = s_cur
+      end
+      if (cur + prev + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
+    end
+    local kind, value, at -- a refund's write
+    if amount then
+      local after = cur - amount
+      if after < 0 then after = 0 end
+      if raw and cur > 0 then kind, value, at = sliding_stored(start, after, prev, w) end
+      cur, future, raw = after, false, false
+    end
+    local after = cur + cost
+    if cost <= limit and prev * left + after * w <= limit * w then
+      local room = limit * w - (prev * left + after * w) -- sliding_room, spelled out
+      if room > 0 then
+        local r = floor(room / w)
+        if r * w > room then r = r - 1 elseif (r + 1) * w <= room then r = r + 1 end
+        room = r
+      end
+      local reset = 0
+      if after > 0 then reset = left + w elseif prev > 0 then reset = left end
+      if cost == 0 then return 1, limit, room, 0, reset, kind, value, at end
+      return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, prev), start + 2 * w
+    end
+    if amount then
+      local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, cur, prev, false, false)
+      return a, l, r, t, s, kind, value, at
+    end
+    return sliding_refused(p, key, cost, now, start, left, cur, prev, future, raw)
   end
-  local after = c + cost
-  local write = nil
-  if cost > 0 then
-    write = {value = string.format('sliding:%d:%d:%d', v.start, after, p), at = v.start + 2 * w}
-  end
-  return decision(true, pol.limit, sliding_room(v, pol, after, p), 0, sliding_reset(v, w, after, p)), write
-end
-
-local function sliding_refund(state, pol, amount, now)
-  local v = sliding_view(state, pol, now)
-  local after = math.max(v.current - amount, 0)
-  local write = nil
-  if state and v.current > 0 then write = sliding_stored(v.start, after, v.previous, pol.window) end
-  local next = {start = v.start, current = after, previous = v.previous}
-  return (sliding_admit(next, pol, 0, now)), write
 end
 
 ---------------------------------------------------------------- buckets
 
 -- The meter GCRA, the token bucket and the leaky queue share
--- (src/algo/gcra.rs `Meter`): nil when the cost never fits, else the new
--- debt and whether it fits, or the wait until it would.
-local function judge(p, debt, cost)
-  local increment = cost * p.interval
-  if increment > p.capacity then return false, nil end
-  if debt + increment <= p.capacity then return true, debt + increment end
-  return false, debt + increment - p.capacity
-end
+-- (src/algo/gcra.rs `Meter`), on a debt in ns (at most the capacity): a
+-- cost fits when debt + cost * interval does not pass the capacity.
 
 -- Whole requests of cost 1 that fit on top of `debt`.
-local function room(p, debt) return fdiv(math.max(p.capacity - debt, 0), p.interval) end
+local function room(p, debt)
+  if debt >= p.capacity then return 0 end
+  return fdiv(p.capacity - debt, p.interval)
+end
 
 local function forgive(p, debt, amount)
   if amount >= fdiv(debt, p.interval) + 1 then return 0 end
-  return math.max(debt - amount * p.interval, 0)
+  local left = debt - amount * p.interval
+  if left < 0 then return 0 end
+  return left
 end
 
--- Token bucket (src/algo/token.rs): credit in ns, refilled continuously.
-local function token_credit(state, p, now)
-  if not state then return nil end
-  local elapsed = math.max((now.ms - state.last) * NS_PER_MS + (now.sub - state.last_sub), 0)
-  return math.min(math.max(state.credit + elapsed, 0), p.capacity)
-end
-
--- When a bucket holding `level` now is full again (absolute ms, rounded up).
-local function token_full_at(level, p, now) return ms_at(now, p.capacity - level) end
-
-local function token_stored(level, p, now)
-  return {value = string.format('token:%d:%d:%d', level, now.ms, now.sub), at = token_full_at(level, p, now)}
-end
-
--- A last refill after now (a clock that went back, a hand-written value).
-local function token_from_the_future(state, now)
-  return state.last > now.ms or (state.last == now.ms and state.last_sub > now.sub)
-end
-
-local function token_admit(state, p, cost, now)
-  local level = token_credit(state, p, now) or p.capacity
-  local debt = p.capacity - level
-  local admitted, x = judge(p, debt, cost)
-  if admitted then
-    local write = nil
-    if cost > 0 then write = token_stored(p.capacity - x, p, now) end
-    return decision(true, p.burst, room(p, x), 0, ceil_ms(x)), write, ms_at(now, x)
-  end
+-- A refusal of the buckets: debt `debt` stays, `x` is the wait (nil:
+-- never). The reply's five numbers and the repair. `capped`: the room
+-- replied is at most the burst (GCRA, leaky).
+local function bucket_refused(p, key, cost, now_ms, now_sub, debt, x, had_state, capped)
   local retry = -1
   if x ~= nil then retry = ceil_ms(x) end
-  local write = nil
-  if cost > 0 and state and token_from_the_future(state, now) then
-    if level == p.capacity then write = {delete = true} else write = token_stored(level, p, now) end
+  local reset = ceil_ms(debt)
+  local left = room(p, debt)
+  if capped and left > p.burst then left = p.burst end
+  if cost > 0 and had_state then
+    return 0, p.burst, left, retry, reset, refusal_repair(key, reset, ms_at(now_ms, now_sub, debt))
   end
-  return decision(false, p.burst, room(p, debt), retry, ceil_ms(debt)), write, token_full_at(level, p, now)
+  return 0, p.burst, left, retry, reset
 end
 
-local function token_refund(state, p, amount, now)
-  local level = token_credit(state, p, now)
-  if level == nil then return (token_admit(nil, p, 0, now)), nil end
-  local after = p.capacity - forgive(p, p.capacity - level, amount)
-  local write = nil
-  if level ~= p.capacity then
-    if after == p.capacity then write = {delete = true} else write = token_stored(after, p, now) end
+-- Token bucket (src/algo/token.rs): credit in ns, refilled continuously;
+-- stored with the time of the last refill, its ms and the ns into it.
+local TOKEN_STATE = '^token:(%d+):(%d+):(%d+)$'
+local TOKEN_VALUE = 'token:%d:%d:%d'
+
+-- The credit, last refill ms and ns stored, read digit by digit (a
+-- negative time, or no ns: a build that read the clock in ms wrote that
+-- form, the start of the ms); or false and the error.
+local function read_token(raw)
+  local credit, last, into = match(raw, '^token:([^:]*):([^:]*):([^:]*)$')
+  if credit == nil then
+    credit, last = match(raw, '^token:([^:]*):([^:]*)$')
+    into = '0'
   end
-  return (token_admit({credit = after, last = now.ms, last_sub = now.sub}, p, 0, now)), write
+  credit, last, into = parse_i64(credit), parse_i64(last), parse_i64(into)
+  if not (credit and last and into) or credit < 0 or into < 0 or into >= NS_PER_MS then
+    return false, bad_state('token')
+  end
+  return credit, last, into
+end
+
+-- The bucket holding `level` now, stored, expiring when it is full again.
+local function token_stored(level, p, now_ms, now_sub)
+  return SET_AT, fmt(TOKEN_VALUE, level, now_ms, now_sub), ms_at(now_ms, now_sub, p.capacity - level)
+end
+
+-- The decider of one token-bucket policy, a closure over its numbers. It
+-- admits `cost` now; or, given `amount`, refunds it and answers as a peek
+-- at the bucket after it.
+local function token_of(p)
+  local capacity, interval, burst = p.capacity, p.interval, p.burst
+  return function(_, key, cost, now_ms, now_sub, amount)
+    local raw = server_pcall('GET', key)
+    local level, future = capacity, false
+    if raw then
+      if raw.err then return nil, WRONGTYPE end
+      -- The usual state: fields below 2^53 (exact), no leading zeros, a
+      -- positive time.
+      local cs, ls, ns = match(raw, TOKEN_STATE)
+      local credit, last, into
+      if cs and #cs < 17 and #ls < 17 and #ns < 7 then
+        credit, last, into = cs + 0, ls + 0, ns + 0
+        if credit > EXACT or last > EXACT or last < LEAST[#ls] or (credit < LEAST[#cs] and #cs > 1)
+            or (into < LEAST[#ns] and #ns > 1) then
+          credit = nil
+        end
+      end
+      if credit == nil then
+        credit, last, into = read_token(raw)
+        if not credit then return nil, last end
+      end
+      local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
+      if elapsed < 0 then elapsed = 0 end
+      level = credit + elapsed
+      if level > capacity then level = capacity end
+      -- A last refill after now: a clock that went back, a hand-written value.
+      future = last > now_ms or (last == now_ms and into > now_sub)
+    end
+    local kind, value, at -- a refund's write
+    if amount then
+      if raw then
+        local after = capacity - forgive(p, capacity - level, amount)
+        if after == capacity then
+          if level ~= capacity then kind = DELETE end
+        else
+          kind, value, at = token_stored(after, p, now_ms, now_sub)
+        end
+        level = after
+      end
+      future, raw = false, false
+    end
+    local debt = capacity - level
+    local increment = cost * interval
+    local x = debt + increment
+    if increment <= capacity and x <= capacity then
+      -- x / 1e6 once, for the reset and the expiry (exact: see ceil_ms).
+      local xms = floor(x / NS_PER_MS)
+      local xns = x - xms * NS_PER_MS
+      local reset = xms
+      if xns > 0 then reset = xms + 1 end
+      local left = 0 -- room(p, x), spelled out
+      if x < capacity then
+        left = floor((capacity - x) / interval)
+        if left * interval > capacity - x then
+          left = left - 1
+        elseif (left + 1) * interval <= capacity - x then
+          left = left + 1
+        end
+      end
+      if cost == 0 then return 1, burst, left, 0, reset, kind, value, at end
+      local into, ms = xns + now_sub, now_ms + xms -- split_at(now, x)
+      if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
+      if into > 0 then ms = ms + 1 end -- ms_at: the key outlives the time
+      return 1, burst, left, 0, reset, SET_AT, fmt(TOKEN_VALUE, capacity - x, now_ms, now_sub), ms
+    end
+    if increment > capacity then x = nil else x = x - capacity end
+    if amount then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
+      return a, l, r, t, s, kind, value, at
+    end
+    if cost > 0 and future then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
+      if level == capacity then return a, l, r, t, s, DELETE end
+      return a, l, r, t, s, token_stored(level, p, now_ms, now_sub)
+    end
+    return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw)
+  end
 end
 
 -- GCRA and the leaky queue (src/algo/gcra.rs `Schedule`): the state is one
 -- absolute ns time; its span after now is the debt, clamped to the bucket.
+-- Stored as it is written (TAT_STATE); any other form is read digit by
+-- digit.
+
+-- The time stored as its span after now (nil for no key), or false and
+-- the error. redis-cell's bare ns integer is read too when `bare`.
+local function read_tat(algo, raw, now_ms, now_sub, bare)
+  if not raw then return nil end
+  if raw.err then return false, WRONGTYPE end
+  local ms, into = match(raw, TAT_STATE[algo])
+  if ms then
+    ms = ms + 0
+    -- Within i64 for sure below the ms 9223372036854 (the last one's).
+    if ms < 9223372036854 then return (ms - now_ms) * NS_PER_MS + (into - now_sub) end
+  end
+  local tat = match(raw, '^' .. algo .. ':([^:]*)$')
+  if parse_i64(tat) == nil then
+    if not bare or parse_i64(raw) == nil then return false, bad_state(algo) end
+    tat = raw
+  end
+  return ns_after(tat, now_ms, now_sub)
+end
+
 -- The state `debt` ns ahead of now, expiring when the debt is paid.
-local function schedule_stored(algo, debt, now)
-  return {value = algo .. ':' .. ns_at(now, debt), at = ms_at(now, debt)}
+local function schedule_stored(p, debt, now_ms, now_sub)
+  local ms, into = split_at(now_ms, now_sub, debt)
+  if into > 0 then return SET_AT, fmt(p.state_format, ms, into), ms + 1 end
+  return SET_AT, fmt(p.state_format, ms, into), ms
 end
 
-local function schedule_admit(algo, state, p, cost, now)
-  local ahead = state and state.ahead or 0
-  local debt = math.min(math.max(ahead, 0), p.capacity)
-  local admitted, x = judge(p, debt, cost)
-  if admitted then
-    local retry = 0
-    if algo == 'leaky' then retry = ceil_ms(debt) end -- the queue ahead of it
-    local write = nil
-    if cost > 0 then write = schedule_stored(algo, x, now) end
-    -- Never more than the burst (the leaky queue's head is not waiting).
-    return decision(true, p.burst, math.min(room(p, x), p.burst), retry, ceil_ms(x)), write, ms_at(now, x)
+-- The decider of one GCRA or leaky policy: a closure over its numbers
+-- (an upvalue is cheaper to read than a field). It admits `cost` now; or,
+-- given `amount`, refunds it and answers as a peek at the schedule after it.
+local function schedule_of(p)
+  local capacity, interval, burst, leaky = p.capacity, p.interval, p.burst, p.leaky
+  local state, state_format, algo = p.state, p.state_format, p.algo
+  return function(_, key, cost, now_ms, now_sub, amount)
+    local raw = server_pcall('GET', key)
+    local ahead = nil
+    if raw then
+      -- read_tat, its usual state spelled out
+      if raw.err then return nil, WRONGTYPE end
+      local ms, into = match(raw, state)
+      if ms then ms = ms + 0 end
+      if ms and ms < 9223372036854 then
+        ahead = (ms - now_ms) * NS_PER_MS + (into - now_sub)
+      else
+        local err
+        ahead, err = read_tat(algo, raw, now_ms, now_sub)
+        if ahead == false then return nil, err end
+      end
+    end
+    local kind, value, at -- a refund's write
+    if amount then
+      local before = 0
+      if ahead then
+        before = ahead
+        if before < 0 then before = 0 elseif before > capacity then before = capacity end
+      end
+      ahead = forgive(p, before, amount)
+      if raw and before > 0 then
+        if ahead == 0 then kind = DELETE else kind, value, at = schedule_stored(p, ahead, now_ms, now_sub) end
+      end
+      raw = false
+    end
+    ahead = ahead or 0
+    local debt = ahead
+    if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
+    local increment = cost * interval
+    local x = debt + increment
+    if increment <= capacity and x <= capacity then
+      local retry = 0
+      if leaky then retry = ceil_ms(debt) end -- the queue ahead of it
+      -- bucket_admitted, spelled out
+      local xms = floor(x / NS_PER_MS)
+      local xns = x - xms * NS_PER_MS
+      local reset = xms
+      if xns > 0 then reset = xms + 1 end
+      -- Never more than the burst (the leaky queue's head is not waiting).
+      local left = 0
+      if x < capacity then
+        left = floor((capacity - x) / interval)
+        if left * interval > capacity - x then
+          left = left - 1
+        elseif (left + 1) * interval <= capacity - x then
+          left = left + 1
+        end
+        if left > burst then left = burst end
+      end
+      if cost == 0 then return 1, burst, left, retry, reset, kind, value, at end
+      local into, ms = xns + now_sub, now_ms + xms
+      if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
+      local expiry = ms -- ms_at: the key outlives the time
+      if into > 0 then expiry = ms + 1 end
+      return 1, burst, left, retry, reset, SET_AT, fmt(state_format, ms, into), expiry
+    end
+    if increment > capacity then x = nil else x = x - capacity end
+    if amount then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
+      return a, l, r, t, s, kind, value, at
+    end
+    -- Beyond a full bucket: written back clamped, so it drains.
+    if cost > 0 and ahead > capacity then
+      local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
+      return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub)
+    end
+    return bucket_refused(p, key, cost, now_ms, now_sub, debt, x, raw, true)
   end
-  local retry = -1
-  if x ~= nil then retry = ceil_ms(x) end
-  local write = nil
-  -- Beyond a full bucket: written back clamped, so it drains.
-  if cost > 0 and ahead > p.capacity then write = schedule_stored(algo, debt, now) end
-  return decision(false, p.burst, math.min(room(p, debt), p.burst), retry, ceil_ms(debt)), write,
-    ms_at(now, debt)
 end
 
-local function schedule_refund(algo, state, p, amount, now)
-  local before = 0
-  if state then before = math.min(math.max(state.ahead, 0), p.capacity) end
-  local after = forgive(p, before, amount)
-  local write = nil
-  if state and before > 0 then
-    if after == 0 then write = {delete = true} else write = schedule_stored(algo, after, now) end
-  end
-  local peek = nil
-  if after > 0 then peek = {ahead = after} end
-  return (schedule_admit(algo, peek, p, 0, now)), write
-end
+-- Each algorithm's decider, made for a policy (`policy_of`); the fixed
+-- window's refund apart.
+ADMIT.fixed, REFUND.fixed = fixed_of, fixed_refund
+ADMIT.sliding, ADMIT.token = sliding_of, token_of
+ADMIT.gcra, ADMIT.leaky = schedule_of, schedule_of
 
----------------------------------------------------------------- dispatch
-
--- Each returns the decision, the write and when the reset it reports ends
--- (absolute ms, rounded up). The windows read the clock's ms.
-local ADMIT = {
-  sliding = function(s, p, c, n)
-    local d, write = sliding_admit(s, p, c, n.ms)
-    return d, write, n.ms + d[5]
-  end,
-  token = token_admit,
-  gcra = function(s, p, c, n) return schedule_admit('gcra', s, p, c, n) end,
-  leaky = function(s, p, c, n) return schedule_admit('leaky', s, p, c, n) end,
-}
-local REFUND = {
-  sliding = function(s, p, a, n) return sliding_refund(s, p, a, n.ms) end,
-  token = token_refund,
-  gcra = function(s, p, c, n) return schedule_refund('gcra', s, p, c, n) end,
-  leaky = function(s, p, c, n) return schedule_refund('leaky', s, p, c, n) end,
-}
-
--- A limiter as read: its key, state (nil: none) and, for a fixed counter,
--- its expiry.
-local function read_limiter(key, p, now)
-  local raw = read_value(key)
-  if raw == nil then return nil end
-  local state = decode(p.algo, raw, now)
-  if p.algo == 'fixed' then state.at = expiry_of(key) end
-  return state
-end
-
--- Decides one call on one limiter (src/algo/mod.rs `admit`): the decision
--- and the write. A real refusal that writes nothing else makes the repair.
-local function admit(key, state, p, cost, now)
-  if p.algo == 'fixed' then return fixed_admit(state, p, cost, now.ms) end
-  local d, write, reset_at = ADMIT[p.algo](state, p, cost, now)
-  if d[1] == 0 and cost > 0 and write == nil and state ~= nil then
-    write = refusal_repair(d[5], reset_at, expiry_of(key))
-  end
-  return d, write
-end
-
-local function refund(state, p, amount, now)
-  if amount == 0 then
-    -- A peek: no write, even where a real call would normalise the state.
-    if p.algo == 'fixed' then return (fixed_admit(state, p, 0, now.ms)), nil end
-    return (ADMIT[p.algo](state, p, 0, now)), nil
-  end
-  if p.algo == 'fixed' then return fixed_refund(state, p, amount, now.ms) end
-  return REFUND[p.algo](state, p, amount, now)
+-- A refund of nothing is a peek: the decision, and no write, even where a
+-- real call would normalise the state.
+local function peek(p, key, _, now_ms, now_sub)
+  local a, l, r, t, s = p.admit(p, key, 0, now_ms, now_sub)
+  return a, l, r, t, s
 end
 
 ---------------------------------------------------------------- replies
 
--- RESP3 field names of the module (src/store.rs), as simple strings like
+-- RESP3 field names of the module (src/reply.rs), as simple strings like
 -- the module's: a status table converts to one (a plain Lua string would
 -- become a bulk string).
 local function status(name) return {ok = name} end
@@ -815,13 +1114,23 @@ local function named(fields, values, format)
   return {map = m}
 end
 
--- Runs a function body; a `fail` becomes the error reply, verbatim.
+-- Five numbers as the reply: the server converts the table as soon as the
+-- function returns, so one table serves every call.
+local FIVE = {0, 0, 0, 0, 0}
+local function five(fields, format, a, b, c, d, e)
+  if format == 'map' then return named(fields, {a, b, c, d, e}, format) end
+  FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, b, c, d, e
+  return FIVE
+end
+
+-- Runs a function body under pcall; a `fail` becomes the error reply,
+-- verbatim.
 local function entry(body)
   return function(keys, args)
+    if not tonum then bind() end
     local ok, result = pcall(body, keys, args)
     if ok then return result end
-    if getmetatable(result) == Failure then return server.error_reply(result.text) end
-    error(result, 0)
+    return failed(result)
   end
 end
 
@@ -845,128 +1154,195 @@ local function limiter_keys(keys, args, command, noun)
   return keys[1], keys[2]
 end
 
--- rl_admit and rl_refund (src/commands.rs `update_limiter`).
-local function update_limiter(keys, args, command, decide)
-  local key, metakey = limiter_keys(keys, args, command)
+-- No limit (none, or 0): admitted, nothing read or written.
+local function unlimited() return 1, 0, 0, 0, 0 end
+
+-- RL.ADMIT's and RL.REFUND's policy (src/commands/limiter.rs `update`):
+-- the options, the META hash, the checks. With the clock it read, if any.
+-- Remembered when it depends on the words alone (no META hash).
+local function limiter_policy(keys, args, command)
+  local _, metakey = limiter_keys(keys, args, command)
   local opts = parse_options(args, ADMIT_OPTIONS, metakey)
-  local now = limiter_clock()
-  local p = make_policy(opts, metakey, now)
-  if p == nil then return named(DECISION_FIELDS, UNLIMITED, opts.FORMAT) end
-  local state = read_limiter(key, p, now)
-  local d, write = decide(key, state, p, opts.COST or 1, now)
-  apply(key, write)
-  return named(DECISION_FIELDS, d, opts.FORMAT)
+  local r = resolve(opts, metakey)
+  local p, now_ms, now_sub = {admit = unlimited, refund = unlimited}, nil, nil
+  if r ~= nil then
+    if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
+    p = policy_of(r, now_ms)
+  end
+  p.cost, p.format = opts.COST or 1, opts.FORMAT
+  if metakey == nil then remember(LIMITER_MEMO, args, p) end
+  return p, now_ms, now_sub
 end
 
-local function rl_admit(keys, args)
-  return update_limiter(keys, args, 'RL.ADMIT', admit)
+-- rl_admit and rl_refund (`refunds`): the policy (remembered, or worked
+-- out), the clock if the algorithm reads one, the decision, its write, the
+-- reply. The memo's lookup and the clock are spelled out here: this is
+-- the path every call takes.
+local function limiter_function(command, refunds)
+  return function(keys, args)
+    if not tonum then bind() end
+    local p = MISS
+    if #keys == 1 then
+      p = LIMITER_MEMO[#args]
+      for i = 1, #args do p = p[args[i]] end
+    end
+    local now_ms, now_sub
+    if p == MISS then
+      local ok, got, ms, sub = pcall(limiter_policy, keys, args, command)
+      if not ok then return failed(got) end
+      p, now_ms, now_sub = got, ms, sub
+    end
+    if p.clock and now_ms == nil then
+      local t = call('TIME') -- clock()
+      local us = t[2] + 0
+      local into = us % 1000
+      now_ms, now_sub = t[1] * 1000 + (us - into) / 1000, into * 1000
+      if now_ms > p.now_hi then
+        local ok, err = pcall(check_at, p, now_ms)
+        if not ok then return failed(err) end
+      end
+    end
+    local key, decide = keys[1], p.admit
+    if refunds then
+      decide = p.refund
+      if p.cost == 0 then decide = peek end
+    end
+    local a, limit, remaining, retry, reset, kind, value, at = decide(p, key, p.cost, now_ms, now_sub)
+    if a == nil then return server.error_reply(limit) end
+    if kind == SET_AT then
+      call('SET', key, value, 'PXAT', at)
+    elseif kind then
+      store(key, kind, value, at)
+    end
+    if p.format then return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset) end
+    FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, limit, remaining, retry, reset
+    return FIVE
+  end
 end
 
-local function rl_refund(keys, args)
-  return update_limiter(keys, args, 'RL.REFUND', function(_, state, p, amount, now)
-    return refund(state, p, amount, now)
-  end)
-end
+local rl_admit = limiter_function('RL.ADMIT', false)
+local rl_refund = limiter_function('RL.REFUND', true)
 
 -- The wait a request of cost 1 would be told now; writes nothing.
 local function rl_ttl(keys, args)
   local key, metakey = limiter_keys(keys, args, 'RL.TTL')
   local opts = parse_options(args, POLICY_OPTIONS, metakey)
-  local now = limiter_clock()
   local r = resolve(opts, metakey)
   if r == nil then return 0 end
   if r.algo == 'fixed' and r.window == nil then
     -- The fixed window's back-off is the counter's PTTL: no window needed.
-    local raw = read_value(key)
-    if raw == nil then return 0 end
-    local count = decode('fixed', raw, now).count
-    local at = expiry_of(key)
-    if at >= 0 and at > now.ms and count >= r.limit then return at - now.ms end
-    return 0
+    if r.limit > EXACT then fail(BEYOND_DOUBLES) end
+    local raw = server_pcall('GET', key)
+    if not raw then return 0 end
+    if typeof(raw) ~= 'string' then fail(WRONGTYPE) end
+    local count = counter_of(raw)
+    if count == nil then fail(NOT_A_COUNTER) end
+    local left = call('PTTL', key) -- -1: no TTL
+    if left <= 0 or count < r.limit then return 0 end
+    if left > EXACT then fail(STATE_BEYOND_DOUBLES) end
+    return left
   end
-  local p = policy_of(r, now)
-  local state = read_limiter(key, p, now)
-  local d
-  if p.algo == 'fixed' then
-    d = fixed_admit(state, p, 1, now.ms)
-  else
-    d = ADMIT[p.algo](state, p, 1, now)
-  end
-  return math.max(d[4], 0)
+  local now_ms, now_sub
+  if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
+  local p = policy_of(r, now_ms)
+  local admitted, problem, _, retry = p.admit(p, key, 1, now_ms, now_sub)
+  if admitted == nil then fail(problem) end
+  if retry < 0 then return 0 end
+  return retry
 end
 
 local function rl_limit(keys, args)
   check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.LIMIT') end
   local max = meta_int(read_meta(keys[1]), 'max', 0, NON_NEGATIVE)
+  -- Replied as a number: refused, never rounded, beyond 2^53.
+  if max and max > EXACT then fail(BEYOND_DOUBLES) end
   return max or 0
 end
 
 local function rl_reset(keys, args)
   check_argc(1 + #keys + #args)
   if #keys ~= 1 or #args ~= 0 then wrong_arity('RL.RESET') end
-  local kind = server.call('TYPE', keys[1])['ok']
+  local kind = call('TYPE', keys[1])['ok']
   if kind == 'none' then return 0 end
   if kind ~= 'string' then fail(WRONGTYPE) end
-  server.call('DEL', keys[1])
+  call('DEL', keys[1])
   return 1
 end
 
 -- RL.THROTTLE (src/algo/throttle.rs): redis-cell's CL.THROTTLE, GCRA with
--- max_burst + 1 cells of tolerance, times in whole seconds.
-local function rl_throttle(keys, args)
+-- max_burst + 1 cells of tolerance, times in whole seconds. Its meter, with
+-- the module's checks at `now_ms`, then the library's range.
+local function throttle_meter(keys, args, now_ms)
   check_argc(1 + #keys + #args)
   local format = nil
   local n = #args
   if n >= 2 and string.upper(args[n - 1]) == 'FORMAT' and (n == 5 or n == 6) then
-    format = OPTIONS.FORMAT(args[n])
+    format = read_format(args[n])
     n = n - 2
   end
   if #keys ~= 1 or n < 3 or n > 4 then wrong_arity('RL.THROTTLE') end
-  local key = keys[1]
   local max_burst = int_arg(args[1], 'max_burst', 0)
   local count = int_arg(args[2], 'count_per_period', 1)
   local period = int_arg(args[3], 'period', 1)
   local quantity = 1
   if n == 4 then quantity = int_arg(args[4], 'quantity', 0) end
-  local now = limiter_clock()
-  -- The meter, with the module's checks, then the library's range.
-  local interval = math.floor(period * NS_PER_S / count)
+  local interval = floor(period * NS_PER_S / count)
   if period * NS_PER_S <= EXACT then interval = fdiv(period * NS_PER_S, count) end
   if interval == 0 then
     fail('ERR count_per_period is too large: more than one request per ns')
   end
-  if not fits_ns(now.ms, interval) then
+  if not fits_ns(now_ms, interval) then
     fail('ERR period is too large: ' .. PAST_THE_CLOCK)
   end
   local limit = max_burst + 1
   local tolerance = interval * limit
-  if not fits_ns(now.ms, tolerance) then
+  if not fits_ns(now_ms, tolerance) then
     fail('ERR max_burst is too large: ' .. PAST_THE_CLOCK)
   end
   if period * NS_PER_S > EXACT or tolerance > EXACT then fail(BEYOND_DOUBLES) end
-  -- Our `gcra:<tat_ns>` state, or redis-cell's plain ns integer.
-  local raw = read_value(key)
-  local ahead = nil
-  if raw ~= nil then
-    local tat = string.match(raw, '^gcra:([^:]*)$')
-    if parse_i64(tat) == nil then
-      tat = raw
-      if parse_i64(tat) == nil then bad_state('gcra') end
-    end
-    ahead = ns_after(tat, now)
+  local m = {interval = interval, tolerance = tolerance, limit = limit, quantity = quantity,
+             format = format, now_hi = last_fitting_ms(tolerance)}
+  remember(THROTTLE_MEMO, args, m)
+  return m
+end
+
+local function rl_throttle(keys, args)
+  if not tonum then bind() end
+  local now_ms, now_sub = clock()
+  local m = MISS
+  if #keys == 1 then
+    m = THROTTLE_MEMO[#args]
+    for i = 1, #args do m = m[args[i]] end
   end
-  local stored = ahead or 0
-  local ttl = math.min(math.max(stored, 0), tolerance)
+  if m == MISS or now_ms > m.now_hi then
+    local ok, got = pcall(throttle_meter, keys, args, now_ms)
+    if not ok then return failed(got) end
+    m = got
+  end
+  local key, tolerance, interval, quantity = keys[1], m.tolerance, m.interval, m.quantity
+  -- Our `gcra:<tat_ns>` state, or redis-cell's plain ns integer.
+  local raw = server_pcall('GET', key)
+  local ahead, err = read_tat('gcra', raw, now_ms, now_sub, true)
+  if ahead == false then return server.error_reply(err) end
+  local ttl = ahead or 0
+  if ttl < 0 then ttl = 0 elseif ttl > tolerance then ttl = tolerance end
   local increment = quantity * interval
-  local allowed, wait, write = false, nil, nil
+  local allowed, wait = false, nil
   if increment <= tolerance then
     local new = ttl + increment
     if new <= tolerance then
       allowed = true
       ttl = new
       if quantity > 0 then
-        write = {value = 'gcra:' .. ns_at(now, new), at = ms_at(now, new)}
+        -- split_at(now_ms, now_sub, new), and ms_at
+        local ms = floor(new / NS_PER_MS)
+        local into = new - ms * NS_PER_MS + now_sub
+        ms = now_ms + ms
+        if into >= NS_PER_MS then ms, into = ms + 1, into - NS_PER_MS end
+        local at = ms
+        if into > 0 then at = ms + 1 end
+        call('SET', key, fmt('gcra:%d%06d', ms, into), 'PXAT', at)
       end
     else
       wait = new - tolerance
@@ -975,20 +1351,35 @@ local function rl_throttle(keys, args)
   if not allowed and quantity > 0 then
     if ahead ~= nil and ahead > tolerance then
       -- Beyond the tolerance: written back clamped, so it drains.
-      write = {value = 'gcra:' .. ns_at(now, ttl), at = ms_at(now, ttl)}
-    elseif raw ~= nil then
-      write = refusal_repair(ceil_ms(ttl), ms_at(now, ttl), expiry_of(key))
+      local ms, into = split_at(now_ms, now_sub, ttl)
+      local at = ms
+      if into > 0 then at = ms + 1 end
+      call('SET', key, fmt('gcra:%d%06d', ms, into), 'PXAT', at)
+    elseif raw then
+      local kind, value, at = refusal_repair(key, ceil_ms(ttl), ms_at(now_ms, now_sub, ttl))
+      if kind then store(key, kind, value, at) end
     end
   end
-  apply(key, write)
   local retry = -1
   if wait ~= nil then retry = ceil_div(wait, NS_PER_S) end
-  local reply = {allowed and 0 or 1, limit, fdiv(tolerance - ttl, interval), retry, ceil_div(ttl, NS_PER_S)}
-  return named(THROTTLE_FIELDS, reply, format)
+  -- fdiv(tolerance - ttl, interval) and ceil_div(ttl, NS_PER_S), spelled
+  -- out (a quotient by 1e9 of a span below 2^53 floors exactly: see ceil_ms).
+  local remaining = floor((tolerance - ttl) / interval)
+  if remaining * interval > tolerance - ttl then
+    remaining = remaining - 1
+  elseif (remaining + 1) * interval <= tolerance - ttl then
+    remaining = remaining + 1
+  end
+  local reset = floor(ttl / NS_PER_S)
+  if reset * NS_PER_S < ttl then reset = reset + 1 end
+  local limited = allowed and 0 or 1
+  if m.format then return five(THROTTLE_FIELDS, m.format, limited, m.limit, remaining, retry, reset) end
+  FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = limited, m.limit, remaining, retry, reset
+  return FIVE
 end
 
 -- RL.ADMITALL: one POLICY per counter, in order; all are admitted or none
--- is consumed (src/commands.rs `admit_all`).
+-- is consumed (src/commands/admitall.rs `admit_all`).
 local function rl_admitall(keys, args)
   if 2 + #keys + #args > MAX_ARGS then
     -- The module's numkeys counts the counters only: one per POLICY.
@@ -1047,7 +1438,8 @@ local function rl_admitall(keys, args)
     local m = policies[i].META
     if m ~= nil then
       if not metas[m] then
-        fail('ERR META key \'' .. shown(m) .. '\' of POLICY ' .. i .. ' is not among the keys after the ' .. n .. ' counters')
+        fail('ERR META key \'' .. shown(m) .. '\' of POLICY ' .. i .. ' is not among the keys after the '
+          .. n .. ' counters')
       end
       named_metas[m] = true
     end
@@ -1056,20 +1448,20 @@ local function rl_admitall(keys, args)
   for i = n + 1, #keys do if not named_metas[keys[i]] then unused = unused + 1 end end
   if unused > 0 then fail('ERR one POLICY per key is needed: ' .. (n + unused) .. ' keys, ' .. n .. ' policies') end
   cost = cost or 1
-  local now = limiter_clock()
+  local now_ms, now_sub = clock()
   -- Every policy is resolved before any state is read.
   local members = {}
   for i = 1, n do
-    members[i] = {key = keys[i], policy = make_policy(policies[i], policies[i].META, now)}
+    local r = resolve(policies[i], policies[i].META)
+    local p = {admit = unlimited, refund = unlimited}
+    if r ~= nil then p = policy_of(r, now_ms) end
+    members[i] = {key = keys[i], policy = p}
   end
   for i = 1, n do
     local m = members[i]
-    if m.policy == nil then
-      m.decision = UNLIMITED
-    else
-      m.state = read_limiter(m.key, m.policy, now)
-      m.decision, m.write = admit(m.key, m.state, m.policy, cost, now)
-    end
+    local a, l, r, t, s, kind, value, expiry = m.policy.admit(m.policy, m.key, cost, now_ms, now_sub)
+    if a == nil then fail(l) end
+    m.decision, m.write = {a, l, r, t, s}, {kind, value, expiry}
   end
   local all = true
   for i = 1, n do if members[i].decision[1] == 0 then all = false end end
@@ -1079,17 +1471,18 @@ local function rl_admitall(keys, args)
     local m = members[i]
     local wait = m.decision[4]
     if all then
-      longest = math.max(longest, wait)
-      apply(m.key, m.write)
+      if wait > longest then longest = wait end
+      if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
     elseif m.decision[1] == 0 then
       -- A refusal consumes nothing, but makes the repair RL.ADMIT would.
-      apply(m.key, m.write)
+      if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
       if refused_by == 0 or (longest >= 0 and (wait < 0 or wait > longest)) then
         refused_by, longest = i, wait
       end
-    elseif m.policy ~= nil then
+    else
       -- Nothing was consumed: this member as it stands.
-      m.decision = admit(m.key, m.state, m.policy, 0, now)
+      local a, l, r, t, s = m.policy.admit(m.policy, m.key, 0, now_ms, now_sub)
+      m.decision = {a, l, r, t, s}
     end
     decisions[i] = named(DECISION_FIELDS, m.decision, format)
   end
@@ -1362,17 +1755,20 @@ end
 
 ---------------------------------------------------------------- registration
 
-server.register_function{function_name = 'rl_admit', callback = entry(rl_admit)}
+-- rl_admit, rl_refund and rl_throttle bind and pcall only where they may
+-- fail (see `update_limiter`).
+server.register_function{function_name = 'rl_admit', callback = rl_admit}
 server.register_function{function_name = 'rl_ttl', callback = entry(rl_ttl), flags = {'no-writes'}}
 server.register_function{function_name = 'rl_limit', callback = entry(rl_limit), flags = {'no-writes'}}
 server.register_function{function_name = 'rl_admitall', callback = entry(rl_admitall)}
-server.register_function{function_name = 'rl_refund', callback = entry(rl_refund)}
+server.register_function{function_name = 'rl_refund', callback = rl_refund}
 server.register_function{function_name = 'rl_reset', callback = entry(rl_reset)}
-server.register_function{function_name = 'rl_throttle', callback = entry(rl_throttle)}
+server.register_function{function_name = 'rl_throttle', callback = rl_throttle}
 server.register_function{function_name = 'rl_acquire', callback = entry(rl_acquire)}
 -- A release or a heartbeat frees or keeps memory: allowed when the server
 -- is out of memory, as the module's RL.RELEASE and RL.EXTEND are.
 server.register_function{function_name = 'rl_release', callback = entry(rl_release), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_extend', callback = entry(rl_extend), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_inflight', callback = entry(rl_inflight), flags = {'no-writes'}}
-server.register_function{function_name = 'rl_version', callback = entry(rl_version), flags = {'no-writes', 'allow-stale'}}
+server.register_function{function_name = 'rl_version', callback = entry(rl_version),
+                         flags = {'no-writes', 'allow-stale'}}

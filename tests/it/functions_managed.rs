@@ -135,8 +135,9 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
         p.extend(window);
         p
     };
-    // Every function, through every path that writes (SET, PEXPIREAT, DEL)
-    // or reads (GET, HMGET, PEXPIRETIME, TYPE, TIME).
+    // Every function, through every path that writes (SET, INCRBY,
+    // PEXPIRE, PEXPIREAT, DEL) or reads (GET, HMGET, PTTL, PEXPIRETIME,
+    // TYPE, TIME).
     let mut allowed: Vec<Vec<&str>> = Vec::new();
     for algo in ["fixed", "sliding", "token", "gcra", "leaky"] {
         let key = match algo {
@@ -150,6 +151,9 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
         let with = |head: &[&'static str], tail: &[&'static str]| -> Vec<&'static str> {
             [head, &p[..], tail].concat()
         };
+        allowed.push(with(&["RL.ADMIT", key], &[]));
+        // A second admit: the fixed window counts on an existing counter
+        // (INCRBY).
         allowed.push(with(&["RL.ADMIT", key], &[]));
         allowed.push(with(&["RL.ADMIT", key], &["COST", "0"]));
         allowed.push(with(&["RL.ADMIT", key], &["COST", "2"]));

@@ -1,7 +1,9 @@
 //! The hot path's instruction budget: `bench/budget.py` counts each limiter
 //! row's instructions per call under callgrind and holds it to its ratio to
-//! the FLOOR.ADMIT control in `bench/instruction-budget.tsv`. Counts, not
-//! timings: they do not move with the machine's load, so this can gate CI.
+//! the FLOOR.ADMIT control in `bench/instruction-budget.tsv`, and each of the
+//! FUNCTION library's FCALL rows to its ratio to the hand-written script of
+//! the same shape (`bench/lua/hand_*.lua`), measured in the same run. Counts,
+//! not timings: they do not move with the machine's load, so this can gate CI.
 //!
 //! Needs valgrind, redis-benchmark and python3 (`.ci/run` installs them) and
 //! the control module (`cargo test` builds the `api_floor` example). The

@@ -23,6 +23,7 @@ mod instruction_budget;
 mod lease_bounds;
 mod leases;
 mod load_functions;
+mod lua_inprocess;
 mod lua_oracle;
 mod reliability;
 mod replication;
