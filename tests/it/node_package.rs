@@ -269,13 +269,18 @@ fn outages(backend: Backend) {
             format!("ok {n} fail-{failure}: stopped: "),
             format!("ok {n} fail-{failure}: black-holed: "),
             format!("ok {n} fail-{failure}: restarted: served by Valkey again, no app restart"),
-            format!("ok {n} fail-{failure}: onError told once of the fall and once of the recovery"),
+            format!(
+                "ok {n} fail-{failure}: onError told once of the fall and once of the recovery"
+            ),
         ];
         if backend == Backend::Functions {
             expected[2].push_str(", the vanished library reloaded from the package's copy");
         }
         let out = run_expecting(cmd, &expected, &format!("PASS node outage {failure}"));
-        for line in out.lines().filter(|l| l.contains("requests, each within")) {
+        for line in out
+            .lines()
+            .filter(|l| l.contains("requests, each waited at most 350 ms"))
+        {
             assert!(line.ends_with(&format!("HTTP {status}")), "{line}");
         }
     }
@@ -328,4 +333,71 @@ fn node_detects_the_backend_and_loads_its_library_only_over_an_older_one() {
         };
         run_expecting(cmd, &expected, &format!("PASS node library {n}"));
     }
+}
+
+/// Limits chosen at run time: an operator's `HSET <meta> max N` at the next
+/// request, META per request, limit functions with the server deciding, and
+/// the header fields of the buckets against what would really pass.
+#[test]
+fn node_meta_and_limit_functions_take_effect_at_the_next_request() {
+    for backend in BOTH {
+        let server = backend.start();
+        let n = name(backend);
+        let Some(cmd) = program("test/dynamic.test.js", "", &server, backend) else {
+            return;
+        };
+        let mut expected = vec![
+            format!("ok {n}: HSET <meta> max N changes the cap at the next request"),
+            format!("ok {n}: HSET <meta> duration sets the window"),
+            format!("ok {n}: meta as an async function of the request: free 1, pro 3"),
+            format!("ok {n}: limit as a function of the request with the server deciding"),
+            format!("ok {n}: a token bucket (3 per 10 s, burst 5) through express-rate-limit"),
+            format!("ok {n}: Limiter.admit with meta: HSET max 2 admits the next call"),
+        ];
+        for bucket in [
+            "token burst 5",
+            "gcra burst 5",
+            "leaky burst 5",
+            "token burst 2",
+            "gcra burst 1",
+            "leaky burst 1",
+        ] {
+            expected.push(format!(
+                "ok {n}: headers() of {bucket}: r is what would pass now"
+            ));
+        }
+        run_expecting(cmd, &expected, "PASS node dynamic");
+    }
+}
+
+/// iovalkey, ioredis, node-redis and @valkey/valkey-glide: each runs the
+/// store over HTTP and the Limiter (limits, leases, headers), raises error
+/// replies, and fails open within the deadline while its server is down.
+fn every_client(backend: Backend) {
+    let Some(mut cmd) = node() else {
+        return;
+    };
+    let n = name(backend);
+    cmd.arg("test/clients.test.js").env("RL_EXPECT_BACKEND", n);
+    let mut expected = Vec::new();
+    for client in ["iovalkey", "ioredis", "node-redis", "valkey-glide"] {
+        expected.push(format!(
+            "ok {n} {client}: ValkeyStore over HTTP: 200 200 429"
+        ));
+        expected.push(format!(
+            "ok {n} {client}: Limiter admit/refund/ttl/reset/headers, leases"
+        ));
+        expected.push(format!("ok {n} {client}: down: fail-open within 350 ms"));
+    }
+    run_expecting(cmd, &expected, "PASS node clients");
+}
+
+#[test]
+fn node_every_client_on_the_module() {
+    every_client(Backend::Module);
+}
+
+#[test]
+fn node_every_client_on_the_function_library() {
+    every_client(Backend::Functions);
 }

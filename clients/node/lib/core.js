@@ -18,9 +18,10 @@ const UNAVAILABLE_RETRY_MS = 1000;
 // The HTTP status of a request refused for want of Valkey (fail-closed).
 const UNAVAILABLE_STATUS = 503;
 // The LIMIT of a fixed window that counts every hit and refuses none, as
-// express-rate-limit's MemoryStore does (the middleware decides): 2^53 - 1,
-// exact in JavaScript and in the library's Lua numbers.
-const COUNT_EVERY_HIT = Number.MAX_SAFE_INTEGER;
+// express-rate-limit's MemoryStore does (the middleware decides): 10^12 hits
+// in one window, far from 2^53, which some clients' RESP3 parsers do not
+// read exactly.
+const COUNT_EVERY_HIT = 1e12;
 
 // Error codes of a server that is there but cannot answer now (and the kinds
 // valkey-glide reports them as): treated as unreachable.
@@ -158,25 +159,40 @@ function callWords(backend, call, keys, args) {
 
 // ------------------------------------------------------------- the replies
 
+/** A reply this package cannot read: raised, never taken for an outage. */
+function badReply(message) {
+  const e = new Error(`valkey-ratelimit: ${message}`);
+  e.unreachable = false;
+  return e;
+}
+
 /** A reply integer from any client: number, bigint or numeric string. */
 function toInt(v) {
   const n = typeof v === "bigint" ? Number(v) : Number(v);
   if (v === null || v === undefined || v === "" || !Number.isSafeInteger(n)) {
-    throw new Error(`valkey-ratelimit: expected an integer in the reply, got ${show(v)}`);
+    throw badReply(`expected an integer in the reply, got ${show(v)}`);
   }
   return n;
 }
 
-// The fields of a RESP2 array, or of the module's RESP3 map (a Map or a
-// plain object, depending on the client).
+// valkey-glide's map: [{ key, value }, ...].
+const isRecordList = (reply) =>
+  Array.isArray(reply) && reply.length > 0 && reply.every((x) => x !== null && typeof x === "object" && "key" in x && "value" in x);
+
+// The fields of a RESP2 array, or of the module's RESP3 map: a Map, a plain
+// object, the flat [name, value, ...] array ioredis makes of it, or
+// valkey-glide's list of { key, value } records.
 function fieldsOf(reply, names, what) {
   let values;
-  if (Array.isArray(reply)) values = reply;
+  if (isRecordList(reply)) {
+    const byName = new Map(reply.map(({ key, value }) => [String(key), value]));
+    values = names.map((f) => byName.get(f));
+  } else if (Array.isArray(reply) && reply.length === 2 * names.length && names.every((f, i) => String(reply[2 * i]) === f)) {
+    values = names.map((_, i) => reply[2 * i + 1]);
+  } else if (Array.isArray(reply)) values = reply;
   else if (reply instanceof Map) values = names.map((f) => reply.get(f));
   else if (reply && typeof reply === "object") values = names.map((f) => reply[f]);
-  if (!values || values.length !== names.length) {
-    throw new Error(`valkey-ratelimit: unexpected ${what} reply ${show(reply)}`);
-  }
+  if (!values || values.length !== names.length) throw badReply(`unexpected ${what} reply ${show(reply)}`);
   return values;
 }
 

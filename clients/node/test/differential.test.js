@@ -196,7 +196,8 @@ async function sequences(expect) {
   const runOne = async (cfg) => {
     const logged = { m: [], v: [] };
     const memory = tracked(new MemoryStore());
-    const storeOptions = { sendCommand: send };
+    // The deadline is not what this test is about: a busy machine gets time.
+    const storeOptions = { sendCommand: send, timeoutMs: 5000 };
     if (cfg.prefix !== undefined) storeOptions.prefix = cfg.prefix;
     if (cfg.algorithm !== undefined) storeOptions.algorithm = cfg.algorithm;
     if (cfg.meta) {
@@ -287,10 +288,10 @@ async function bypass(expect) {
   await c.hset("bypass:meta", "max", "2", "duration", "10000");
   const cases = [
     ["MemoryStore", () => new MemoryStore(), 2],
-    ["ValkeyStore", () => new ValkeyStore({ sendCommand: send, prefix: "bypass:count:" }), 2],
-    ["ValkeyStore (sliding)", () => new ValkeyStore({ sendCommand: send, prefix: "bypass:sliding:", algorithm: "sliding" }), 2],
-    ["ValkeyStore (token)", () => new ValkeyStore({ sendCommand: send, prefix: "bypass:token:", algorithm: "token" }), 2],
-    ["ValkeyStore (META)", () => new ValkeyStore({ sendCommand: send, prefix: "bypass:meta:", meta: "bypass:meta" }), 2],
+    ["ValkeyStore", () => new ValkeyStore({ sendCommand: send, timeoutMs: 5000, prefix: "bypass:count:" }), 2],
+    ["ValkeyStore (sliding)", () => new ValkeyStore({ sendCommand: send, timeoutMs: 5000, prefix: "bypass:sliding:", algorithm: "sliding" }), 2],
+    ["ValkeyStore (token)", () => new ValkeyStore({ sendCommand: send, timeoutMs: 5000, prefix: "bypass:token:", algorithm: "token" }), 2],
+    ["ValkeyStore (META)", () => new ValkeyStore({ sendCommand: send, timeoutMs: 5000, prefix: "bypass:meta:", meta: "bypass:meta" }), 2],
   ];
   const expected = [200, 200, ...Array(8).fill(429)];
   const limiters = new Map();
@@ -324,8 +325,8 @@ async function bypass(expect) {
 
   const zero = [
     ["MemoryStore", () => new MemoryStore()],
-    ["ValkeyStore", () => new ValkeyStore({ sendCommand: send, prefix: "zero:" })],
-    ["ValkeyStore (sliding)", () => new ValkeyStore({ sendCommand: send, prefix: "zero-s:", algorithm: "sliding" })],
+    ["ValkeyStore", () => new ValkeyStore({ sendCommand: send, timeoutMs: 5000, prefix: "zero:" })],
+    ["ValkeyStore (sliding)", () => new ValkeyStore({ sendCommand: send, timeoutMs: 5000, prefix: "zero-s:", algorithm: "sliding" })],
   ];
   for (const [i, [name, make]] of zero.entries()) {
     const logged = [];

@@ -71,7 +71,7 @@ function assertSecondsIn(value, [lo, hi], what) {
 
 function limiterFor(c, extra = {}) {
   const { rateLimit: rateLimitOptions, ...storeOptions } = extra;
-  const store = new ValkeyStore({ sendCommand: (...args) => c.call(...args), ...storeOptions });
+  const store = new ValkeyStore({ sendCommand: (...args) => c.call(...args), timeoutMs: 5000, ...storeOptions });
   const middleware = rateLimit({
     windowMs: 10000,
     limit: 3,
@@ -160,7 +160,7 @@ async function live(expectBackend) {
   }
 
   // The plain limiter.
-  const limiter = new Limiter({ sendCommand: (...args) => c.call(...args), prefix: "plain:" });
+  const limiter = new Limiter({ sendCommand: (...args) => c.call(...args), timeoutMs: 5000, prefix: "plain:" });
   assert.equal(await limiter.backend(), expectBackend);
   const policy = { limit: 2, windowMs: 5000 };
   let d = await limiter.admit("k", policy);
@@ -200,7 +200,7 @@ async function live(expectBackend) {
     ok("functions: backend 'module' forced on a library-only server raises unknown command");
     await c.call("FUNCTION", "DELETE", "ratelimit");
     const c2 = client();
-    const bare = new Limiter({ sendCommand: (...args) => c2.call(...args), library: false });
+    const bare = new Limiter({ sendCommand: (...args) => c2.call(...args), timeoutMs: 5000, library: false });
     await assert.rejects(
       bare.admit("k", policy),
       (e) => e instanceof BackendMissingError && e.message.includes("valkey-cli -x FUNCTION LOAD REPLACE < ratelimit.lua"),
@@ -278,7 +278,7 @@ async function cluster() {
   c.on("error", () => {});
   const send = (...args) => c.call(...args);
   for (const backend of ["module", "functions"]) {
-    const limiter = new Limiter({ sendCommand: send, backend: backend === "module" ? "auto" : "functions" });
+    const limiter = new Limiter({ sendCommand: send, timeoutMs: 5000, backend: backend === "module" ? "auto" : "functions" });
     assert.equal(await limiter.backend(), backend);
     // {a}, {b} and {c} hash to slots owned by three different primaries.
     for (const tag of ["a", "b", "c"]) {

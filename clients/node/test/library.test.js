@@ -36,7 +36,7 @@ async function loaded(c) {
 // A new limiter on its own connection, so nothing it finds is cached.
 function fresh(options = {}) {
   const c = client(options.client);
-  const limiter = new Limiter({ sendCommand: sendVia(c), ...options.limiter });
+  const limiter = new Limiter({ sendCommand: sendVia(c), timeoutMs: 5000, ...options.limiter });
   return { c, limiter };
 }
 

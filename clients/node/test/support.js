@@ -62,6 +62,22 @@ async function get(url, headers = {}) {
   return { status: res.status, headers: res.headers, body, ms: performance.now() - started };
 }
 
+/**
+ * How late this process's event loop has run since the last reset, in ms:
+ * on a machine busy with other tests, a timer set for 250 ms may fire later
+ * than that, and no code in the process can answer sooner.
+ */
+function loopLag() {
+  const { monitorEventLoopDelay } = require("node:perf_hooks");
+  const h = monitorEventLoopDelay({ resolution: 10 });
+  h.enable();
+  return {
+    maxMs: () => h.max / 1e6,
+    reset: () => h.reset(),
+    stop: () => h.disable(),
+  };
+}
+
 /** Server time in ms. */
 async function timeMs(c) {
   const [s, us] = await c.call("TIME");
@@ -119,19 +135,36 @@ class OwnServer {
     this.child = null;
   }
 
+  /** Starts it (again, on the same port once it has one); resolves once it answers as itself. */
   async start() {
-    if (this.port === undefined) this.port = await freePort();
+    for (let attempt = 0; ; attempt++) {
+      if (this.port === undefined || (attempt > 0 && !this.started)) this.port = await freePort();
+      if (await this.launch()) break;
+      assert.ok(attempt < 5 && !this.started, `valkey-server could not start on port ${this.port}`);
+    }
+    this.started = true;
+    return this;
+  }
+
+  // One try: false if another process held the port (ours then exits).
+  async launch() {
     const args = ["--port", String(this.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"];
     args.push("--dir", this.dir, ...this.args);
     if (this.module) args.push("--loadmodule", this.module);
     else args.push("--enable-module-command", "no");
-    this.child = spawn(this.binary, args, { stdio: "ignore" });
-    const c = client({ retryStrategy: () => 20, maxRetriesPerRequest: null }, this.port);
+    const child = spawn(this.binary, args, { stdio: "ignore" });
+    this.child = child;
+    const exited = new Promise((resolve) => child.once("exit", () => resolve(false)));
+    const c = client({ retryStrategy: () => 20, maxRetriesPerRequest: null, enableOfflineQueue: true }, this.port);
     try {
       const deadline = Date.now() + 10000;
       for (;;) {
+        if (child.exitCode !== null || child.signalCode !== null) return false;
         try {
-          if ((await Promise.race([c.ping(), sleep(500).then(() => "")])) === "PONG") break;
+          const info = await Promise.race([c.info("server"), sleep(500).then(() => ""), exited]);
+          // Someone answers: ours only if its pid is our child's.
+          const pid = /process_id:(\d+)/.exec(info || "");
+          if (pid) return Number(pid[1]) === child.pid ? true : (child.kill("SIGKILL"), false);
         } catch {
           // not up yet
         }
@@ -141,12 +174,11 @@ class OwnServer {
     } finally {
       c.disconnect();
     }
-    return this;
   }
 
   /** SIGKILL and wait for the exit: nothing persisted, the port free again. */
   async stop() {
-    if (!this.child || this.child.exitCode !== null) return;
+    if (!this.child || this.child.exitCode !== null || this.child.signalCode !== null) return;
     const exited = new Promise((resolve) => this.child.once("exit", resolve));
     this.child.kill("SIGKILL");
     await exited;
@@ -158,8 +190,16 @@ class OwnServer {
   }
 }
 
-/** Runs `main`, prints `PASS node <name>`, exits non-zero on a failure. */
+/**
+ * Runs `main`, prints `PASS node <name>`, exits non-zero on a failure, and
+ * also when the program would end with `main` still waiting on something
+ * that can no longer happen.
+ */
 function runMain(name, main) {
+  process.once("beforeExit", () => {
+    console.error(`FAIL node ${name}: the program ran out of work before main() finished`);
+    process.exit(1);
+  });
   main()
     .then(() => {
       console.log(`PASS node ${name}`);
@@ -190,6 +230,7 @@ module.exports = {
   serve,
   get,
   timeMs,
+  loopLag,
   random,
   seedOf,
   freePort,

@@ -95,6 +95,9 @@ test("RL.ADMIT replies from every client shape: RESP2 array, RESP3 Map, plain ob
   assert.deepEqual({ ...core.parseDecision([1n, 5n, 4n, 0n, 999n], "module") }, want);
   assert.deepEqual({ ...core.parseDecision(new Map(Object.entries(fields)), "module") }, want);
   assert.deepEqual({ ...core.parseDecision(fields, "module") }, want);
+  assert.deepEqual({ ...core.parseDecision(Object.entries(fields).flat(), "module") }, want);
+  const records = Object.entries(fields).map(([key, value]) => ({ key, value }));
+  assert.deepEqual({ ...core.parseDecision(records, "module") }, want);
   const d = core.parseDecision([0, 5, 0, 1500, 2000], "functions", { windowMs: 60000, name: "api", limit: 5 });
   assert.ok(Object.isFrozen(d));
   assert.equal(d.windowMs, 60000);
@@ -104,6 +107,8 @@ test("RL.ADMIT replies from every client shape: RESP2 array, RESP3 Map, plain ob
   assert.throws(() => core.parseDecision("OK", "module"), /unexpected RL.ADMIT reply/);
   assert.throws(() => core.parseDecision([1, 5, 4, 0, 2 ** 60], "module"), /expected an integer/);
   assert.throws(() => core.parseDecision([1, 5, null, 0, 1], "module"), /expected an integer/);
+  // A reply that cannot be read is raised, never taken for an outage.
+  assert.throws(() => core.parseDecision([1, 2, 3], "module"), (e) => core.errorKind(e) === "reply");
 });
 
 test("RL.ACQUIRE replies: the lease id, or null when refused", () => {
