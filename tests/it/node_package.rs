@@ -401,3 +401,34 @@ fn node_every_client_on_the_module() {
 fn node_every_client_on_the_function_library() {
     every_client(Backend::Functions);
 }
+
+/// waitReplicas (issue 30): a primary and a replica whose link the program
+/// cuts (through its own proxy); an unconfirmed lease is released and
+/// refused, so a failover to the replica leaves one holder of a LIMIT 1
+/// lease where, without the option, there are two.
+#[test]
+fn node_wait_replicas_turns_the_double_holder_into_a_refusal() {
+    for backend in BOTH {
+        let primary = backend.start();
+        let replica = backend.start();
+        let n = name(backend);
+        let Some(mut cmd) = program("test/durability.test.js", "", &primary, backend) else {
+            return;
+        };
+        cmd.env("RL_REPLICA_PORT", replica.port.to_string());
+        run_expecting(
+            cmd,
+            &[
+                format!("ok {n}: linked: WAIT 1 confirms every grant"),
+                format!(
+                    "ok {n}: link cut: an unconfirmed lease is released and refused, a hit \
+                     refunded and refused, the store answers 503"
+                ),
+                format!(
+                    "ok {n}: after the failover, LIMIT 1: 2 holders without waitReplicas, 1 with it"
+                ),
+            ],
+            "PASS node durability",
+        );
+    }
+}
