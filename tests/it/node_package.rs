@@ -309,7 +309,8 @@ fn node_outages_are_answered_within_the_deadline_on_the_function_library() {
 /// Auto-detection and the shipped library: the module first; else the
 /// loaded library, replaced when older (or without rl_version) and never
 /// when newer; else the package's copy, loaded when the user may; else an
-/// error naming the admin command.
+/// error naming the admin command. The minimal ACL user works on both
+/// (the first call is the probe: no key but the caller's is touched).
 #[test]
 fn node_detects_the_backend_and_loads_its_library_only_over_an_older_one() {
     for backend in BOTH {
@@ -319,7 +320,12 @@ fn node_detects_the_backend_and_loads_its_library_only_over_an_older_one() {
             return;
         };
         let expected: Vec<String> = match backend {
-            Backend::Module => vec!["ok module: the module wins over a loaded library".into()],
+            Backend::Module => vec![
+                "ok module: the module wins over a loaded library".into(),
+                "ok module: the minimal ACL user (-@all +@ratelimit, ~app:*) admits and leases; \
+                 iovalkey quiet with enableReadyCheck: false or +info, warns without"
+                    .into(),
+            ],
             Backend::Functions => vec![
                 "ok functions: none -> loads 0.1.0; 0.0.1 and one without rl_version -> replaced by 0.1.0; \
                  9.9.9 -> kept (never over a newer one); 0.1.0 -> kept"
@@ -329,6 +335,7 @@ fn node_detects_the_backend_and_loads_its_library_only_over_an_older_one() {
                  `valkey-cli -x FUNCTION LOAD REPLACE < ratelimit.lua`"
                     .into(),
                 "ok functions: not allowed to load it, an older library stays in use".into(),
+                "ok functions: the minimal ACL user (-@all +fcall +fcall_ro ".into(),
             ],
         };
         run_expecting(cmd, &expected, &format!("PASS node library {n}"));

@@ -14,8 +14,10 @@ const { BackendMissingError, LeaseRefusedError, LeaseLostError } = require("./er
 
 const { CALLS } = core;
 
-// The backend found for each sendCommand function: a promise of 'module' or 'functions'.
+// The backend found for each sendCommand function: 'module' or 'functions'.
 const detected = new WeakMap();
+// The library being made ready through each sendCommand function: a promise.
+const preparing = new WeakMap();
 
 function checkLeaseId(id) {
   if (typeof id !== "string" || id === "") throw new core.ConfigError("id", "a non-empty string", id);
@@ -63,9 +65,18 @@ class Limiter {
     this.link = new Link({ timeoutMs, failure: this.failure, onError });
   }
 
-  /** The backend in use: 'module' or 'functions'; detected on first use. */
+  /**
+   * The backend in use: 'module' or 'functions'. Known after the first call;
+   * before it, found with a read-only RL.LIMIT on `<prefix>valkey-ratelimit:probe`.
+   */
   async backend() {
-    return this.link.run(() => this.detect());
+    if (this.backendOption !== "auto") return this.backendOption;
+    return this.link.run(async () => {
+      const known = detected.get(this.sendCommand);
+      if (known) return known;
+      const probe = [CALLS.limit, [`${this.prefix}valkey-ratelimit:probe`], []];
+      return (await this.discover(...probe)).backend;
+    });
   }
 
   // The words one command takes: through the client, as strings.
@@ -73,80 +84,104 @@ class Limiter {
     return this.sendCommand(...words);
   }
 
-  detect() {
-    if (this.backendOption !== "auto") return this.backendOption;
-    let found = detected.get(this.sendCommand);
-    if (!found) {
-      found = this.probe();
-      detected.set(this.sendCommand, found);
-      // A failed probe is not remembered: the next call probes again.
-      found.catch(() => detected.get(this.sendCommand) === found && detected.delete(this.sendCommand));
+  // One call on the backend known for this client; found by the call itself
+  // the first time, and again when the backend went away (module unloaded,
+  // library flushed by a restart without persistence).
+  async call(call, keys, args) {
+    const backend = this.backendOption !== "auto" ? this.backendOption : detected.get(this.sendCommand);
+    if (backend === undefined) return this.discover(call, keys, args);
+    try {
+      return { reply: await this.send(core.callWords(backend, call, keys, args)), backend };
+    } catch (e) {
+      const gone =
+        (backend === "functions" && core.isFunctionMissing(e)) || (backend === "module" && core.isUnknownCommand(e));
+      if (!gone || this.backendOption === "module") throw e;
+      if (this.backendOption === "functions") {
+        await this.readyLibrary();
+        return { reply: await this.send(core.callWords(backend, call, keys, args)), backend };
+      }
+      if (detected.get(this.sendCommand) === backend) detected.delete(this.sendCommand);
+      return this.discover(call, keys, args);
     }
-    return found;
   }
 
-  // The module if it answers, else the library (loaded or brought up to
-  // this package's version when that is allowed).
-  async probe() {
+  // The call itself is the probe, so that no key but the caller's is ever
+  // touched (an ACL may allow no other): the module's form first; on
+  // "unknown command", the library, made ready, and its form.
+  async discover(call, keys, args) {
     try {
-      await this.send([CALLS.limit.command, `${this.prefix}valkey-ratelimit:probe`]);
-      return "module";
+      const reply = await this.send(core.callWords("module", call, keys, args));
+      detected.set(this.sendCommand, "module");
+      return { reply, backend: "module" };
     } catch (e) {
       if (!core.isUnknownCommand(e)) throw e;
     }
-    let version;
+    await this.readyLibrary();
     try {
-      version = String(await this.send(["FCALL_RO", "rl_version", "0"]));
+      const reply = await this.send(core.callWords("functions", call, keys, args));
+      detected.set(this.sendCommand, "functions");
+      return { reply, backend: "functions" };
     } catch (e) {
       if (!core.isFunctionMissing(e)) throw e;
-      // No rl_version: a library older than any this package ships, or none.
-      try {
-        await this.send(["FCALL_RO", CALLS.limit.fn, "1", `${this.prefix}valkey-ratelimit:probe`]);
-        version = null;
-      } catch (e2) {
-        if (!core.isFunctionMissing(e2)) throw e2;
-        await this.loadLibrary(false, e2);
-        return "functions";
-      }
+      const reason = !this.library
+        ? "loading it is turned off (library: false)"
+        : this.loadRefused
+          ? "this user may not FUNCTION LOAD"
+          : "FUNCTION LOAD reached another server (on a cluster, load it into every primary)";
+      throw new BackendMissingError(reason, this.library && this.library.path, e);
     }
-    if (this.library && core.compareVersions(version, this.library.version) < 0) await this.loadLibrary(true);
-    return "functions";
   }
 
-  // FUNCTION LOAD of this package's library: over an older one (`replace`),
-  // or where there is none. Refused for want of permission, an older library
-  // stays in use; a missing one is an error that names the admin command.
-  async loadLibrary(replace, cause) {
-    if (!this.library) {
-      if (replace) return;
-      throw new BackendMissingError("loading it is turned off (library: false)", null, cause);
+  // The library, brought up to this package's copy where it is missing or
+  // older (one without rl_version counts as older than any), never over a
+  // newer one. One client's concurrent first calls share the work.
+  readyLibrary() {
+    let ready = preparing.get(this.sendCommand);
+    if (!ready) {
+      ready = this.prepareLibrary().finally(() => preparing.delete(this.sendCommand));
+      preparing.set(this.sendCommand, ready);
     }
+    return ready;
+  }
+
+  async prepareLibrary() {
+    this.loadRefused = false;
+    const version = await this.loadedVersion();
+    if (!this.library) return;
+    if (version !== undefined) {
+      if (core.compareVersions(version, this.library.version) < 0) await this.loadLibrary(true);
+      return;
+    }
+    // None, or one older than rl_version: loading without REPLACE tells them apart.
+    if (await this.loadLibrary(false)) return;
+    const now = await this.loadedVersion(); // another client's, loaded a moment ago?
+    if (now === undefined || core.compareVersions(now, this.library.version) < 0) await this.loadLibrary(true);
+  }
+
+  // The loaded library's version, or undefined when it states none (or there is none).
+  async loadedVersion() {
+    try {
+      return String(await this.send(["FCALL_RO", "rl_version", "0"]));
+    } catch (e) {
+      if (!core.isFunctionMissing(e)) throw e;
+      return undefined;
+    }
+  }
+
+  // FUNCTION LOAD of this package's library, over an older one (`replace`)
+  // or where there is none: true if loaded. Not permitted, it is left to the
+  // call to find the library there (an older one stays in use) or not.
+  async loadLibrary(replace) {
     try {
       await this.send(["FUNCTION", "LOAD", ...(replace ? ["REPLACE"] : []), this.library.source]);
+      return true;
     } catch (e) {
-      if (core.isLibraryExists(e)) return; // another client loaded it meanwhile
-      if (replace && core.isNoPermission(e)) return;
+      if (core.isLibraryExists(e)) return false;
       if (core.isNoPermission(e)) {
-        throw new BackendMissingError("this user may not FUNCTION LOAD", this.library.path, e);
+        this.loadRefused = true;
+        return false;
       }
       throw e;
-    }
-  }
-
-  // One call, its backend detected first. A backend that went away since
-  // (module unloaded, library flushed by a restart without persistence) is
-  // detected, and the library loaded, again, once.
-  async call(call, keys, args) {
-    let backend = await this.detect();
-    try {
-      return { reply: await this.send(core.callWords(backend, call, keys, args)), backend };
-    } catch (e) {
-      const stale =
-        (backend === "functions" && core.isFunctionMissing(e)) || (backend === "module" && core.isUnknownCommand(e));
-      if (this.backendOption !== "auto" || !stale) throw e;
-      detected.delete(this.sendCommand);
-      backend = await this.detect();
-      return { reply: await this.send(core.callWords(backend, call, keys, args)), backend };
     }
   }
 

@@ -40,6 +40,51 @@ function fresh(options = {}) {
   return { c, limiter };
 }
 
+// The minimal ACL user (docs/managed-valkey.md's rule for the library; the
+// module's commands are its @ratelimit category): the package finds its
+// backend with no key but the caller's. iovalkey's ready check runs INFO,
+// which the rule denies: without `enableReadyCheck: false` (or +info in the
+// rule) iovalkey warns on every connect.
+const MINIMAL = {
+  functions: "-@all +fcall +fcall_ro +time +get +set +del +pexpireat +pexpiretime +hmget +type +zrange +zcard +zscore +zadd +zrem",
+  module: "-@all +@ratelimit",
+};
+
+async function minimalUser(backend) {
+  const admin = client();
+  await admin.call("ACL", "SETUSER", "app", "reset", "on", ">app-password", "resetkeys", "~app:*", "resetchannels", ...MINIMAL[backend].split(" "));
+  const warnings = [];
+  const warn = console.warn;
+  console.warn = (...args) => warnings.push(args.join(" "));
+  try {
+    for (const [readyCheck, extra] of [[false, []], [true, ["+info"]], [true, []]]) {
+      await admin.call("ACL", "SETUSER", "app", ...(extra.length ? extra : ["-info"]));
+      warnings.length = 0;
+      const c = client({ username: "app", password: "app-password", enableReadyCheck: readyCheck });
+      await c.call("PING").catch(() => {});
+      const limiter = new Limiter({ sendCommand: sendVia(c), prefix: "app:", timeoutMs: 5000 });
+      const d = await limiter.admit(`acl:${readyCheck}:${extra}`, policy);
+      assert.equal(d.admitted, true);
+      assert.equal(d.backend, backend);
+      const lease = await limiter.acquire(`acl-lease:${readyCheck}:${extra}`, { limit: 1, ttlMs: 1000 });
+      assert.equal(lease.acquired, true);
+      await assert.rejects(new Limiter({ sendCommand: sendVia(c), timeoutMs: 5000 }).admit("other", policy), /NOPERM/);
+      const skipped = warnings.filter((w) => /Skipping the ready check/.test(w)).length;
+      if (readyCheck && extra.length === 0) assert.ok(skipped > 0, "iovalkey warns when INFO is denied");
+      else assert.equal(skipped, 0, `no warning (enableReadyCheck ${readyCheck}, ${extra.join(" ") || "no +info"})`);
+      c.disconnect();
+    }
+  } finally {
+    console.warn = warn;
+    await admin.call("ACL", "DELUSER", "app");
+    admin.disconnect();
+  }
+  ok(
+    `${backend}: the minimal ACL user (${MINIMAL[backend]}, ~app:*) admits and leases; ` +
+      "iovalkey quiet with enableReadyCheck: false or +info, warns without",
+  );
+}
+
 async function moduleFirst() {
   const c = client();
   await c.call("FUNCTION", "LOAD", "REPLACE", withVersion("0.0.1"));
@@ -124,4 +169,5 @@ runMain(`library ${process.argv[2]}`, async () => {
   assert.equal(phase, expect, `phase ${phase} on a ${expect} server (port ${PORT})`);
   if (phase === "module") await moduleFirst();
   else await functions();
+  await minimalUser(phase);
 });
