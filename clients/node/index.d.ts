@@ -12,7 +12,7 @@ export const ALGORITHMS: readonly Algorithm[];
 
 /** What onError is told: once when Valkey becomes unreachable, once when it answers again. */
 export type LinkEvent =
-  | { readonly state: "down"; readonly error: unknown; readonly failure: FailurePolicy | "throw" }
+  | { readonly state: "down"; readonly error: unknown; readonly failure: FailurePolicy }
   | { readonly state: "up"; readonly downForMs: number };
 
 export interface Policy {

@@ -12,6 +12,8 @@ const { AsyncLocalStorage } = require("node:async_hooks");
 const diagnostics = require("node:diagnostics_channel");
 
 const storage = new AsyncLocalStorage();
+// Held here: a channel nobody references may be collected with its subscribers.
+const requests = diagnostics.channel("http.server.request.start");
 let listening = false;
 
 function enter({ request, response }) {
@@ -22,7 +24,7 @@ function enter({ request, response }) {
 function followRequests() {
   if (listening) return;
   listening = true;
-  diagnostics.channel("http.server.request.start").subscribe(enter);
+  requests.subscribe(enter);
 }
 
 /** { request, response } of the HTTP request being handled, or undefined. */

@@ -8,6 +8,8 @@
 const ALGORITHMS = Object.freeze(["fixed", "sliding", "token", "gcra", "leaky"]);
 const BACKENDS = Object.freeze(["auto", "module", "functions"]);
 const FAILURE_POLICIES = Object.freeze(["open", "closed"]);
+// One call may also ask to have an unreachable Valkey thrown, not answered for.
+const CALL_FAILURE_POLICIES = Object.freeze([...FAILURE_POLICIES, "throw"]);
 // What happens to a grant that WAIT did not see on enough replicas.
 const UNCONFIRMED_POLICIES = Object.freeze(["keep", "refuse"]);
 
@@ -365,6 +367,7 @@ module.exports = {
   ALGORITHMS,
   BACKENDS,
   FAILURE_POLICIES,
+  CALL_FAILURE_POLICIES,
   UNCONFIRMED_POLICIES,
   DEFAULT_TIMEOUT_MS,
   UNAVAILABLE_RETRY_MS,

@@ -50,7 +50,7 @@ class Limiter {
     this.sendCommand = sendCommand;
     this.prefix = core.keyPart("prefix", prefix);
     this.backendOption = core.oneOf("backend", backend, core.BACKENDS);
-    this.failure = core.oneOf("failure", failure, [...core.FAILURE_POLICIES, "throw"]);
+    this.failure = core.oneOf("failure", failure, core.FAILURE_POLICIES);
     core.safeInteger("timeoutMs", timeoutMs, 1);
     if (library !== undefined && library !== false) core.string("library", library);
     this.library = library === false ? null : library === undefined ? bundledLibrary() : librarySource(library);
@@ -63,6 +63,8 @@ class Limiter {
     if (unknown !== undefined) throw core.ConfigError.unknown(unknown, "Limiter");
     this.defaults = core.checkPolicy(policy, { needsRate: false });
     this.link = new Link({ timeoutMs, failure: this.failure, onError });
+    // Whether this limiter was refused FUNCTION LOAD, for the error that follows.
+    this.loadRefused = false;
   }
 
   /**
@@ -214,7 +216,7 @@ class Limiter {
    */
   async admit(key, options = {}) {
     const policy = this.policyOf(options);
-    const failure = options.failure === undefined ? this.failure : core.oneOf("failure", options.failure, [...core.FAILURE_POLICIES, "throw"]);
+    const failure = options.failure === undefined ? this.failure : core.oneOf("failure", options.failure, core.CALL_FAILURE_POLICIES);
     const cost = policy.cost ?? 1;
     const args = [...core.policyArgs(policy), "COST", String(cost)];
     const keys = this.keysOf(key, policy.meta);

@@ -9,10 +9,12 @@
 //   then behave as they do there, and a skipped request only ever gives back
 //   the hit it made.
 // - the server's (another algorithm, or a META hash): RL.ADMIT decides with
-//   the real policy, and refuses without counting. A refused request that
-//   express-rate-limit skips afterwards (skipFailedRequests: a 429 is a
-//   failure) must then give nothing back: the store remembers, per request,
-//   which of its increments were refusals.
+//   the real policy, and refuses without counting.
+//
+// Either way a request that express-rate-limit skips afterwards
+// (skipFailedRequests: a 429 is a failure) gives back only a hit it made: the
+// store remembers, per request, which of its increments counted nothing (a
+// refusal, or an answer of the failure policy).
 "use strict";
 
 const core = require("./core");
@@ -51,7 +53,6 @@ class ValkeyStore {
     if (policyOption !== undefined) {
       throw core.ConfigError.unknown(policyOption, "ValkeyStore (express-rate-limit's limit and windowMs are the policy)");
     }
-    if (limiterOptions.failure !== undefined) core.oneOf("failure", limiterOptions.failure, core.FAILURE_POLICIES);
     this.limiter = new Limiter({ ...limiterOptions, prefix });
     this.prefix = prefix;
     this.algorithm = algorithm === undefined ? undefined : core.oneOf("algorithm", algorithm, core.ALGORITHMS);
@@ -66,17 +67,17 @@ class ValkeyStore {
     this.failureStatus = core.check("failureStatus", failureStatus, HTTP_ERROR_STATUS);
     // Who decides: the middleware (counting every hit) or the server.
     this.decides = meta !== undefined || (algorithm !== undefined && algorithm !== "fixed");
-    if (this.decides) followRequests();
+    followRequests();
     // Keys live in Valkey, shared by every instance.
     this.localKeys = false;
     this.windowMs = undefined;
     this.limit = undefined;
     this.initError = undefined;
-    // Which increments were refusals: per request where there is one, else
+    // Which increments counted nothing: per request where there is one, else
     // per key for at most two windows (express-rate-limit decrements in the
     // process that incremented, right after the response).
     this.marks = new WeakMap();
-    this.refusals = [new Map(), new Map()];
+    this.uncounted = [new Map(), new Map()];
     this.sweeper = undefined;
   }
 
@@ -91,8 +92,8 @@ class ValkeyStore {
       this.initError = e;
       throw e;
     }
-    if (this.decides && this.sweeper === undefined) {
-      this.sweeper = setInterval(() => this.refusals.unshift(new Map()) && this.refusals.pop(), this.windowMs);
+    if (this.sweeper === undefined) {
+      this.sweeper = setInterval(() => this.uncounted.unshift(new Map()) && this.uncounted.pop(), this.windowMs);
       if (typeof this.sweeper.unref === "function") this.sweeper.unref();
     }
   }
@@ -157,7 +158,10 @@ class ValkeyStore {
 
   // express-rate-limit's way: count the hit, report the count.
   async count(key) {
-    const decision = await this.admit(key, { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs });
+    const context = currentRequest();
+    const policy = { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs };
+    const decision = await this.admit(key, policy);
+    this.mark(context, key, policy, decision !== null);
     // Failing open: the first hit of a fresh window.
     if (decision === null) return { totalHits: 1, resetTime: resetAt(this.windowMs) };
     return { totalHits: core.COUNT_EVERY_HIT - decision.remaining, resetTime: resetAt(decision.resetAfterMs) };
@@ -172,12 +176,12 @@ class ValkeyStore {
     const limit = policy.meta === undefined ? policy.limit : await this.limitFor(context).catch(() => undefined);
     if (policy.limit === 0) {
       // express-rate-limit's limit of 0 refuses everything; RL.ADMIT's would admit.
-      this.mark(context, key, policy, true);
+      this.mark(context, key, policy, false);
       return { totalHits: 1, resetTime: resetAt(this.windowMs) };
     }
     const decision = await this.admit(key, policy);
+    this.mark(context, key, policy, decision !== null && decision.admitted);
     if (decision === null) return { totalHits: 1, resetTime: resetAt(this.windowMs) };
-    this.mark(context, key, policy, !decision.admitted);
     if (!decision.admitted) {
       const wait = decision.retryAfterMs >= 0 ? decision.retryAfterMs : decision.resetAfterMs;
       return { totalHits: Math.max(limit ?? 0, decision.limit) + 1, resetTime: resetAt(wait) };
@@ -188,20 +192,21 @@ class ValkeyStore {
     return { totalHits: used, resetTime: resetAt(decision.resetAfterMs) };
   }
 
-  // Remembers how this request's increment of `key` went, for its decrement.
-  mark(context, key, policy, refused) {
+  // Remembers whether this request's increment of `key` counted a hit, for its decrement.
+  mark(context, key, policy, counted) {
     if (context) {
       let keys = this.marks.get(context.request);
       if (!keys) this.marks.set(context.request, (keys = new Map()));
-      keys.set(key, { refused, policy });
-    } else if (refused) {
-      const current = this.refusals[0];
+      keys.set(key, { counted, policy });
+    } else if (!counted) {
+      const current = this.uncounted[0];
       current.set(key, (current.get(key) ?? 0) + 1);
     }
   }
 
   // The mark of this request's increment of `key` (taken: a request is
-  // decremented once), or, outside a request, whether a refusal is pending.
+  // decremented once), or, outside a request, an increment of `key` that
+  // counted nothing, if one is pending.
   takeMark(context, key) {
     if (context) {
       const keys = this.marks.get(context.request);
@@ -209,12 +214,12 @@ class ValkeyStore {
       if (mark) keys.delete(key);
       return mark;
     }
-    for (const generation of this.refusals) {
+    for (const generation of this.uncounted) {
       const n = generation.get(key);
       if (n) {
         if (n === 1) generation.delete(key);
         else generation.set(key, n - 1);
-        return { refused: true };
+        return { counted: false };
       }
     }
     return undefined;
@@ -223,18 +228,17 @@ class ValkeyStore {
   /**
    * express-rate-limit's skipFailedRequests / skipSuccessfulRequests: gives
    * back the hit the request made (RL.REFUND), and nothing for a request
-   * that was refused without being counted.
+   * whose increment counted none (refused by the server, or failed open).
    */
   async decrement(key) {
     this.ready();
-    if (!this.decides) {
-      await this.limiter.refund(key, { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs });
-      return;
-    }
     const context = currentRequest();
     const mark = this.takeMark(context, key);
-    if (mark && mark.refused) return;
-    const policy = mark ? mark.policy : await this.serverPolicy(context);
+    if (mark && !mark.counted) return;
+    let policy = mark && mark.policy;
+    if (!policy) {
+      policy = this.decides ? await this.serverPolicy(context) : { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs };
+    }
     if (policy.limit === 0) return;
     await this.limiter.refund(key, policy);
   }
@@ -256,7 +260,7 @@ class ValkeyStore {
     return { totalHits: used, resetTime: resetAt(decision.resetAfterMs) };
   }
 
-  /** Stops the timer that forgets old refusals. */
+  /** Stops the timer that forgets old marks. */
   shutdown() {
     clearInterval(this.sweeper);
     this.sweeper = undefined;

@@ -28,7 +28,7 @@ test("Limiter: each bad option is one clear error at construction", () => {
   fails(() => new Limiter({ sendCommand, cost: 2 ** 63 }), "cost must be a safe integer >= 0 (got 9223372036854775808)");
   fails(() => new Limiter({}), "sendCommand must be a function (got undefined)");
   fails(() => new Limiter({ sendCommand, timeoutMs: 0 }), "timeoutMs must be a safe integer >= 1 (got 0)");
-  fails(() => new Limiter({ sendCommand, failure: "maybe" }), 'failure must be one of open, closed, throw (got "maybe")');
+  fails(() => new Limiter({ sendCommand, failure: "maybe" }), 'failure must be one of open, closed (got "maybe")');
   fails(() => new Limiter({ sendCommand, backend: "lua" }), 'backend must be one of auto, module, functions (got "lua")');
   fails(() => new Limiter({ sendCommand, waitReplicas: 0 }), "waitReplicas must be a safe integer >= 1 (got 0)");
   fails(() => new Limiter({ sendCommand, unconfirmed: "drop" }), 'unconfirmed must be one of keep, refuse (got "drop")');
