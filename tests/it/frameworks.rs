@@ -11,8 +11,8 @@
 //! that every check reported `ok`. The lease helpers (`withLease`, the
 //! Python context managers) run the same way, on both backends
 //! (`clients/node/test/leases.test.js`, `clients/python/tests/test_leases.py`).
-//! Also here: `npm pack` and `python -m build` produce artifacts that
-//! install and import.
+//! Also here: `python -m build` produces artifacts that
+//! install and import (`npm pack`: node_package.rs).
 //!
 //! Their dependencies come from `scripts/client-deps.sh` (.ci/run runs
 //! it). Without them these tests fail when `$CI` is set and are skipped,
