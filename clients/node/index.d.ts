@@ -1,4 +1,5 @@
-// Types of valkey-ratelimit (index.js), written by hand.
+// Types of valkey-ratelimit (index.js and lib/), written by hand and checked
+// by `tsc --strict` against test/types.test.ts and express-rate-limit's Store.
 
 /** Sends one command through any client, e.g. `(...args) => client.call(...args)`. */
 export type SendCommand = (...args: string[]) => unknown | Promise<unknown>;
@@ -9,41 +10,61 @@ export type FailurePolicy = "open" | "closed";
 
 export const ALGORITHMS: readonly Algorithm[];
 
-export interface LimiterOptions {
-  sendCommand: SendCommand;
-  /** Prepended to every limiter key. Default "" (ValkeyStore: "rl:"). */
-  prefix?: string;
-  /** Default "auto": the module if loaded, else the FUNCTION library. */
-  backend?: BackendOption;
-  /** When Valkey is unreachable or times out: "open" (default) admits, "closed" refuses. */
-  failure?: FailurePolicy;
-  /** Milliseconds to wait for a reply; 0 (default) waits as long as the client does. */
-  timeoutMs?: number;
-  /** Source of functions/ratelimit.lua: loaded with FUNCTION LOAD when neither backend is there. */
-  library?: string;
-  /** Called with the error whenever the failure policy answers instead of Valkey. */
-  onError?: (error: unknown) => void;
-}
+/** What onError is told: once when Valkey becomes unreachable, once when it answers again. */
+export type LinkEvent =
+  | { readonly state: "down"; readonly error: unknown; readonly failure: FailurePolicy }
+  | { readonly state: "up"; readonly downForMs: number };
 
 export interface Policy {
-  /** Requests per window; optional only with `meta`. */
+  /** Requests per window (the rate, for the buckets); optional with `meta`. 0: unlimited. */
   limit?: number;
-  /** The window in ms; optional only with `meta`. */
+  /** The window in ms; optional with `meta`. */
   windowMs?: number;
   algorithm?: Algorithm;
+  /** Bucket size (token, gcra) or queue size (leaky). */
   burst?: number;
   /** A META hash, whose `max`/`duration`/`algorithm`/`burst` fields apply where no option is given. */
   meta?: string;
+  /** The policy's name in the header fields. Default "<limit>-in-<window s>sec". */
+  name?: string;
 }
 
 export interface AdmitOptions extends Policy {
   /** Default 1; 0 is a peek. */
   cost?: number;
+  /** This call's failure policy; "throw" rejects with the client's error instead. */
+  failure?: FailurePolicy | "throw";
+}
+
+export interface LimiterOptions extends Policy {
+  sendCommand: SendCommand;
+  /** Prepended to every limiter key. Default "" (ValkeyStore: "rl:"). */
+  prefix?: string;
+  /** Default "auto": the module if loaded, else the FUNCTION library (loaded or upgraded from this package's copy). */
+  backend?: BackendOption;
+  /** When Valkey is unreachable or times out: "open" (default) admits, "closed" refuses. */
+  failure?: FailurePolicy;
+  /** Every call's deadline in ms, whatever the client queues. Default 250. */
+  timeoutMs?: number;
+  /** The library to load where it is missing or older: its source; false never loads. Default: this package's ratelimit.lua. */
+  library?: string | false;
+  /** Told of each down and up transition, once. Default: one console.warn line each. */
+  onError?: (event: LinkEvent) => void;
+  /** After a grant (admit, acquire): WAIT until this many replicas have it. */
+  waitReplicas?: number;
+  /** WAIT's timeout in ms. Default 100. */
+  waitTimeoutMs?: number;
+  /** A grant WAIT did not confirm: "refuse" (default: given back and refused) or "keep". */
+  unconfirmed?: "keep" | "refuse";
+  /** Default cost of admit. */
+  cost?: number;
 }
 
 export interface Decision {
   readonly admitted: boolean;
+  /** The limit the server applied: LIMIT, or BURST for the buckets; 0 when unlimited. */
   readonly limit: number;
+  /** Requests of cost 1 that would still pass now. */
   readonly remaining: number;
   /** Refused: ms until the same call would pass, -1 if never. Admitted: 0 (leaky: the delay). */
   readonly retryAfterMs: number;
@@ -51,8 +72,13 @@ export interface Decision {
   readonly resetAfterMs: number;
   /** Who answered; "unavailable" when the failure policy did. */
   readonly backend: "module" | "functions" | "unavailable";
+  /** The window and name of the policy, when known: headers() uses them. */
+  readonly windowMs?: number;
+  readonly name?: string;
   /** Set when the failure policy answered: why Valkey could not. */
   readonly error?: unknown;
+  /** With waitReplicas: the replicas that confirmed, when fewer than asked. */
+  readonly unconfirmed?: number;
 }
 
 export interface AcquireOptions {
@@ -83,6 +109,8 @@ export interface Lease {
   /** The id to release or extend; null when refused. */
   readonly leaseId: string | null;
   readonly backend: "module" | "functions";
+  /** With waitReplicas: the replicas that confirmed, when fewer than asked. */
+  readonly unconfirmed?: number;
 }
 
 /** What withLease hands its function. */
@@ -97,11 +125,12 @@ export interface HeldLease {
 
 export class Limiter {
   constructor(options: LimiterOptions);
+  readonly prefix: string;
   /** The backend in use; detected on first use and cached per sendCommand. */
   backend(): Promise<"module" | "functions">;
-  admit(key: string, options: AdmitOptions): Promise<Decision>;
-  refund(key: string, options: AdmitOptions): Promise<Decision>;
-  ttl(key: string, policy: Policy): Promise<number>;
+  admit(key: string, options?: AdmitOptions): Promise<Decision>;
+  refund(key: string, options?: AdmitOptions): Promise<Decision>;
+  ttl(key: string, policy?: Policy): Promise<number>;
   reset(key: string): Promise<boolean>;
   /** RL.ACQUIRE: one of `limit` slots for `ttlMs`. */
   acquire(key: string, options?: AcquireOptions): Promise<Lease>;
@@ -116,19 +145,41 @@ export class Limiter {
 }
 
 export interface HeaderOptions {
-  windowMs: number;
-  /** The policy's name in the header fields. Default "default". */
+  /** Default: the decision's window. */
+  windowMs?: number;
+  /** Default: the decision's name, else "<limit>-in-<window s>sec". */
   name?: string;
 }
 
 /** RateLimit-Policy, RateLimit and (on a refusal) Retry-After for a decision. */
-export function headers(decision: Decision, options: HeaderOptions): Record<string, string>;
+export function headers(decision: Decision, options?: HeaderOptions): Record<string, string>;
 
-export interface ValkeyStoreOptions extends Omit<LimiterOptions, "prefix"> {
+/** The library this package ships (ratelimit.lua), or null. */
+export function bundledLibrary(): { readonly path: string; readonly source: string; readonly version: string | null } | null;
+
+/** A request as the store's functions of the request get it (Express's). */
+export type RequestOf = any;
+
+export interface ValkeyStoreOptions {
+  sendCommand: SendCommand;
   /** Default "rl:". */
   prefix?: string;
+  /** Default fixed, counted as express-rate-limit counts; another algorithm lets the server decide. */
   algorithm?: Algorithm;
+  /** With token, gcra or leaky. */
   burst?: number;
+  /** A META hash (or a function of the request giving one): its max and duration are the policy. */
+  meta?: string | ((request: RequestOf, response: RequestOf) => string | Promise<string>);
+  /** The status of a request refused for want of Valkey (fail-closed) or of replicas. Default 503. */
+  failureStatus?: number;
+  backend?: BackendOption;
+  failure?: FailurePolicy;
+  timeoutMs?: number;
+  library?: string | false;
+  onError?: (event: LinkEvent) => void;
+  waitReplicas?: number;
+  waitTimeoutMs?: number;
+  unconfirmed?: "keep" | "refuse";
 }
 
 export interface ClientRateLimitInfo {
@@ -147,10 +198,24 @@ export class ValkeyStore {
   decrement(key: string): Promise<void>;
   resetKey(key: string): Promise<void>;
   get(key: string): Promise<ClientRateLimitInfo | undefined>;
+  shutdown(): void;
 }
 
+/** An option that breaks its rule: `<option> must be <rule> (got <value>)`. */
+export class ConfigError extends TypeError {
+  constructor(option: string, rule: string, value: unknown);
+  readonly option: string;
+}
 export class BackendMissingError extends Error {}
 export class TimeoutError extends Error {}
+
+/** A request refused for want of Valkey (fail-closed) or of replicas: Express answers `status` with `headers`. */
+export class UnavailableError extends Error {
+  constructor(message: string, options?: { status?: number; retryAfterMs?: number; cause?: unknown });
+  readonly status: number;
+  readonly statusCode: number;
+  readonly headers: Record<string, string>;
+}
 
 /** withLease found every slot taken; fn did not run. */
 export class LeaseRefusedError extends Error {

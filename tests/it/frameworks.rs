@@ -11,8 +11,8 @@
 //! that every check reported `ok`. The lease helpers (`withLease`, the
 //! Python context managers) run the same way, on both backends
 //! (`clients/node/test/leases.test.js`, `clients/python/tests/test_leases.py`).
-//! Also here: `npm pack` and `python -m build` produce artifacts that
-//! install and import.
+//! Also here: `python -m build` produces artifacts that
+//! install and import (`npm pack`: node_package.rs).
 //!
 //! Their dependencies come from `scripts/setup.sh test` (make test runs
 //! it). Without them these tests fail; `make test SKIP_CLIENTS=1` leaves
@@ -175,7 +175,7 @@ fn down_checks(lang: &str) -> Vec<String> {
     ];
     if lang == "node" {
         checks.push("ok down: fail-open after a 300 ms timeout: HTTP 200".into());
-        checks.push("ok down: fail-closed after a 300 ms timeout: HTTP 429".into());
+        checks.push("ok down: fail-closed after a 300 ms timeout: HTTP 503".into());
     } else {
         checks.push(
             "ok down: fail-open (after a 0.3 s timeout): sync admitted=True, HTTP 200".into(),
@@ -418,50 +418,6 @@ fn node_types_fit_express_rate_limit() {
     };
     cmd.args(["node_modules/typescript/bin/tsc", "-p", "tsconfig.json"]);
     run(cmd);
-}
-
-#[test]
-fn npm_pack_gives_a_package_that_loads() {
-    let Some(_) = node() else {
-        return;
-    };
-    let scratch = Scratch::new("npm-pack");
-    let mut pack = Command::new("npm");
-    pack.current_dir(Path::new(REPO).join("clients/node"))
-        .args(["pack", "--silent", "--pack-destination"])
-        .arg(&scratch.0);
-    run(pack);
-    let tarball = only_file(&scratch.0, "valkey-ratelimit-0.1.0.tgz");
-    let mut untar = Command::new("tar");
-    untar.arg("xzf").arg(&tarball).arg("-C").arg(&scratch.0);
-    run(untar);
-    let package = scratch.0.join("package");
-    for file in [
-        "index.js",
-        "index.d.ts",
-        "README.md",
-        "CHANGELOG.md",
-        "package.json",
-    ] {
-        assert!(
-            package.join(file).is_file(),
-            "{file} missing from the tarball"
-        );
-    }
-    assert!(
-        !package.join("test").exists(),
-        "the tests are not part of the package"
-    );
-    let mut load = Command::new("node");
-    load.arg("-e")
-        .arg("const m = require(process.argv[1]); console.log(Object.keys(m).sort().join(' '))")
-        .arg(&package);
-    let out = run(load);
-    assert_eq!(
-        out.trim(),
-        "ALGORITHMS BackendMissingError LeaseLostError LeaseRefusedError Limiter TimeoutError \
-         ValkeyStore headers"
-    );
 }
 
 #[test]

@@ -25,6 +25,7 @@ mod leases;
 mod load_functions;
 mod lua_inprocess;
 mod lua_oracle;
+mod node_package;
 mod reliability;
 mod replication;
 mod setup_script;

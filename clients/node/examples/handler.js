@@ -71,10 +71,8 @@ async function handleRequest(limiter, clientId, policy) {
     };
   }
   const decision = await limiter.admit(key, admitOptions(policy));
-  if (decision.error) {
-    // The Limiter's default failure policy: admit while Valkey is unreachable.
-    console.error(`valkey unreachable, failing open: ${decision.error.message}`);
-  }
+  // While Valkey is unreachable the Limiter's default failure policy admits
+  // (decision.backend "unavailable"), and reports the outage once, not here.
   let headers = rateLimitHeaders(decision, { windowMs: policy.windowS * 1000, name: policy.name });
   if (policy.queue != null) {
     // A leaky bucket's limit is its queue, not a quota: only Retry-After.

@@ -213,7 +213,7 @@ async function live(expect) {
   const sampling = client();
   try {
     await c.call("FLUSHALL");
-    const limiter = new Limiter({ sendCommand: (...args) => c.call(...args), prefix: "lease:" });
+    const limiter = new Limiter({ sendCommand: (...args) => c.call(...args), timeoutMs: 5000, prefix: "lease:" });
     assert.equal(await limiter.backend(), expect);
     await plainCalls(c, limiter, expect);
     await withLeaseChecks(c, limiter, expect);

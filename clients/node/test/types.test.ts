@@ -3,9 +3,14 @@
 // returns. Run by tests/frameworks.rs; nothing here executes.
 import type { Store } from "express-rate-limit";
 import { rateLimit } from "express-rate-limit";
+import type { Request } from "express";
 import {
   ALGORITHMS,
   BackendMissingError,
+  ConfigError,
+  LinkEvent,
+  UnavailableError,
+  bundledLibrary,
   Decision,
   HeldLease,
   Lease,
@@ -25,9 +30,20 @@ const store: Store = new ValkeyStore({
   algorithm: "sliding",
   backend: "auto",
   failure: "closed",
+  failureStatus: 503,
   timeoutMs: 250,
+  waitReplicas: 1,
+  waitTimeoutMs: 100,
+  unconfirmed: "refuse",
+  onError: (event: LinkEvent) => (event.state === "down" ? String(event.error) : event.downForMs),
 });
 rateLimit({ windowMs: 10_000, limit: 3, standardHeaders: "draft-8", store });
+const perRequest: Store = new ValkeyStore({
+  sendCommand: (...args: string[]) => client.call(...args),
+  meta: (req: Request) => `plans:${req.get("x-plan") ?? "free"}`,
+  library: false,
+});
+rateLimit({ windowMs: 60_000, limit: (req: Request) => (req.get("x-plan") === "pro" ? 100 : 10), store: perRequest });
 
 async function plain(): Promise<string> {
   const limiter = new Limiter({ sendCommand: (...args) => client.call(...args), library: "#!lua name=ratelimit" });
@@ -35,12 +51,20 @@ async function plain(): Promise<string> {
   const d: Decision = await limiter.admit("k", { limit: 10, windowMs: 1000, cost: 2, algorithm: "token", burst: 5 });
   const admitted: boolean = d.admitted;
   const fields: Record<string, string> = headers(d, { windowMs: 1000, name: "api" });
+  const plain: Record<string, string> = headers(d);
+  const defaults = new Limiter({ sendCommand: (...args) => client.call(...args), limit: 5, windowMs: 1000, name: "api" });
+  const viaDefaults: Decision = await defaults.admit("k");
+  const unconfirmed: number | undefined = viaDefaults.unconfirmed;
+  const lib = bundledLibrary();
+  const version: string | null = lib === null ? null : lib.version;
+  const c: TypeError = new ConfigError("limit", "a safe integer >= 0", "3");
+  const u: number = new UnavailableError("down", { status: 503 }).status;
   const ttl: number = await limiter.ttl("k", { limit: 10, windowMs: 1000 });
   const existed: boolean = await limiter.reset("k");
   const refunded: Decision = await limiter.refund("k", { limit: 10, windowMs: 1000 });
   const e: Error = new BackendMissingError();
   const t: Error = new TimeoutError();
-  return [backend, admitted, fields, ttl, existed, refunded, e, t, ALGORITHMS.join()].join();
+  return [backend, admitted, fields, plain, ttl, existed, refunded, e, t, ALGORITHMS.join(), unconfirmed, version, c, u].join();
 }
 void plain;
 

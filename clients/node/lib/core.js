@@ -1,0 +1,409 @@
+// The pure core of valkey-ratelimit for Node.js: the rules every option must
+// meet, the words of each call on either backend, replies read into frozen
+// objects, the IETF RateLimit header fields, the kinds of errors a client
+// throws, and library versions. No I/O and no state: every function here is a
+// function of its arguments (test/unit/core.test.js tests them alone).
+"use strict";
+
+const ALGORITHMS = Object.freeze(["fixed", "sliding", "token", "gcra", "leaky"]);
+const BACKENDS = Object.freeze(["auto", "module", "functions"]);
+const FAILURE_POLICIES = Object.freeze(["open", "closed"]);
+// One call may also ask to have an unreachable Valkey thrown, not answered for.
+const CALL_FAILURE_POLICIES = Object.freeze([...FAILURE_POLICIES, "throw"]);
+// What happens to a grant that WAIT did not see on enough replicas.
+const UNCONFIRMED_POLICIES = Object.freeze(["keep", "refuse"]);
+
+// Every call's deadline unless the caller sets another.
+const DEFAULT_TIMEOUT_MS = 250;
+// How long a refusal for want of Valkey tells the caller to wait.
+const UNAVAILABLE_RETRY_MS = 1000;
+// The HTTP status of a request refused for want of Valkey (fail-closed).
+const UNAVAILABLE_STATUS = 503;
+// The LIMIT of a fixed window that counts every hit and refuses none, as
+// express-rate-limit's MemoryStore does (the middleware decides): 10^12 hits
+// in one window, far from 2^53, which some clients' RESP3 parsers do not
+// read exactly.
+const COUNT_EVERY_HIT = 1e12;
+
+// Error codes of a server that is there but cannot answer now (and the kinds
+// valkey-glide reports them as): treated as unreachable.
+const UNAVAILABLE_CODES = Object.freeze(["LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN"]);
+const UNAVAILABLE_KINDS = Object.freeze(["BusyLoadingError", "ClusterDown", "MasterDown", "TryAgain"]);
+
+// The admin command that loads the bundled library, for the error that asks for it.
+const LOAD_COMMAND = "valkey-cli -x FUNCTION LOAD REPLACE < ratelimit.lua";
+
+/** An option that breaks its rule: raised when the limiter or store is built. */
+class ConfigError extends TypeError {
+  constructor(option, rule, value) {
+    super(`${option} must be ${rule} (got ${show(value)})`);
+    this.name = "ConfigError";
+    this.option = option;
+  }
+
+  /** An option the object does not take (a misspelling, most likely). */
+  static unknown(option, owner) {
+    const e = new ConfigError(option, "", undefined);
+    e.message = `${option} is not an option of ${owner}`;
+    return e;
+  }
+}
+
+// A value as an error message shows it: strings quoted, the rest as JavaScript writes them.
+function show(value) {
+  if (typeof value === "string") return JSON.stringify(value);
+  if (typeof value === "bigint") return `${value}n`;
+  // An integer past 2^53 as the exact value the double holds.
+  if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value)) return BigInt(value).toString();
+  if (typeof value === "function") return "a function";
+  if (Array.isArray(value)) return "an array";
+  if (value !== null && typeof value === "object") return "an object";
+  return String(value);
+}
+
+// ----------------------------------------------------------------- rules
+
+// A rule: what the message says, and the test.
+const SAFE_INTEGER = (min) => ({
+  rule: `a safe integer >= ${min}`,
+  ok: (v) => typeof v === "number" && Number.isSafeInteger(v) && v >= min,
+});
+const ONE_OF = (allowed) => ({ rule: `one of ${allowed.join(", ")}`, ok: (v) => allowed.includes(v) });
+const STRING = { rule: "a string", ok: (v) => typeof v === "string" };
+// A key or key prefix: a string, or a Buffer sent as it is.
+const KEY = { rule: "a string", ok: (v) => typeof v === "string" || Buffer.isBuffer(v) };
+// A header field's quoted policy name: printable ASCII, no quote or backslash.
+const POLICY_NAME = {
+  rule: 'an ASCII string without " or \\',
+  ok: (v) => typeof v === "string" && /^[\x20-\x7e]*$/.test(v) && !/["\\]/.test(v),
+};
+const FUNCTION = { rule: "a function", ok: (v) => typeof v === "function" };
+
+function check(option, value, { rule, ok }) {
+  if (!ok(value)) throw new ConfigError(option, rule, value);
+  return value;
+}
+
+const safeInteger = (option, value, min) => check(option, value, SAFE_INTEGER(min));
+const oneOf = (option, value, allowed) => check(option, value, ONE_OF(allowed));
+const string = (option, value) => check(option, value, STRING);
+const keyPart = (option, value) => check(option, value, KEY);
+const policyName = (option, value) => check(option, value, POLICY_NAME);
+const fn = (option, value) => check(option, value, FUNCTION);
+
+// A value given directly, or a function of the request that gives it.
+function valueOrFunction(option, value, { rule, ok }) {
+  return check(option, value, { rule: `${rule}, or a function of the request`, ok: (v) => typeof v === "function" || ok(v) });
+}
+
+const given = (v) => v !== undefined && v !== null;
+
+/**
+ * The policy options of one call, checked: { algorithm, limit, windowMs,
+ * burst, meta, cost, name }, each left out when not given. With a META hash,
+ * limit and window may come from its fields (options that are given win).
+ */
+function checkPolicy(policy, { needsRate = true } = {}) {
+  const out = {};
+  if (given(policy.algorithm)) out.algorithm = oneOf("algorithm", policy.algorithm, ALGORITHMS);
+  if (given(policy.meta)) out.meta = keyPart("meta", policy.meta);
+  if (given(policy.limit)) out.limit = safeInteger("limit", policy.limit, 0);
+  if (given(policy.windowMs)) out.windowMs = safeInteger("windowMs", policy.windowMs, 1);
+  if (given(policy.burst)) out.burst = safeInteger("burst", policy.burst, 0);
+  if (given(policy.cost)) out.cost = safeInteger("cost", policy.cost, 0);
+  if (given(policy.name)) out.name = policyName("name", policy.name);
+  if (needsRate && out.meta === undefined) {
+    if (out.limit === undefined) throw new ConfigError("limit", "a safe integer >= 0, unless meta is given", policy.limit);
+    if (out.windowMs === undefined && out.limit > 0) {
+      throw new ConfigError("windowMs", "a safe integer >= 1, unless meta is given", policy.windowMs);
+    }
+  }
+  return out;
+}
+
+// ------------------------------------------------------------- the calls
+
+// Each call: the module's command, the library's function, whether the
+// library's is read-only (FCALL_RO).
+const CALLS = Object.freeze({
+  admit: { command: "RL.ADMIT", fn: "rl_admit", readOnly: false },
+  refund: { command: "RL.REFUND", fn: "rl_refund", readOnly: false },
+  ttl: { command: "RL.TTL", fn: "rl_ttl", readOnly: true },
+  limit: { command: "RL.LIMIT", fn: "rl_limit", readOnly: true },
+  reset: { command: "RL.RESET", fn: "rl_reset", readOnly: false },
+  acquire: { command: "RL.ACQUIRE", fn: "rl_acquire", readOnly: false },
+  release: { command: "RL.RELEASE", fn: "rl_release", readOnly: false },
+  extend: { command: "RL.EXTEND", fn: "rl_extend", readOnly: false },
+  inflight: { command: "RL.INFLIGHT", fn: "rl_inflight", readOnly: true },
+});
+
+/** The policy options of a checked policy, in the order both backends take them. */
+function policyArgs(policy) {
+  const args = [];
+  if (policy.algorithm !== undefined) args.push("ALGO", policy.algorithm);
+  if (policy.limit !== undefined) args.push("LIMIT", String(policy.limit));
+  if (policy.windowMs !== undefined) args.push("WINDOW", String(policy.windowMs));
+  if (policy.burst !== undefined) args.push("BURST", String(policy.burst));
+  return args;
+}
+
+/**
+ * The words of one call on `backend`: `keys` is the key and, for the limiter
+ * calls, an optional META hash (an option of the module's commands, a second
+ * key of the library's functions).
+ */
+function callWords(backend, call, keys, args) {
+  if (backend === "module") {
+    return [call.command, keys[0], ...args, ...(keys.length > 1 ? ["META", keys[1]] : [])];
+  }
+  return [call.readOnly ? "FCALL_RO" : "FCALL", call.fn, String(keys.length), ...keys, ...args];
+}
+
+// ------------------------------------------------------------- the replies
+
+/** A reply this package cannot read: raised, never taken for an outage. */
+function badReply(message) {
+  const e = new Error(`valkey-ratelimit: ${message}`);
+  e.unreachable = false;
+  return e;
+}
+
+/** A reply integer from any client: number, bigint or numeric string. */
+function toInt(v) {
+  const n = typeof v === "bigint" ? Number(v) : Number(v);
+  if (v === null || v === undefined || v === "" || !Number.isSafeInteger(n)) {
+    throw badReply(`expected an integer in the reply, got ${show(v)}`);
+  }
+  return n;
+}
+
+// valkey-glide's map: [{ key, value }, ...].
+const isRecordList = (reply) =>
+  Array.isArray(reply) && reply.length > 0 && reply.every((x) => x !== null && typeof x === "object" && "key" in x && "value" in x);
+
+// The fields of a RESP2 array, or of the module's RESP3 map: a Map, a plain
+// object, the flat [name, value, ...] array ioredis makes of it, or
+// valkey-glide's list of { key, value } records.
+function fieldsOf(reply, names, what) {
+  let values;
+  if (isRecordList(reply)) {
+    const byName = new Map(reply.map(({ key, value }) => [String(key), value]));
+    values = names.map((f) => byName.get(f));
+  } else if (Array.isArray(reply) && reply.length === 2 * names.length && names.every((f, i) => String(reply[2 * i]) === f)) {
+    values = names.map((_, i) => reply[2 * i + 1]);
+  } else if (Array.isArray(reply)) values = reply;
+  else if (reply instanceof Map) values = names.map((f) => reply.get(f));
+  else if (reply && typeof reply === "object") values = names.map((f) => reply[f]);
+  if (!values || values.length !== names.length) throw badReply(`unexpected ${what} reply ${show(reply)}`);
+  return values;
+}
+
+const DECISION_FIELDS = ["admitted", "limit", "remaining", "retry_after_ms", "reset_after_ms"];
+
+/**
+ * RL.ADMIT / RL.REFUND's reply as a frozen Decision. `policy` (the call's
+ * checked policy) gives the decision its window and name, for headers().
+ */
+function parseDecision(reply, backend, policy = {}) {
+  const [admitted, limit, remaining, retryAfterMs, resetAfterMs] = fieldsOf(reply, DECISION_FIELDS, "RL.ADMIT").map(
+    toInt,
+  );
+  return Object.freeze({
+    admitted: admitted === 1,
+    limit,
+    remaining,
+    retryAfterMs,
+    resetAfterMs,
+    backend,
+    ...(policy.windowMs !== undefined ? { windowMs: policy.windowMs } : {}),
+    ...(policy.name !== undefined ? { name: policy.name } : {}),
+  });
+}
+
+/**
+ * The decision of the failure policy when Valkey cannot be reached: open
+ * admits, closed refuses and asks for a retry after 1 s.
+ */
+function unavailableDecision(policy, open, error) {
+  const limit = policy.limit ?? 0;
+  return Object.freeze({
+    admitted: open,
+    limit,
+    remaining: open ? limit : 0,
+    retryAfterMs: open ? 0 : UNAVAILABLE_RETRY_MS,
+    resetAfterMs: 0,
+    backend: "unavailable",
+    ...(policy.windowMs !== undefined ? { windowMs: policy.windowMs } : {}),
+    ...(policy.name !== undefined ? { name: policy.name } : {}),
+    error,
+  });
+}
+
+/** A granted decision WAIT did not confirm, as refused (its grant given back). */
+function unconfirmedDecision(decision, replicas) {
+  return Object.freeze({
+    ...decision,
+    admitted: false,
+    remaining: 0,
+    retryAfterMs: UNAVAILABLE_RETRY_MS,
+    unconfirmed: replicas,
+  });
+}
+
+const LEASE_FIELDS = ["acquired", "limit", "in_flight", "retry_after_ms", "lease_id"];
+
+/** RL.ACQUIRE's reply as a frozen Lease. */
+function parseLease(reply, backend) {
+  const values = fieldsOf(reply, LEASE_FIELDS, "RL.ACQUIRE");
+  const [acquired, limit, inFlight, retryAfterMs] = values.slice(0, 4).map(toInt);
+  const id = values[4];
+  return Object.freeze({
+    acquired: acquired === 1,
+    limit,
+    inFlight,
+    retryAfterMs,
+    leaseId: id === null || id === undefined ? null : String(id),
+    backend,
+  });
+}
+
+// ------------------------------------------------------------- the headers
+
+const ceilSeconds = (ms) => Math.ceil(ms / 1000);
+
+/**
+ * The name of a policy in the header fields: the user's, else
+ * "<limit>-in-<window in whole seconds>sec" (express-rate-limit's draft-8
+ * naming for windows under a minute), or "<limit>" with no known window.
+ */
+function defaultPolicyName(limit, windowMs) {
+  return windowMs === undefined ? String(limit) : `${limit}-in-${ceilSeconds(windowMs)}sec`;
+}
+
+/**
+ * The IETF RateLimit header fields for a decision
+ * (draft-ietf-httpapi-ratelimit-headers): RateLimit-Policy (q: the limit
+ * the server applied, w: the window) and RateLimit (r: cost-1 requests that
+ * would pass now; t: seconds until the quota is whole again, or, refused,
+ * until the request would pass), plus Retry-After (whole seconds, rounded up)
+ * on a refusal that waiting cures. A decision of the failure policy, or of an
+ * unlimited policy, advertises no quota. Window and name come from the
+ * decision unless given here.
+ */
+function headers(decision, options = {}) {
+  const windowMs = given(options.windowMs) ? safeInteger("windowMs", options.windowMs, 1) : decision.windowMs;
+  const name = given(options.name) ? policyName("name", options.name) : decision.name;
+  const out = {};
+  const waits = !decision.admitted && decision.retryAfterMs >= 0;
+  if (decision.limit > 0 && decision.backend !== "unavailable") {
+    const label = name ?? defaultPolicyName(decision.limit, windowMs);
+    const w = windowMs === undefined ? "" : `;w=${ceilSeconds(windowMs)}`;
+    out["RateLimit-Policy"] = `"${label}";q=${decision.limit}${w}`;
+    const t = ceilSeconds(waits ? decision.retryAfterMs : decision.resetAfterMs);
+    out["RateLimit"] = `"${label}";r=${decision.remaining};t=${t}`;
+  }
+  if (waits) out["Retry-After"] = String(Math.max(1, ceilSeconds(decision.retryAfterMs)));
+  return out;
+}
+
+// ----------------------------------------------------------- the errors
+
+// The message of a thrown value, whatever the client threw.
+const messageOf = (e) => String(e && e.message !== undefined ? e.message : e);
+
+// valkey-glide reports a server's error reply as "An error was signalled by
+// the server: - <Kind>: <text>", without the reply's code.
+const GLIDE_REPLY = /An error was signalled by the server: - (\w+): ?(.*)$/s;
+
+/**
+ * What an error from the client means: "reply" (the server answered with an
+ * error, or something is wrong here: raise it), or "unreachable" (no answer,
+ * or a server that cannot answer now: the failure policy applies).
+ */
+function errorKind(e) {
+  // This package's own errors say; a JavaScript error is a bug, never an outage.
+  if (e && typeof e.unreachable === "boolean") return e.unreachable ? "unreachable" : "reply";
+  if (e instanceof TypeError || e instanceof RangeError || e instanceof ReferenceError || e instanceof SyntaxError) {
+    return "reply";
+  }
+  const text = messageOf(e);
+  const glide = GLIDE_REPLY.exec(text);
+  if (glide) return UNAVAILABLE_KINDS.includes(glide[1]) || /^(LOADING|BUSY|MASTERDOWN)\b/.test(glide[2]) ? "unreachable" : "reply";
+  const code = /^([A-Z][A-Z0-9_]*)(\s|$)/.exec(text);
+  if (code) return UNAVAILABLE_CODES.includes(code[1]) ? "unreachable" : "reply";
+  const name = e && (e.name || (e.constructor && e.constructor.name));
+  if (["ReplyError", "ErrorReply", "SimpleError", "BlobError"].includes(name)) return "reply";
+  return "unreachable";
+}
+
+const isUnknownCommand = (e) => /unknown command/i.test(messageOf(e));
+const isFunctionMissing = (e) => /function not found/i.test(messageOf(e));
+const isLibraryExists = (e) => /already exists/i.test(messageOf(e));
+const isNoPermission = (e) => /NOPERM|no permissions/i.test(messageOf(e));
+
+// ------------------------------------------------------------- versions
+
+/** The version a library source states (`local VERSION = 'x.y.z'`), or null. */
+function libraryVersion(source) {
+  const m = /^local VERSION = '([0-9]+\.[0-9]+\.[0-9]+)'/m.exec(source);
+  return m ? m[1] : null;
+}
+
+/** -1, 0 or 1 as version `a` is older than, the same as or newer than `b`; null (no version) is oldest. */
+function compareVersions(a, b) {
+  if (a === b) return 0;
+  if (a === null) return -1;
+  if (b === null) return 1;
+  const pa = a.split(".").map(Number);
+  const pb = b.split(".").map(Number);
+  for (let i = 0; i < Math.max(pa.length, pb.length); i++) {
+    const d = (pa[i] ?? 0) - (pb[i] ?? 0);
+    if (d !== 0) return d < 0 ? -1 : 1;
+  }
+  return 0;
+}
+
+module.exports = {
+  ALGORITHMS,
+  BACKENDS,
+  FAILURE_POLICIES,
+  CALL_FAILURE_POLICIES,
+  UNCONFIRMED_POLICIES,
+  DEFAULT_TIMEOUT_MS,
+  UNAVAILABLE_RETRY_MS,
+  UNAVAILABLE_STATUS,
+  COUNT_EVERY_HIT,
+  LOAD_COMMAND,
+  ConfigError,
+  show,
+  check,
+  safeInteger,
+  oneOf,
+  string,
+  policyName,
+  keyPart,
+  fn,
+  valueOrFunction,
+  SAFE_INTEGER,
+  KEY,
+  checkPolicy,
+  CALLS,
+  policyArgs,
+  callWords,
+  toInt,
+  parseDecision,
+  unavailableDecision,
+  unconfirmedDecision,
+  parseLease,
+  ceilSeconds,
+  defaultPolicyName,
+  headers,
+  messageOf,
+  errorKind,
+  isUnknownCommand,
+  isFunctionMissing,
+  isLibraryExists,
+  isNoPermission,
+  libraryVersion,
+  compareVersions,
+};

@@ -1,0 +1,221 @@
+// Unit tests of the pure core (lib/core.js): no server, no network.
+//   node --test test/unit/
+"use strict";
+
+const test = require("node:test");
+const assert = require("node:assert/strict");
+const core = require("../../lib/core");
+
+const decision = (fields) => ({
+  admitted: true,
+  limit: 3,
+  remaining: 2,
+  retryAfterMs: 0,
+  resetAfterMs: 10000,
+  backend: "module",
+  ...fields,
+});
+
+test("options break their rule with one message shape: <option> must be <rule> (got <value>)", () => {
+  const cases = [
+    [() => core.checkPolicy({ limit: 3, windowMs: -5 }), "windowMs must be a safe integer >= 1 (got -5)"],
+    [() => core.checkPolicy({ limit: "3", windowMs: 1000 }), 'limit must be a safe integer >= 0 (got "3")'],
+    [() => core.checkPolicy({ limit: 2 ** 53, windowMs: 1000 }), "limit must be a safe integer >= 0 (got 9007199254740992)"],
+    [() => core.checkPolicy({ limit: 1, windowMs: 1, cost: 2 ** 63 }), "cost must be a safe integer >= 0 (got 9223372036854775808)"],
+    [() => core.checkPolicy({ limit: 1, windowMs: 1, name: "café" }), 'name must be an ASCII string without " or \\ (got "café")'],
+    [() => core.checkPolicy({ limit: 1, windowMs: 1, algorithm: "cell" }), 'algorithm must be one of fixed, sliding, token, gcra, leaky (got "cell")'],
+    [() => core.checkPolicy({ limit: 1.5, windowMs: 1 }), "limit must be a safe integer >= 0 (got 1.5)"],
+    [() => core.checkPolicy({ limit: 1, windowMs: 1, burst: -1 }), "burst must be a safe integer >= 0 (got -1)"],
+    [() => core.checkPolicy({ limit: 1, windowMs: 1, meta: 7 }), "meta must be a string (got 7)"],
+    [() => core.valueOrFunction("limit", "3", core.SAFE_INTEGER(0)), 'limit must be a safe integer >= 0, or a function of the request (got "3")'],
+  ];
+  for (const [call, message] of cases) {
+    assert.throws(call, (e) => e instanceof core.ConfigError && e instanceof TypeError && e.message === message, message);
+  }
+});
+
+test("a policy needs a limit and, unless unlimited, a window; a META hash may give both", () => {
+  assert.throws(() => core.checkPolicy({}), { message: "limit must be a safe integer >= 0, unless meta is given (got undefined)" });
+  assert.throws(() => core.checkPolicy({ limit: 5 }), { message: "windowMs must be a safe integer >= 1, unless meta is given (got undefined)" });
+  assert.deepEqual(core.checkPolicy({ limit: 0 }), { limit: 0 });
+  assert.deepEqual(core.checkPolicy({ meta: "m" }), { meta: "m" });
+  assert.deepEqual(core.checkPolicy({}, { needsRate: false }), {});
+  assert.deepEqual(core.checkPolicy({ limit: 5, windowMs: 1000, algorithm: "token", burst: 2, cost: 0, name: "api" }), {
+    limit: 5,
+    windowMs: 1000,
+    algorithm: "token",
+    burst: 2,
+    cost: 0,
+    name: "api",
+  });
+  assert.deepEqual(core.checkPolicy({ limit: 5, windowMs: 1000, algorithm: null, burst: undefined }), { limit: 5, windowMs: 1000 });
+});
+
+test("a function of the request passes where one is allowed", () => {
+  const f = () => 1;
+  assert.equal(core.valueOrFunction("limit", f, core.SAFE_INTEGER(0)), f);
+  assert.equal(core.valueOrFunction("meta", "m", core.KEY), "m");
+});
+
+test("values in messages: strings quoted, large integers exact", () => {
+  assert.equal(core.show("x"), '"x"');
+  assert.equal(core.show(2 ** 64), "18446744073709551616");
+  assert.equal(core.show(10n), "10n");
+  assert.equal(core.show(undefined), "undefined");
+  assert.equal(core.show(() => 1), "a function");
+  assert.equal(core.show({}), "an object");
+});
+
+test("unknown options are named", () => {
+  assert.equal(core.ConfigError.unknown("windowMS", "Limiter").message, "windowMS is not an option of Limiter");
+});
+
+test("policy options in the order both backends take them", () => {
+  assert.deepEqual(core.policyArgs({ algorithm: "gcra", limit: 10, windowMs: 1000, burst: 3, meta: "m", cost: 2 }), [
+    "ALGO", "gcra", "LIMIT", "10", "WINDOW", "1000", "BURST", "3",
+  ]);
+  assert.deepEqual(core.policyArgs({}), []);
+});
+
+test("the words of a call on each backend: META an option of the module, a key of the library", () => {
+  const args = ["LIMIT", "1", "WINDOW", "10"];
+  assert.deepEqual(core.callWords("module", core.CALLS.admit, ["k"], args), ["RL.ADMIT", "k", ...args]);
+  assert.deepEqual(core.callWords("module", core.CALLS.admit, ["k", "m"], args), ["RL.ADMIT", "k", ...args, "META", "m"]);
+  assert.deepEqual(core.callWords("functions", core.CALLS.admit, ["k", "m"], args), ["FCALL", "rl_admit", "2", "k", "m", ...args]);
+  assert.deepEqual(core.callWords("functions", core.CALLS.ttl, ["k"], []), ["FCALL_RO", "rl_ttl", "1", "k"]);
+  assert.deepEqual(core.callWords("functions", core.CALLS.inflight, ["k"], []), ["FCALL_RO", "rl_inflight", "1", "k"]);
+  assert.deepEqual(core.callWords("module", core.CALLS.release, ["k"], ["id"]), ["RL.RELEASE", "k", "id"]);
+});
+
+test("RL.ADMIT replies from every client shape: RESP2 array, RESP3 Map, plain object, strings, bigints", () => {
+  const want = { admitted: true, limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 999, backend: "module" };
+  const fields = { admitted: 1, limit: 5, remaining: 4, retry_after_ms: 0, reset_after_ms: 999 };
+  assert.deepEqual({ ...core.parseDecision([1, 5, 4, 0, 999], "module") }, want);
+  assert.deepEqual({ ...core.parseDecision(["1", "5", "4", "0", "999"], "module") }, want);
+  assert.deepEqual({ ...core.parseDecision([1n, 5n, 4n, 0n, 999n], "module") }, want);
+  assert.deepEqual({ ...core.parseDecision(new Map(Object.entries(fields)), "module") }, want);
+  assert.deepEqual({ ...core.parseDecision(fields, "module") }, want);
+  assert.deepEqual({ ...core.parseDecision(Object.entries(fields).flat(), "module") }, want);
+  const records = Object.entries(fields).map(([key, value]) => ({ key, value }));
+  assert.deepEqual({ ...core.parseDecision(records, "module") }, want);
+  const d = core.parseDecision([0, 5, 0, 1500, 2000], "functions", { windowMs: 60000, name: "api", limit: 5 });
+  assert.ok(Object.isFrozen(d));
+  assert.equal(d.windowMs, 60000);
+  assert.equal(d.name, "api");
+  assert.equal(d.admitted, false);
+  assert.throws(() => core.parseDecision([1, 2, 3], "module"), /unexpected RL.ADMIT reply/);
+  assert.throws(() => core.parseDecision("OK", "module"), /unexpected RL.ADMIT reply/);
+  assert.throws(() => core.parseDecision([1, 5, 4, 0, 2 ** 60], "module"), /expected an integer/);
+  assert.throws(() => core.parseDecision([1, 5, null, 0, 1], "module"), /expected an integer/);
+  // A reply that cannot be read is raised, never taken for an outage.
+  assert.throws(() => core.parseDecision([1, 2, 3], "module"), (e) => core.errorKind(e) === "reply");
+});
+
+test("RL.ACQUIRE replies: the lease id, or null when refused", () => {
+  assert.deepEqual({ ...core.parseLease([1, 3, 1, 0, "job-1"], "module") }, {
+    acquired: true, limit: 3, inFlight: 1, retryAfterMs: 0, leaseId: "job-1", backend: "module",
+  });
+  assert.equal(core.parseLease([0, 3, 3, 100, null], "functions").leaseId, null);
+  assert.equal(core.parseLease(new Map([["acquired", 1], ["limit", 0], ["in_flight", 0], ["retry_after_ms", 0], ["lease_id", "x"]]), "module").leaseId, "x");
+});
+
+test("headers() needs no arguments: name and window come from the decision", () => {
+  const h = core.headers(decision({ windowMs: 10000 }));
+  assert.deepEqual(h, { "RateLimit-Policy": '"3-in-10sec";q=3;w=10', RateLimit: '"3-in-10sec";r=2;t=10' });
+  assert.deepEqual(core.headers(decision({ windowMs: 10000, name: "api" })), {
+    "RateLimit-Policy": '"api";q=3;w=10',
+    RateLimit: '"api";r=2;t=10',
+  });
+  // Given here, they win.
+  assert.equal(core.headers(decision({ windowMs: 10000 }), { windowMs: 1500, name: "x" })["RateLimit-Policy"], '"x";q=3;w=2');
+  // No window known (a META hash's): no w, the limit as the name.
+  assert.deepEqual(core.headers(decision({})), { "RateLimit-Policy": '"3";q=3', RateLimit: '"3";r=2;t=10' });
+});
+
+test("headers(): t and Retry-After are whole seconds rounded up; refused, t is the retry", () => {
+  const refused = decision({ admitted: false, remaining: 0, retryAfterMs: 4001, resetAfterMs: 9000, windowMs: 10000 });
+  assert.deepEqual(core.headers(refused), {
+    "RateLimit-Policy": '"3-in-10sec";q=3;w=10',
+    RateLimit: '"3-in-10sec";r=0;t=5',
+    "Retry-After": "5",
+  });
+  // A cost that can never pass: no Retry-After, t is the reset.
+  const never = decision({ admitted: false, remaining: 0, retryAfterMs: -1, resetAfterMs: 3000, windowMs: 10000 });
+  assert.deepEqual(core.headers(never), { "RateLimit-Policy": '"3-in-10sec";q=3;w=10', RateLimit: '"3-in-10sec";r=0;t=3' });
+  // A refusal due in under a second still asks for one.
+  assert.equal(core.headers(decision({ admitted: false, remaining: 0, retryAfterMs: 1 }))["Retry-After"], "1");
+  // Windows that are not whole seconds name the rounded-up second.
+  assert.equal(core.headers(decision({ windowMs: 1500 }))["RateLimit-Policy"], '"3-in-2sec";q=3;w=2');
+});
+
+test("headers(): a bucket's r is what would pass now, up to its burst, and t the time until it is full", () => {
+  // token, LIMIT 3 per 10 s, BURST 5: the server's reply after the first request.
+  const d = decision({ limit: 5, remaining: 4, resetAfterMs: 3334, windowMs: 10000 });
+  assert.deepEqual(core.headers(d), { "RateLimit-Policy": '"5-in-10sec";q=5;w=10', RateLimit: '"5-in-10sec";r=4;t=4' });
+});
+
+test("headers(): nothing advertised when unlimited or when the failure policy answered", () => {
+  assert.deepEqual(core.headers(decision({ limit: 0, remaining: 0 })), {});
+  const open = core.unavailableDecision({ limit: 3, windowMs: 1000 }, true, new Error("down"));
+  assert.deepEqual(core.headers(open), {});
+  const closed = core.unavailableDecision({ limit: 3, windowMs: 1000 }, false, new Error("down"));
+  assert.deepEqual(core.headers(closed), { "Retry-After": "1" });
+  assert.equal(closed.backend, "unavailable");
+  assert.equal(closed.admitted, false);
+});
+
+test("headers() checks what it is given", () => {
+  assert.throws(() => core.headers(decision({}), { windowMs: 0 }), { message: "windowMs must be a safe integer >= 1 (got 0)" });
+  assert.throws(() => core.headers(decision({}), { name: 'a"b' }), { message: 'name must be an ASCII string without " or \\ (got "a\\"b")' });
+});
+
+test("a grant WAIT did not confirm reads as a refusal", () => {
+  const d = core.unconfirmedDecision(core.parseDecision([1, 3, 2, 0, 1000], "module"), 0);
+  assert.equal(d.admitted, false);
+  assert.equal(d.remaining, 0);
+  assert.equal(d.unconfirmed, 0);
+  assert.equal(d.retryAfterMs, core.UNAVAILABLE_RETRY_MS);
+});
+
+test("errors: replies are raised, outages get the failure policy, whatever the client", () => {
+  const cases = [
+    [Object.assign(new Error("ERR wrong number of arguments"), { name: "ReplyError" }), "reply"],
+    [new Error("WRONGTYPE Operation against a key holding the wrong kind of value"), "reply"],
+    [new Error("NOPERM this user has no permissions to run the 'fcall' command"), "reply"],
+    [new Error("LOADING Valkey is loading the dataset in memory"), "unreachable"],
+    [new Error("MASTERDOWN Link with MASTER is down"), "unreachable"],
+    [new Error("BUSY Valkey is busy running a script"), "unreachable"],
+    [new Error("Connection is closed."), "unreachable"],
+    [new Error("connect ECONNREFUSED 127.0.0.1:6379"), "unreachable"],
+    [Object.assign(new Error("The client is closed"), { name: "ClientClosedError" }), "unreachable"],
+    [new Error("An error was signalled by the server: - ResponseError: unknown command 'RL.ADMIT'"), "reply"],
+    [new Error("An error was signalled by the server: - BusyLoadingError: loading"), "unreachable"],
+    [new TypeError("client.call is not a function"), "reply"],
+    [Object.assign(new Error("x"), { unreachable: true }), "unreachable"],
+    [Object.assign(new Error("x"), { unreachable: false }), "reply"],
+  ];
+  for (const [e, kind] of cases) assert.equal(core.errorKind(e), kind, e.message);
+  assert.ok(core.isUnknownCommand(new Error("ERR unknown command 'RL.LIMIT'")));
+  assert.ok(core.isFunctionMissing(new Error("An error was signalled by the server: - ResponseError: Function not found")));
+  assert.ok(core.isLibraryExists(new Error("ERR Library 'ratelimit' already exists")));
+  assert.ok(core.isNoPermission(new Error("NOPERM User x has no permissions to run the 'function|load' command")));
+});
+
+test("library versions: read from the source; none is older than any", () => {
+  assert.equal(core.libraryVersion("#!lua name=ratelimit\nlocal VERSION = '1.22.3'\n"), "1.22.3");
+  assert.equal(core.libraryVersion("#!lua name=ratelimit\n"), null);
+  assert.equal(core.compareVersions("0.1.0", "0.1.0"), 0);
+  assert.equal(core.compareVersions("0.1.0", "0.2.0"), -1);
+  assert.equal(core.compareVersions("0.10.0", "0.9.0"), 1);
+  assert.equal(core.compareVersions("1.0.0", "0.99.99"), 1);
+  assert.equal(core.compareVersions(null, "0.0.1"), -1);
+  assert.equal(core.compareVersions("0.0.1", null), 1);
+});
+
+test("the bundled library states the version the package reads", () => {
+  const { bundledLibrary } = require("../../lib/library");
+  const lib = bundledLibrary();
+  assert.ok(lib, "the library is found (the packed copy, or the repository's)");
+  assert.match(lib.source, /^#!lua name=ratelimit\n/);
+  assert.match(lib.version, /^\d+\.\d+\.\d+$/);
+});
