@@ -402,7 +402,7 @@ class AsyncLimiter:
         reply, _, _ = await self._run(self._request, "RL.RESET", "rl_reset", False, [self._key(key)], [])
         return _core.to_int(reply) == 1
 
-    def limit(self, rate: Any, **options: Any) -> Any:
+    def limit(self, rate: Any = None, **options: Any) -> Any:
         """A per-route limit for Starlette and FastAPI, usable as a FastAPI
         dependency (``Depends(limiter.limit("5/minute"))``) and as a
         decorator of an endpoint; see ``valkey_ratelimit.asgi.RouteLimit``."""
