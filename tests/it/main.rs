@@ -27,6 +27,7 @@ mod instruction_budget;
 mod leases;
 mod load_functions;
 mod lua_oracle;
+mod python_package;
 mod reliability;
 mod replication;
 mod throttle;

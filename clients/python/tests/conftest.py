@@ -122,7 +122,10 @@ class Uvicorn:
     def __init__(self, app: Any) -> None:
         import uvicorn
 
-        self.sock = socket.socket()
+        # IPPROTO_TCP named: asyncio sets TCP_NODELAY on the accepted
+        # sockets only then (with proto 0 every response waits ~40 ms for
+        # a delayed ACK between its header and body segments).
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
         config = uvicorn.Config(app, log_level="warning", lifespan="off")

@@ -206,7 +206,7 @@ class Limiter:
             if _core.is_unreachable(e):
                 raise
             if not present:
-                raise _library.missing(f"loading it was refused: {e}") from e
+                raise _library.missing(f"loading it was refused: {type(e).__name__}: {e}") from e
             log.warning(
                 "valkey_ratelimit: the loaded FUNCTION library (version %s) is older than this package's (%s)"
                 " and could not be replaced (%s); using it",
