@@ -33,6 +33,7 @@ functions:
 lint:
 	cd "$(ROOT)" && cargo fmt --check
 	cd "$(ROOT)" && cargo clippy --all-targets -- -D warnings
+	cd "$(ROOT)" && python3 clients/python/scripts/unasync.py --check
 
 fmt:
 	cd "$(ROOT)" && cargo fmt

@@ -20,6 +20,7 @@ use crate::common::backend::{self, Backend, NO_MODULES};
 use crate::common::cluster;
 use crate::common::Server;
 
+use serial_test::serial;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -165,8 +166,11 @@ fn python_library_loaded_on_a_bare_server() {
 }
 
 /// Stopped, black-holed and frozen servers of the tests' own, on both
-/// backends, sync and asyncio, each answered within the deadline.
+/// backends, sync and asyncio, each answered within the deadline. Serial
+/// with the other timing tests (`#[serial]`), which it would slow down and
+/// be slowed down by.
 #[test]
+#[serial]
 fn python_outages_within_the_deadline() {
     let binary = common::server_binary();
     let module = common::module_path();

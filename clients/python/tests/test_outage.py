@@ -177,6 +177,7 @@ def server(request: Any) -> Iterator[ValkeyProcess]:
 
 
 SLOWEST: Dict[str, float] = {}
+PHASE = ["up"]
 
 
 def round_of_requests(http: httpx.Client) -> Dict[str, httpx.Response]:
@@ -187,7 +188,7 @@ def round_of_requests(http: httpx.Client) -> Dict[str, httpx.Response]:
         res = http.get(path)
         took = time.monotonic() - started
         SLOWEST[path] = max(SLOWEST.get(path, 0.0), took)
-        assert took <= BOUND_S, f"{path} took {took * 1000:.0f} ms > {BOUND_S * 1000:.0f} ms"
+        assert took <= BOUND_S, f"{path} took {took * 1000:.0f} ms > {BOUND_S * 1000:.0f} ms ({PHASE[0]})"
         out[path] = res
     return out
 
@@ -239,6 +240,7 @@ def test_outages_are_bounded_reported_once_and_recovered(server: ValkeyProcess, 
             ("frozen", lambda: server.freeze(), lambda: server.thaw()),
         ]
         for n, (what, down, up) in enumerate(outages, start=1):
+            PHASE[0] = what
             hole = None
             if what == "black hole":
                 server.stop()
@@ -255,6 +257,7 @@ def test_outages_are_bounded_reported_once_and_recovered(server: ValkeyProcess, 
             else:
                 assert up is not None
                 up()
+            PHASE[0] = f"after {what}"
             assert_served(recovered(http))
             for _ in range(2):
                 assert_served(round_of_requests(http))

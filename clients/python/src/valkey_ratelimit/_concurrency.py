@@ -20,18 +20,32 @@ def _timed_out(seconds: float) -> LimiterTimeout:
 
 
 class AsyncCaller:
-    """Runs a coroutine function under the deadline: on expiry it is
-    cancelled (valkey-py then drops the connection it was reading) and
-    LimiterTimeout is raised."""
+    """Runs a coroutine function under the deadline. On expiry the call is
+    cancelled and LimiterTimeout raised at once: the client's own clean-up
+    of the cancelled call (valkey-py drops the connection it was reading)
+    goes on in the background, not inside the caller's wait."""
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
 
     async def call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        task = asyncio.ensure_future(fn(*args, **kwargs))
         try:
-            return await asyncio.wait_for(fn(*args, **kwargs), self.timeout)
-        except asyncio.TimeoutError:
-            raise _timed_out(self.timeout) from None
+            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+        except BaseException:
+            task.cancel()
+            raise
+        if task in done:
+            return task.result()
+        task.cancel()
+        task.add_done_callback(_forget)
+        raise _timed_out(self.timeout)
+
+
+def _forget(task: "asyncio.Future[Any]") -> None:
+    """Reads a cancelled call's outcome, so asyncio does not log it as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 class Caller:
