@@ -394,3 +394,36 @@ def test_starlette_endpoint_decorator(alimiter: AsyncLimiter, sync: Any) -> None
     assert statuses(answers) == [200, 200, 429]
     assert answers[0].text == "hi" and answers[0].headers["ratelimit"].startswith('"2-in-60sec";r=1;t=')
     assert answers[2].headers["content-type"] == "application/problem+json"
+
+
+def test_the_middleware_takes_a_sync_limiter(port: int, sync: Any) -> None:
+    import valkey
+
+    limiter = Limiter(valkey.Valkey(host=HOST, port=port), prefix="h:", timeout=TIMEOUT)
+    with Uvicorn(starlette_app(limiter, rate="2/minute")) as base, httpx.Client(base_url=base) as http:
+        answers = [get(http, "/s", client="sync-mw") for _ in range(3)]
+    assert statuses(answers) == [200, 200, 429]
+    assert answers[0].headers["ratelimit"].startswith('"2-in-60sec";r=1;t=')
+    assert int(sync.get("h:sync-mw")) == 2
+
+
+def test_a_dependency_run_on_a_worker_thread_still_decides(alimiter: AsyncLimiter, sync: Any) -> None:
+    """A framework that took the route limit for a plain function runs it
+    on a worker thread: it still decides, on the event loop, and refuses by
+    raising (never a coroutine left unawaited, which would admit all)."""
+    import anyio
+    import anyio.to_thread
+
+    limit = alimiter.limit("1/minute", key=by_client, scope="threaded")
+    scope = {"type": "http", "method": "GET", "path": "/", "headers": [(b"x-client", b"t")], "query_string": b""}
+
+    async def main() -> None:
+        response = Response()
+        assert await anyio.to_thread.run_sync(limit, Request(scope), response) is None
+        assert response.headers["ratelimit"].startswith('"1-in-60sec";r=0;t=')
+        with pytest.raises(RateLimitExceeded) as e:
+            await anyio.to_thread.run_sync(limit, Request(scope), Response())
+        assert e.value.status_code == 429 and e.value.response.headers["content-type"] == "application/problem+json"
+
+    anyio.run(main)
+    assert int(sync.get("h:{t}:threaded:1/60000")) == 1
