@@ -8,9 +8,7 @@ from __future__ import annotations
 import base64
 import math
 import re
-import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import inspect
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -94,12 +92,10 @@ class Decision:
     ) -> Dict[str, str]:
         """The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers)."""
         d = self
-        if window_ms is not None or name is not None:
-            d = Decision(
-                self.admitted, self.limit, self.remaining, self.retry_after_ms, self.reset_after_ms,
-                self.window_ms if window_ms is None else window_ms, self.backend, self.error,
-                self.name if name is None else name,
-            )  # fmt: skip
+        if window_ms is not None:
+            d = replace(d, window_ms=window_ms)
+        if name is not None:
+            d = replace(d, name=name)
         return header_fields([d], d.retry_after_ms, partition_key)
 
     def problem(self, name: Optional[str] = None) -> Dict[str, Any]:
@@ -318,41 +314,7 @@ def unconfirmed_decision(decision: Decision, acks: Optional[int], wanted: int) -
     """A grant that fewer than ``wanted`` replicas confirmed, given back:
     refused, with the failure policy's retry."""
     error = ReplicationUnconfirmed(f"{acks} of {wanted} replicas confirmed the grant in time; it was given back")
-    return Decision(
-        False, decision.limit, decision.remaining, FAIL_CLOSED_RETRY_MS, decision.reset_after_ms,
-        decision.window_ms, decision.backend, error, decision.name,
-    )  # fmt: skip
-
-
-class Health:
-    """Whether Valkey answered the last call, so that each change is logged
-    once, not once per request. Thread-safe."""
-
-    def __init__(self, log: Any, failure: str) -> None:
-        self._log = log
-        self._failure = failure
-        self._lock = threading.Lock()
-        self._down_since: Optional[float] = None
-
-    def down(self, error: BaseException) -> None:
-        with self._lock:
-            if self._down_since is not None:
-                return
-            self._down_since = time.monotonic()
-        self._log.warning(
-            "valkey_ratelimit: Valkey is unreachable (%s: %s); admissions fail %s until it answers again",
-            type(error).__name__,
-            error,
-            self._failure,
-        )
-
-    def up(self) -> None:
-        if self._down_since is None:
-            return
-        with self._lock:
-            since, self._down_since = self._down_since, None
-        if since is not None:
-            self._log.warning("valkey_ratelimit: Valkey answers again, after %.1f s unreachable", time.monotonic() - since)
+    return replace(decision, admitted=False, retry_after_ms=FAIL_CLOSED_RETRY_MS, error=error)
 
 
 def check_client(client: Any, asynchronous: bool) -> None:

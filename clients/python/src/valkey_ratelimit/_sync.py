@@ -10,12 +10,12 @@ GENERATED from _aio.py by scripts/unasync.py: edit _aio.py, then run
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from . import _core, _library, _options
+from ._health import Health
 from ._concurrency import Beats, Caller
-from ._core import Decision, Decisions, Lease, LeaseLost, LeaseRefused, ReplicationUnconfirmed
+from ._core import Decision, Decisions, Lease, LeaseLost, LeaseRefused
 from ._options import Key, Policy
 
 log = logging.getLogger("valkey_ratelimit")
@@ -134,7 +134,7 @@ class Limiter:
             raise _options.bad("wait_replicas", "0 on a cluster or valkey-glide client (WAIT needs one connection)", wait_replicas)
         # A grant waits for its replicas too: the deadline covers both.
         self._caller = Caller(self.timeout + (self.wait_timeout_ms / 1000 if self.wait_replicas else 0))
-        self._health = _core.Health(log, self.failure)
+        self._health = Health(log, self.failure)
         self._backend: Optional[str] = None
 
     def __repr__(self) -> str:
@@ -224,14 +224,25 @@ class Limiter:
 
     def _request(
         self, module_name: str, function: str, read_only: bool, keys: Sequence[Key], args: Sequence[str], wait: bool = False
-    ) -> Tuple[Any, str, Optional[int]]:
-        """One call on the backend in use: (reply, backend, replicas that
-        confirmed it or None). A server that lost the backend since it was
-        found (a restart without the library, a module unloaded) is probed
-        again, the library reloaded, and the call sent once more."""
+    ) -> Tuple[Any, Optional[int], str]:
+        """One call on the backend in use: (reply, replicas that confirmed
+        it or None, backend)."""
+
+        def words(backend: str) -> Tuple[Any, ...]:
+            return _core.command(backend, module_name, function, read_only, keys, args)
+
+        return self._request_words(words, keys[0], wait)
+
+    def _request_words(
+        self, words: Callable[[str], Sequence[Any]], key: Key, wait: bool
+    ) -> Tuple[Any, Optional[int], str]:
+        """The call ``words(backend)`` makes. A server that lost the backend
+        since it was found (a restart without the library, a module
+        unloaded) is probed again, the library reloaded, and the call sent
+        once more."""
         backend = self._ensure_backend()
         try:
-            return (*self._send(backend, module_name, function, read_only, keys, args, wait), backend)  # type: ignore[return-value]
+            reply, acks = self._send_words(words(backend), key, wait)
         except Exception as e:
             vanished = (backend == "functions" and _core.is_function_missing(e)) or (
                 backend == "module" and self.backend_option == "auto" and _core.is_unknown_command(e)
@@ -240,13 +251,16 @@ class Limiter:
                 raise
             self._backend = None
             backend = self._ensure_backend()
-            return (*self._send(backend, module_name, function, read_only, keys, args, wait), backend)  # type: ignore[return-value]
+            reply, acks = self._send_words(words(backend), key, wait)
+        return reply, acks, backend
 
     def _send(
-        self, backend: str, module_name: str, function: str, read_only: bool, keys: Sequence[Key], args: Sequence[str], wait: bool
-    ) -> Tuple[Any, Optional[int]]:
+        self, backend: str, module_name: str, function: str, read_only: bool, keys: Sequence[Key], args: Sequence[str]
+    ) -> Any:
+        """One call on a backend already found (the give-back of a grant)."""
         words = _core.command(backend, module_name, function, read_only, keys, args)
-        return self._send_words(words, keys[0], wait)
+        reply, _ = self._send_words(words, keys[0], False)
+        return reply
 
     def _send_words(self, words: Sequence[Any], key: Key, wait: bool) -> Tuple[Any, Optional[int]]:
         if wait and self.wait_replicas:
@@ -306,7 +320,7 @@ class Limiter:
         reply, acks, backend = self._request("RL.ADMIT", "rl_admit", False, keys, args, wait=cost > 0)
         decision = _core.parse_decision(reply, backend, policy.window_ms, name)
         if decision.admitted and cost > 0 and not self._confirmed(acks):
-            self._send(backend, "RL.REFUND", "rl_refund", False, keys, args, False)
+            self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
             return _core.unconfirmed_decision(decision, acks, self.wait_replicas)
         return decision
 
@@ -340,23 +354,17 @@ class Limiter:
 
     def _admit_all(self, counters: List[Key], policies: List[Policy], cost: int, names: List[Optional[str]]) -> Decisions:
         windows = [p.window_ms for p in policies]
-        backend = self._ensure_backend()
-        words = _core.admit_all_command(backend, counters, policies, cost)
-        try:
-            reply, acks = self._send_words(words, counters[0], cost > 0)
-        except Exception as e:
-            if not (backend == "functions" and _core.is_function_missing(e)):
-                raise
-            self._backend = None
-            backend = self._ensure_backend()
-            words = _core.admit_all_command(backend, counters, policies, cost)
-            reply, acks = self._send_words(words, counters[0], cost > 0)
+
+        def words(backend: str) -> Tuple[Any, ...]:
+            return _core.admit_all_command(backend, counters, policies, cost)
+
+        reply, acks, backend = self._request_words(words, counters[0], cost > 0)
         decisions = _core.parse_decisions(reply, backend, windows, names)
         if decisions.admitted and cost > 0 and not self._confirmed(acks):
             for counter, policy in zip(counters, policies):
                 keys = [counter] + ([policy.meta] if policy.meta is not None else [])
                 args = policy.args() + ["COST", str(cost)]
-                self._send(backend, "RL.REFUND", "rl_refund", False, keys, args, False)
+                self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
             parts = tuple(_core.unconfirmed_decision(d, acks, self.wait_replicas) for d in decisions.decisions)
             return Decisions(False, 0, _core.FAIL_CLOSED_RETRY_MS, parts, backend, parts[0].error)
         return decisions
@@ -436,7 +444,7 @@ class Limiter:
         lease = _core.parse_lease(reply, backend)
         if lease.acquired and lease.limit > 0 and not self._confirmed(acks):
             assert lease.lease_id is not None
-            self._send(backend, "RL.RELEASE", "rl_release", False, keys[:1], [lease.lease_id], False)
+            self._send(backend, "RL.RELEASE", "rl_release", False, keys[:1], [lease.lease_id])
             return _core.unconfirmed_lease(lease, acks, self.wait_replicas)
         return lease
 
