@@ -54,9 +54,11 @@ class Caller:
     client cannot be interrupted: a call that timed out keeps its worker
     until the client's socket gives up (set ``socket_timeout``), and the
     calls queued behind a full pool time out without ever running. The
-    workers are daemon threads, so a hung call never holds up exit."""
+    workers are daemon threads, so a hung call never holds up exit, and a
+    worker idle for IDLE_S ends, so a limiter made and dropped leaves none."""
 
     WORKERS = 8
+    IDLE_S = 30.0
 
     def __init__(self, timeout: float) -> None:
         self.timeout = timeout
@@ -68,12 +70,12 @@ class Caller:
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
-            # Another worker only when none waits for work (a race may
-            # leave a job queued a moment longer: harmless).
+            # Another worker only when none waits for work. Queued under
+            # the lock, so that an idle worker that ends sees the job.
             if self._idle == 0 and self._workers < self.WORKERS:
                 self._workers += 1
                 threading.Thread(target=self._work, name="valkey-ratelimit", daemon=True).start()
-        self._jobs.put((future, fn, args, kwargs))
+            self._jobs.put((future, fn, args, kwargs))
         try:
             return future.result(self.timeout)
         except concurrent.futures.TimeoutError:
@@ -85,7 +87,15 @@ class Caller:
         while True:
             with self._lock:
                 self._idle += 1
-            future, fn, args, kwargs = self._jobs.get()
+            try:
+                future, fn, args, kwargs = self._jobs.get(timeout=self.IDLE_S)
+            except queue.Empty:
+                with self._lock:
+                    self._idle -= 1
+                    if self._jobs.empty():
+                        self._workers -= 1
+                        return
+                continue
             with self._lock:
                 self._idle -= 1
             if future.set_running_or_notify_cancel():
