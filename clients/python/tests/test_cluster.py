@@ -86,7 +86,7 @@ def test_a_route_with_two_rates_on_a_cluster(backend: str, option: str, port: in
     def by_client(request: Request) -> str:
         return request.headers["x-client"]
 
-    @app.get("/", dependencies=[Depends(limiter.limit("2/second;3/minute", key=by_client))])
+    @app.get("/", dependencies=[Depends(limiter.limit("2/minute;3/hour", key=by_client))])
     async def root() -> Dict[str, bool]:
         return {"ok": True}
 
