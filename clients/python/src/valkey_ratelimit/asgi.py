@@ -159,8 +159,8 @@ class _Limits:
             if algorithm is not None:
                 _options.one_of("algorithm", algorithm, _options.ALGORITHMS)
             _options.optional_integer("burst", burst, 0)
-            if name is not None and not callable(name):
-                self._names(name, 1)
+            for one in [name] if isinstance(name, str) else list(name or []):
+                _options.policy_name(one)
 
     def _make(self, rate: Any, limit: Any, window_ms: Any, meta: Any) -> Tuple[List[Policy], List[Optional[str]]]:
         if rate is not None:
