@@ -37,6 +37,7 @@ lint:
 	cd "$(ROOT)" && cargo fmt --check
 	cd "$(ROOT)" && cargo clippy --all-targets -- -D warnings
 	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
+	cd "$(ROOT)" && python3 clients/python/scripts/unasync.py --check
 
 fmt:
 	cd "$(ROOT)" && cargo fmt

@@ -306,17 +306,34 @@ fn standalone(lang: Lang) {
     let pttl: i64 = con.pttl(&key).unwrap();
     assert!((1..=60_000).contains(&pttl), "{lang:?}: PTTL {pttl}");
 
-    // LIMIT 0 is unlimited: admitted, nothing advertised, nothing stored.
-    let responses = lang
-        .run(server.port, &["--client", "free", "--limit", "0"])
-        .unwrap();
-    assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
-    let r = &responses[0];
-    assert_eq!(r.status, 200, "{lang:?}: {r:?}");
-    assert_eq!(r.header("RateLimit-Policy"), None, "{lang:?}: {r:?}");
-    assert_eq!(r.header("RateLimit"), None, "{lang:?}: {r:?}");
-    let exists: bool = con.exists("rl:{free}:default").unwrap();
-    assert!(!exists, "{lang:?}: an unlimited call stored state");
+    if matches!(lang, Lang::Python) {
+        // The Python package's limit of 0 admits nothing: refused without
+        // a call, a quota of 0 advertised, no Retry-After (waiting never
+        // helps), nothing stored.
+        let responses = lang
+            .run(server.port, &["--client", "none", "--limit", "0"])
+            .unwrap();
+        assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
+        let r = &responses[0];
+        assert_eq!(r.status, 429, "{lang:?}: {r:?}");
+        assert_eq!(r.header("RateLimit-Policy"), Some("\"default\";q=0;w=60"));
+        assert_eq!(r.header("RateLimit"), Some("\"default\";r=0;t=0"));
+        assert_eq!(r.header("Retry-After"), None, "{lang:?}: {r:?}");
+        let exists: bool = con.exists("rl:{none}:default").unwrap();
+        assert!(!exists, "{lang:?}: a limit of 0 stored state");
+    } else {
+        // LIMIT 0 is unlimited: admitted, nothing advertised, nothing stored.
+        let responses = lang
+            .run(server.port, &["--client", "free", "--limit", "0"])
+            .unwrap();
+        assert_eq!(responses.len(), 1, "{lang:?}: {responses:?}");
+        let r = &responses[0];
+        assert_eq!(r.status, 200, "{lang:?}: {r:?}");
+        assert_eq!(r.header("RateLimit-Policy"), None, "{lang:?}: {r:?}");
+        assert_eq!(r.header("RateLimit"), None, "{lang:?}: {r:?}");
+        let exists: bool = con.exists("rl:{free}:default").unwrap();
+        assert!(!exists, "{lang:?}: an unlimited call stored state");
+    }
 
     // A client id with braces would break the hash tag: refused with 400.
     let responses = lang.run(server.port, &["--client", "a}b"]).unwrap();

@@ -1,18 +1,15 @@
-//! The framework packages in `clients/` against real servers with real
-//! HTTP: the Node.js package (an Express app with express-rate-limit 8 and
-//! `ValkeyStore`, hit with fetch) and the Python package (a Starlette app
-//! with `RateLimitMiddleware` under uvicorn, hit with httpx). Each runs
-//! once against a server with the module and once against a server with
-//! only the FUNCTION library, then again with that server stopped
-//! (fail-open, fail-closed, timeouts). The test programs
-//! (`clients/node/test/frameworks.test.js`,
-//! `clients/python/tests/test_frameworks.py`) make the HTTP checks; this
-//! file starts the servers, runs them, and checks their exit status and
-//! that every check reported `ok`. The lease helpers (`withLease`, the
-//! Python context managers) run the same way, on both backends
-//! (`clients/node/test/leases.test.js`, `clients/python/tests/test_leases.py`).
-//! Also here: `python -m build` produces artifacts that
-//! install and import (`npm pack`: node_package.rs).
+//! The Node.js framework package in `clients/node` against real servers
+//! with real HTTP: an Express app with express-rate-limit 8 and
+//! `ValkeyStore`, hit with fetch. It runs once against a server with the
+//! module and once against a server with only the FUNCTION library, then
+//! again with that server stopped (fail-open, fail-closed, timeouts). The
+//! test program (`clients/node/test/frameworks.test.js`) makes the HTTP
+//! checks; this file starts the servers, runs it, and checks its exit
+//! status and that every check reported `ok`. The lease helper
+//! (`withLease`) runs the same way, on both backends
+//! (`clients/node/test/leases.test.js`). The `npm pack` test and the other
+//! Node suites run from `node_package.rs`; the Python package's from
+//! `python_package.rs`.
 //!
 //! Their dependencies come from `scripts/setup.sh test` (make test runs
 //! it). Without them these tests fail; `make test SKIP_CLIENTS=1` leaves
@@ -23,7 +20,7 @@ use crate::common::cluster;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use crate::common::backend::Backend;
@@ -66,34 +63,6 @@ fn node() -> Option<Command> {
     Some(cmd)
 }
 
-/// The venv's python: `$RL_CLIENTS_PYTHON`, else `.deps/clients-venv`.
-fn python_path() -> Option<PathBuf> {
-    let python = match std::env::var_os("RL_CLIENTS_PYTHON") {
-        Some(p) if !p.is_empty() => PathBuf::from(p),
-        _ => Path::new(REPO).join(".deps/clients-venv/bin/python"),
-    };
-    let check = Command::new(&python)
-        .args(["-c", "import valkey, starlette, uvicorn, httpx"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if !check.is_ok_and(|s| s.success()) {
-        return unavailable(&format!(
-            "{} cannot import valkey, starlette, uvicorn and httpx",
-            python.display()
-        ));
-    }
-    Some(python)
-}
-
-/// The python that runs the package from its source tree.
-fn python() -> Option<Command> {
-    let mut cmd = Command::new(python_path()?);
-    cmd.current_dir(Path::new(REPO).join("clients/python"))
-        .env("PYTHONPATH", Path::new(REPO).join("clients/python/src"));
-    Some(cmd)
-}
-
 /// A test program's command for `phase` against 127.0.0.1:`port`.
 fn program(lang: &str, phase: &str, port: u16, backend: Option<Backend>) -> Option<Command> {
     let mut cmd = match lang {
@@ -102,11 +71,7 @@ fn program(lang: &str, phase: &str, port: u16, backend: Option<Backend>) -> Opti
             cmd.arg("test/frameworks.test.js");
             cmd
         }
-        _ => {
-            let mut cmd = python()?;
-            cmd.arg("tests/test_frameworks.py");
-            cmd
-        }
+        other => panic!("no framework program for {other}"),
     };
     cmd.arg(phase)
         .env("VALKEY_HOST", "127.0.0.1")
@@ -154,11 +119,7 @@ fn live_checks(lang: &str, backend: Backend) -> Vec<String> {
                 "ok {name}: server errors are raised, not failed open"
             ));
         }
-        _ => {
-            checks.push(format!("ok {name}: reset admits again"));
-            checks.push(format!("ok {name}: Limiter admit/ttl/refund/reset"));
-            checks.push(format!("ok {name}: AsyncLimiter admit/ttl/refund/reset"));
-        }
+        other => panic!("no framework program for {other}"),
     }
     if backend == Backend::Functions {
         checks.push("ok functions: without the library, BackendMissingError".into());
@@ -176,13 +137,6 @@ fn down_checks(lang: &str) -> Vec<String> {
     if lang == "node" {
         checks.push("ok down: fail-open after a 300 ms timeout: HTTP 200".into());
         checks.push("ok down: fail-closed after a 300 ms timeout: HTTP 503".into());
-    } else {
-        checks.push(
-            "ok down: fail-open (after a 0.3 s timeout): sync admitted=True, HTTP 200".into(),
-        );
-        checks.push(
-            "ok down: fail-closed (after a 0.3 s timeout): sync admitted=False, HTTP 429".into(),
-        );
     }
     checks
 }
@@ -219,16 +173,6 @@ fn node_express_store_on_the_function_library() {
     live_then_down("node", Backend::Functions);
 }
 
-#[test]
-fn python_asgi_middleware_on_the_module() {
-    live_then_down("python", Backend::Module);
-}
-
-#[test]
-fn python_asgi_middleware_on_the_function_library() {
-    live_then_down("python", Backend::Functions);
-}
-
 /// The `ok` lines of a lease run on `backend`, by language.
 fn lease_checks(lang: &str, name: &str) -> Vec<String> {
     let mut checks = vec![
@@ -247,26 +191,7 @@ fn lease_checks(lang: &str, name: &str) -> Vec<String> {
             checks.push(format!("ok {name}: a lost lease aborts held.signal"));
             checks.push(format!("ok {name}: 20 holders x 8 leases, LIMIT 3:"));
         }
-        _ => {
-            checks.push(format!("ok {name}: RESP3 replies read the same"));
-            checks.push(format!(
-                "ok {name}: the context manager releases on exit and on an exception"
-            ));
-            checks.push(format!(
-                "ok {name}: refusal raises LeaseRefused with retry_after_ms"
-            ));
-            checks.push(format!(
-                "ok {name}: a lost lease: held.lost, check() and the exit raise LeaseLost"
-            ));
-            checks.push(format!("ok {name}: 20 threads x 8 leases, LIMIT 3:"));
-            checks.push(format!(
-                "ok {name}: async with: releases on exit and exception"
-            ));
-            checks.push(format!(
-                "ok {name}: async heartbeat keeps the lease; a loss cancels the block"
-            ));
-            checks.push(format!("ok {name}: 20 async holders, LIMIT 3:"));
-        }
+        other => panic!("no lease program for {other}"),
     }
     checks
 }
@@ -276,7 +201,7 @@ fn leases(lang: &str, backend: Backend) {
     let server = backend.start();
     let (cmd, file) = match lang {
         "node" => (node(), "test/leases.test.js"),
-        _ => (python(), "tests/test_leases.py"),
+        other => panic!("no lease program for {other}"),
     };
     let Some(mut cmd) = cmd else {
         return;
@@ -305,22 +230,12 @@ fn node_leases_on_the_function_library() {
     leases("node", Backend::Functions);
 }
 
-#[test]
-fn python_leases_on_the_module() {
-    leases("python", Backend::Module);
-}
-
-#[test]
-fn python_leases_on_the_function_library() {
-    leases("python", Backend::Functions);
-}
-
-/// Three primaries with the module, the library loaded into each: both
-/// programs' `cluster` phase, through the cluster clients (iovalkey
-/// Cluster, valkey-py ValkeyCluster), with the module and with FCALL.
+/// Three primaries with the module, the library loaded into each: the
+/// program's `cluster` phase, through iovalkey's Cluster, with the module
+/// and with FCALL.
 #[test]
 fn cluster_clients_route_both_backends_by_key() {
-    let (Some(mut node_cmd), Some(mut python_cmd)) = (node(), python()) else {
+    let Some(mut node_cmd) = node() else {
         return;
     };
     let cluster = cluster::Cluster::start(3);
@@ -328,13 +243,11 @@ fn cluster_clients_route_both_backends_by_key() {
         common::backend::load_library(&mut node.client());
     }
     let port = cluster.nodes[0].port.to_string();
-    for cmd in [&mut node_cmd, &mut python_cmd] {
-        cmd.env("VALKEY_HOST", "127.0.0.1")
-            .env("VALKEY_PORT", &port)
-            .env_remove("RL_EXPECT_BACKEND");
-    }
+    node_cmd
+        .env("VALKEY_HOST", "127.0.0.1")
+        .env("VALKEY_PORT", &port)
+        .env_remove("RL_EXPECT_BACKEND");
     node_cmd.args(["test/frameworks.test.js", "cluster"]);
-    python_cmd.args(["tests/test_frameworks.py", "cluster"]);
     let out = run(node_cmd);
     assert_reported(
         &out,
@@ -343,33 +256,6 @@ fn cluster_clients_route_both_backends_by_key() {
             "ok cluster: functions: keys on every shard",
         ],
         "PASS node cluster",
-    );
-    let out = run(python_cmd);
-    assert_reported(
-        &out,
-        &[
-            "ok cluster: module: keys on every shard",
-            "ok cluster: functions: keys on every shard",
-        ],
-        "PASS python cluster",
-    );
-}
-
-#[test]
-fn python_decision_headers_match_the_drafts_examples() {
-    let Some(mut cmd) = python() else {
-        return;
-    };
-    cmd.args(["tests/test_frameworks.py", "unit"]);
-    let out = run(cmd);
-    assert_reported(
-        &out,
-        &[
-            "ok unit: Decision.headers() gives the draft's examples",
-            "ok unit: t, w and Retry-After are whole seconds rounded up",
-            "ok unit: problem body and frozen Decision",
-        ],
-        "PASS python unit",
     );
 }
 
@@ -420,47 +306,3 @@ fn node_types_fit_express_rate_limit() {
     run(cmd);
 }
 
-#[test]
-fn python_build_gives_a_wheel_that_imports() {
-    let Some(python) = python_path() else {
-        return;
-    };
-    let scratch = Scratch::new("python-build");
-    let out_dir = scratch.0.join("dist");
-    // --no-isolation: the pinned hatchling of the venv, no download.
-    let mut build = Command::new(&python);
-    build
-        .args(["-m", "build", "--no-isolation", "--outdir"])
-        .arg(&out_dir)
-        .arg(Path::new(REPO).join("clients/python"));
-    run(build);
-    let wheel = only_file(&out_dir, "valkey_ratelimit-0.1.0-py3-none-any.whl");
-    only_file(&out_dir, "valkey_ratelimit-0.1.0.tar.gz");
-    let site = scratch.0.join("site");
-    let mut install = Command::new(&python);
-    install
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--target",
-        ])
-        .arg(&site)
-        .arg(&wheel);
-    run(install);
-    let mut import = Command::new(&python);
-    import
-        .current_dir(&scratch.0)
-        .env("PYTHONPATH", &site)
-        .args([
-            "-c",
-            "import valkey_ratelimit as v, os; \
-             from valkey_ratelimit import RateLimitMiddleware; \
-             print(v.__version__, v.__file__.startswith(os.environ['PYTHONPATH']), \
-             os.path.exists(os.path.join(os.path.dirname(v.__file__), 'py.typed')))",
-        ]);
-    assert_eq!(run(import).trim(), "0.1.0 True True");
-}

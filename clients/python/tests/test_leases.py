@@ -1,37 +1,24 @@
-"""The lease helpers against a real server: Limiter/AsyncLimiter's
-acquire, release, extend and in_flight, and the context managers
-``with limiter.lease(...)`` / ``async with``, checked against the sorted set
-the server keeps (member = lease id, score = deadline in ms).
-
-    VALKEY_PORT=6379 RL_EXPECT_BACKEND=module python tests/test_leases.py live
-
-``live`` needs a running server with the module (RL_EXPECT_BACKEND=module)
-or with only the FUNCTION library (functions). Prints one ``ok <check>``
-line per check; the first failure raises.
-"""
+"""The lease helpers against the server the harness started (module or
+library only): Limiter/AsyncLimiter's acquire, release, extend and
+in_flight, and the context managers ``with limiter.lease(...)`` / ``async
+with``, checked against the sorted set the server keeps (member = lease
+id, score = deadline in ms)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import re
-import sys
 import threading
 import time
+from typing import Any
 
-HOST = os.environ.get("VALKEY_HOST", "127.0.0.1")
-PORT = int(os.environ.get("VALKEY_PORT", "6379"))
+import pytest
+from conftest import HOST, TIMEOUT, server_ms
+
+from valkey_ratelimit import ConfigError, Limiter
+
 GENERATED_ID = re.compile(r"^[0-9a-f]+-[0-9a-f]{16}$")
-
-
-def ok(what: str) -> None:
-    print(f"ok {what}", flush=True)
-
-
-def server_ms(c) -> int:
-    s, us = c.time()
-    return s * 1000 + us // 1000
 
 
 def wait_for(what: str, cond, timeout_s: float = 5.0) -> None:
@@ -41,7 +28,14 @@ def wait_for(what: str, cond, timeout_s: float = 5.0) -> None:
         time.sleep(0.01)
 
 
-def plain_calls(sync, limiter, expect: str) -> None:
+@pytest.fixture
+def limiter(sync: Any, expect: str) -> Limiter:
+    lim = Limiter(sync, prefix="lease:", timeout=TIMEOUT)
+    assert lim.backend() == expect
+    return lim
+
+
+def test_plain_calls(sync: Any, limiter: Limiter, expect: str, port: int) -> None:
     from valkey_ratelimit import Lease
 
     key = "lease:plain"
@@ -69,9 +63,8 @@ def plain_calls(sync, limiter, expect: str) -> None:
     assert limiter.release("plain", "nobody") is False
     assert limiter.release("plain", a.lease_id) is True
     assert limiter.in_flight("plain") == 0 and sync.exists(key) == 0, "no lease left: key gone"
-    ok(f"{expect}: acquire/release/extend/in_flight, renew by id, refusal, key gone at the end")
 
-    # Unlimited: acquired with an id, nothing stored.
+    # No limit given (and none in a META hash): acquired with an id, nothing stored.
     u = limiter.acquire("free")
     assert u.acquired and u.limit == 0 and u.in_flight == 0 and u.retry_after_ms == 0, u
     assert GENERATED_ID.match(u.lease_id), u
@@ -84,25 +77,26 @@ def plain_calls(sync, limiter, expect: str) -> None:
     assert m.acquired and m.limit == 1, m
     assert not limiter.acquire("m", meta="lease:meta").acquired
     assert limiter.release("m", m.lease_id) is True
-    ok(f"{expect}: unlimited stores nothing; META max/ttl apply")
+    # A limit of 0 is an error, as on the server: it never means "no limit".
+    with pytest.raises(ConfigError, match=r"^limit must be an integer from 1 to 9007199254740991 \(got 0\)$"):
+        limiter.acquire("zero", limit=0, ttl_ms=1000)
+    with pytest.raises(ConfigError):
+        limiter.lease("zero", limit=0, ttl_ms=1000)
 
     # RESP3: the module answers a map, the library an array; both read alike.
     import valkey
 
-    c3 = valkey.Valkey(host=HOST, port=PORT, protocol=3)
-    from valkey_ratelimit import Limiter
-
-    l3 = Limiter(c3, prefix="lease:")
+    c3 = valkey.Valkey(host=HOST, port=port, protocol=3)
+    l3 = Limiter(c3, prefix="lease:", timeout=TIMEOUT)
     r3 = l3.acquire("resp3", limit=1, ttl_ms=5000, lease_id="x")
     assert (r3.acquired, r3.limit, r3.in_flight, r3.lease_id) == (True, 1, 1, "x"), r3
     r3 = l3.acquire("resp3", limit=1, ttl_ms=5000)
     assert (r3.acquired, r3.lease_id) == (False, None) and r3.retry_after_ms > 0, r3
     assert l3.release("resp3", "x") is True
     c3.close()
-    ok(f"{expect}: RESP3 replies read the same")
 
 
-def context_manager(sync, limiter, expect: str) -> None:
+def test_context_manager(sync: Any, limiter: Limiter) -> None:
     from valkey_ratelimit import LeaseLost, LeaseRefused
 
     key = "lease:cm"
@@ -117,7 +111,6 @@ def context_manager(sync, limiter, expect: str) -> None:
     except KeyError:
         pass
     assert sync.exists(key) == 0, "released on an exception"
-    ok(f"{expect}: the context manager releases on exit and on an exception")
 
     # Refusal: the block does not run; retry_after_ms is the holder's deadline.
     limiter.acquire("busy", limit=1, ttl_ms=4000, lease_id="holder")
@@ -133,9 +126,7 @@ def context_manager(sync, limiter, expect: str) -> None:
         assert not ran
         assert deadline - t1 <= e.retry_after_ms <= deadline - t0, (t0, t1, deadline, e.retry_after_ms)
         assert e.lease.in_flight == 1 and e.lease.limit == 1 and e.lease.lease_id is None
-        retry = e.retry_after_ms
     assert sync.zcard("lease:busy") == 1
-    ok(f"{expect}: refusal raises LeaseRefused with retry_after_ms {retry} (holder's deadline - now)")
 
     # Heartbeat: a 300 ms lease lives through 1 s of work.
     with limiter.lease("hb", limit=1, ttl_ms=300) as held:
@@ -155,7 +146,6 @@ def context_manager(sync, limiter, expect: str) -> None:
         raise AssertionError("an expired lease must be reported")
     except LeaseLost:
         pass
-    ok(f"{expect}: the heartbeat keeps a 300 ms lease alive through 1 s (without it: LeaseLost)")
 
     # Loss: someone removes the lease; the next beat says so.
     try:
@@ -170,12 +160,14 @@ def context_manager(sync, limiter, expect: str) -> None:
         raise AssertionError("leaving a lost lease must raise LeaseLost")
     except LeaseLost as e:
         assert e.lease_id == held.id
-    ok(f"{expect}: a lost lease: held.lost, check() and the exit raise LeaseLost")
 
 
-def crowd(limiter, sampler_client, expect: str, holders: int = 20, rounds: int = 8, limit: int = 3) -> None:
+def test_crowd_of_threads(limiter: Limiter, port: int, holders: int = 20, rounds: int = 8, limit: int = 3) -> None:
     """``holders`` threads each run ``rounds`` leases of LIMIT ``limit``,
     holding a few ms; a sampler reads RL.INFLIGHT and ZCARD meanwhile."""
+    import valkey
+
+    sampler_client = valkey.Valkey(host=HOST, port=port)
     from valkey_ratelimit import LeaseRefused
 
     inside = 0
@@ -225,19 +217,19 @@ def crowd(limiter, sampler_client, expect: str, holders: int = 20, rounds: int =
     assert most_inside == limit, f"at most {most_inside} ran at once; the crowd should fill all {limit}"
     assert refusals[0] > 0
     assert sampler_client.exists("lease:crowd") == 0, "every lease released"
-    ok(
-        f"{expect}: {holders} threads x {rounds} leases, LIMIT {limit}: {len(samples)} samples, "
-        f"max in flight {max(samples)}, {refusals[0]} refusals"
-    )
 
 
-async def async_checks(expect: str) -> None:
+def test_async_leases(sync: Any, port: int, expect: str) -> None:
+    asyncio.run(async_checks(port, expect))
+
+
+async def async_checks(port: int, expect: str) -> None:
     import valkey.asyncio
 
     from valkey_ratelimit import AsyncLimiter, LeaseLost, LeaseRefused
 
-    c = valkey.asyncio.Valkey(host=HOST, port=PORT)
-    limiter = AsyncLimiter(c, prefix="alease:")
+    c = valkey.asyncio.Valkey(host=HOST, port=port)
+    limiter = AsyncLimiter(c, prefix="alease:", timeout=TIMEOUT)
     assert await limiter.backend() == expect
     async with limiter.lease("cm", limit=1, ttl_ms=5000) as held:
         assert await c.zscore("alease:cm", held.id) is not None
@@ -258,7 +250,6 @@ async def async_checks(expect: str) -> None:
     assert await limiter.extend("busy", a.lease_id, 3000) is True
     assert await limiter.release("busy", a.lease_id) is True
     assert await limiter.release("busy", a.lease_id) is False
-    ok(f"{expect}: async with: releases on exit and exception; refusal; plain calls")
 
     async with limiter.lease("hb", limit=1, ttl_ms=300) as held:
         await asyncio.sleep(1.0)
@@ -281,7 +272,6 @@ async def async_checks(expect: str) -> None:
     if hasattr(task, "cancelling"):
         assert task.cancelling() == 0, "our own cancel was undone"
     await asyncio.sleep(0)  # no stray cancellation left for the caller
-    ok(f"{expect}: async heartbeat keeps the lease; a loss cancels the block (after {took:.2f} s) with LeaseLost")
 
     inside = 0
     most = 0
@@ -312,35 +302,4 @@ async def async_checks(expect: str) -> None:
     await s
     assert max(samples) <= 3 and most == 3, (max(samples), most)
     assert await c.exists("alease:crowd") == 0
-    ok(f"{expect}: 20 async holders, LIMIT 3: {len(samples)} samples, max in flight {max(samples)}")
     await c.aclose()
-
-
-def live(expect: str) -> None:
-    import valkey
-
-    from valkey_ratelimit import Limiter
-
-    sync = valkey.Valkey(host=HOST, port=PORT)
-    sync.flushall()
-    limiter = Limiter(sync, prefix="lease:")
-    assert limiter.backend() == expect
-    plain_calls(sync, limiter, expect)
-    context_manager(sync, limiter, expect)
-    crowd(limiter, valkey.Valkey(host=HOST, port=PORT), expect)
-    asyncio.run(async_checks(expect))
-
-
-def main() -> None:
-    phase = sys.argv[1] if len(sys.argv) > 1 else ""
-    if phase == "live":
-        expect = os.environ.get("RL_EXPECT_BACKEND")
-        assert expect in ("module", "functions"), "RL_EXPECT_BACKEND must be module or functions"
-        live(expect)
-    else:
-        sys.exit("usage: test_leases.py live")
-    print(f"PASS python leases {phase}", flush=True)
-
-
-if __name__ == "__main__":
-    main()

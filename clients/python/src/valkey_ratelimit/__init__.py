@@ -1,26 +1,31 @@
 """valkey-ratelimit for Python: rate limiting on Valkey, one call per
 decision, with the valkey-ratelimit module (RL.*) or, where modules are not
-allowed, its FUNCTION library (FCALL rl_*).
+allowed, its FUNCTION library (FCALL rl_*), which this package ships and
+loads when it may.
 
-    Limiter(client)          valkey.Valkey (sync)
-    AsyncLimiter(client)     valkey.asyncio.Valkey
-    Decision                 the answer, with .headers() (IETF RateLimit fields)
+    Limiter(client)          sync: valkey.Valkey, redis.Redis, glide_sync.GlideClient
+    AsyncLimiter(client)     asyncio: valkey.asyncio.Valkey, redis.asyncio.Redis, glide.GlideClient
+    limiter.limit("5/minute")  a per-route limit: FastAPI dependency or endpoint decorator
+    Decision / Decisions     the answers, with .headers() (IETF RateLimit fields)
     Lease                    a lease's answer (limiter.acquire); limiter.lease(...)
                              is the context manager: LeaseRefused, LeaseLost
     RateLimitMiddleware      ASGI middleware for Starlette / FastAPI (valkey_ratelimit.asgi)
+    ConfigError              a bad option, raised when a limiter is built
 """
 
 from ._aio import AsyncLimiter
 from ._core import (
-    ALGORITHMS,
     QUOTA_EXCEEDED_TYPE,
     BackendMissingError,
     Decision,
+    Decisions,
     Lease,
     LeaseLost,
     LeaseRefused,
     LimiterTimeout,
+    ReplicationUnconfirmed,
 )
+from ._options import ALGORITHMS, ConfigError, Policy, Rate, parse_rates
 from ._sync import Limiter
 
 __version__ = "0.1.0"
@@ -30,20 +35,32 @@ __all__ = [
     "QUOTA_EXCEEDED_TYPE",
     "AsyncLimiter",
     "BackendMissingError",
+    "ConfigError",
     "Decision",
+    "Decisions",
     "Lease",
     "LeaseLost",
     "LeaseRefused",
     "Limiter",
     "LimiterTimeout",
+    "Policy",
+    "RateLimitExceeded",
     "RateLimitMiddleware",
+    "Rate",
+    "ReplicationUnconfirmed",
+    "RouteLimit",
+    "forwarded_for",
+    "parse_rates",
+    "rate_limit_exceeded_handler",
 ]
+
+# Need Starlette: imported on first use only.
+_ASGI = ("RateLimitExceeded", "RateLimitMiddleware", "RouteLimit", "forwarded_for", "rate_limit_exceeded_handler")
 
 
 def __getattr__(name: str):
-    # The middleware needs Starlette: imported on first use only.
-    if name == "RateLimitMiddleware":
-        from .asgi import RateLimitMiddleware
+    if name in _ASGI:
+        from . import asgi
 
-        return RateLimitMiddleware
+        return getattr(asgi, name)
     raise AttributeError(name)

@@ -1,17 +1,20 @@
-"""The vocabulary both limiters share: the Decision, the policy options,
-how each backend spells a call, how a reply is read, and which failures
-mean "Valkey is unreachable". No I/O here: _sync and _aio send."""
+"""The pure core both limiters share: the answers (Decision, Decisions,
+Lease), their header fields and problem bodies, the words of each call on
+either backend, how a reply is read, and which failures mean "Valkey is
+unreachable". No I/O here: _aio (and _sync, generated from it) send."""
 
 from __future__ import annotations
 
 import base64
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
+import inspect
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-ALGORITHMS = ("fixed", "sliding", "token", "gcra", "leaky")
-BACKENDS = ("auto", "module", "functions")
-FAILURE_POLICIES = ("open", "closed")
+from . import _options
+from ._options import Key
+
 # How long a fail-closed refusal tells the caller to wait.
 FAIL_CLOSED_RETRY_MS = 1000
 # Error replies of a server that is there but cannot answer now: treated as
@@ -20,27 +23,27 @@ UNAVAILABLE_CODES = ("LOADING", "BUSY", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN")
 # The problem type the RateLimit header fields draft registers for a 429.
 QUOTA_EXCEEDED_TYPE = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 QUOTA_EXCEEDED_TITLE = "Request cannot be satisfied as assigned quota has been exceeded"
-
-LOAD_HINT = (
-    "the valkey-ratelimit module is not loaded and neither is its FUNCTION library: "
-    "load functions/ratelimit.lua (`make functions HOST=.. PORT=..`, or "
-    '`valkey-cli FUNCTION LOAD "$(cat functions/ratelimit.lua)"`; on a cluster '
-    "scripts/load-functions-cluster.sh), or pass its source as library= "
-    "to have this client load it"
-)
+UNAVAILABLE_TITLE = "The rate limiter cannot reach its store"
 
 FIELDS = ("admitted", "limit", "remaining", "retry_after_ms", "reset_after_ms")
+ALL_FIELDS = ("admitted", "refused_by", "retry_after_ms", "limiters")
+LEASE_FIELDS = ("acquired", "limit", "in_flight", "retry_after_ms", "lease_id")
+PROBE_KEY = "valkey-ratelimit:probe"
 
 
 class BackendMissingError(RuntimeError):
-    """Neither the module nor the FUNCTION library is on the server."""
-
-    def __init__(self) -> None:
-        super().__init__(LOAD_HINT)
+    """Neither the module nor the FUNCTION library is on the server, and
+    this client could not load the library: the message names the command
+    that does."""
 
 
 class LimiterTimeout(TimeoutError):
-    """Valkey did not answer within the limiter's timeout."""
+    """Valkey did not answer within the limiter's deadline."""
+
+
+class ReplicationUnconfirmed(RuntimeError):
+    """``wait_replicas``: fewer replicas than asked confirmed a grant within
+    ``wait_timeout_ms``; with ``unconfirmed="refuse"`` it was given back."""
 
 
 def _ceil_seconds(ms: int) -> int:
@@ -49,9 +52,10 @@ def _ceil_seconds(ms: int) -> int:
 
 @dataclass(frozen=True)
 class Decision:
-    """One limiter answer. ``retry_after_ms``: refused, ms until the same
+    """One limiter's answer. ``retry_after_ms``: refused, ms until the same
     call would pass (-1: never); admitted, 0 (``leaky``: the delay).
-    ``reset_after_ms``: ms until the limiter is back to its full budget."""
+    ``reset_after_ms``: ms until the limiter is back to its full budget.
+    ``remaining``: requests of cost 1 that would be admitted now."""
 
     admitted: bool
     limit: int
@@ -60,90 +64,132 @@ class Decision:
     reset_after_ms: int
     #: The policy's window, for the ``w`` of RateLimit-Policy.
     window_ms: Optional[int] = None
-    #: "module" or "functions"; "unavailable" when the failure policy answered.
+    #: "module" or "functions"; "unavailable" when the failure policy
+    #: answered; None when no call was needed (a limit of 0).
     backend: Optional[str] = None
-    #: Why Valkey could not answer, when the failure policy did.
+    #: Why Valkey could not answer (the failure policy answered), or
+    #: ReplicationUnconfirmed: the HTTP layers then answer 503, not 429.
     error: Optional[BaseException] = field(default=None, compare=False)
+    #: The RateLimit-Policy name the limiter gave it.
+    name: Optional[str] = None
+
+    @property
+    def policy_name(self) -> str:
+        """The given name, else ``"<q>-in-<w>sec"`` (express-rate-limit's
+        draft-8 naming), else ``"default"`` when the window is not known
+        here (it came from a META hash)."""
+        if self.name is not None:
+            return self.name
+        if self.window_ms is not None:
+            return f"{self.limit}-in-{max(1, _ceil_seconds(self.window_ms))}sec"
+        return "default"
 
     def headers(
         self,
-        name: str = "default",
+        name: Optional[str] = None,
         window_ms: Optional[int] = None,
         partition_key: Optional[bytes] = None,
     ) -> Dict[str, str]:
-        """The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers):
-        ``RateLimit-Policy`` (q, w) and ``RateLimit`` (r, t), with ``pk`` when a
-        partition key is given, plus ``Retry-After`` in whole seconds, rounded
-        up, on a refusal that waiting can cure. ``t`` is the effective window:
-        until the reset when admitted, until the retry when refused (so that
-        Retry-After never points before its end). A decision of the failure
-        policy advertises no quota, only its Retry-After."""
-        if '"' in name or "\\" in name:
-            raise ValueError("policy name must not contain '\"' or '\\'")
-        out: Dict[str, str] = {}
-        window = self.window_ms if window_ms is None else window_ms
-        if self.limit > 0 and self.error is None:
-            pk = ""
-            if partition_key is not None:
-                pk = ";pk=:" + base64.b64encode(partition_key).decode("ascii") + ":"
-            policy = f'"{name}";q={self.limit}'
-            if window is not None:
-                policy += f";w={max(1, _ceil_seconds(window))}"
-            out["RateLimit-Policy"] = policy + pk
-            waits = not self.admitted and self.retry_after_ms >= 0
-            t = _ceil_seconds(self.retry_after_ms if waits else self.reset_after_ms)
-            out["RateLimit"] = f'"{name}";r={self.remaining};t={t}' + pk
-        if not self.admitted and self.retry_after_ms >= 0:
-            out["Retry-After"] = str(max(1, _ceil_seconds(self.retry_after_ms)))
-        return out
+        """The IETF RateLimit header fields (draft-ietf-httpapi-ratelimit-headers)."""
+        d = self
+        if window_ms is not None:
+            d = replace(d, window_ms=window_ms)
+        if name is not None:
+            d = replace(d, name=name)
+        return header_fields([d], d.retry_after_ms, partition_key)
 
-    def problem(self, name: str = "default") -> Dict[str, Any]:
+    def problem(self, name: Optional[str] = None) -> Dict[str, Any]:
         """The application/problem+json body of a refusal."""
-        return {
-            "type": QUOTA_EXCEEDED_TYPE,
-            "title": QUOTA_EXCEEDED_TITLE,
-            "status": 429,
-            "violated-policies": [name],
-        }
+        return problem_body([name if name is not None else self.policy_name], self.error)
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
+@dataclass(frozen=True)
+class Decisions:
+    """Several limiters decided together (RL.ADMITALL): all admitted, or
+    none consumed. ``refused_by``: the index of the limiter with the longest
+    back-off, None when admitted; ``retry_after_ms``: that back-off."""
+
+    admitted: bool
+    refused_by: Optional[int]
+    retry_after_ms: int
+    decisions: Tuple[Decision, ...]
+    backend: Optional[str] = None
+    error: Optional[BaseException] = field(default=None, compare=False)
+
+    def headers(self, partition_key: Optional[bytes] = None) -> Dict[str, str]:
+        return header_fields(list(self.decisions), self.retry_after_ms, partition_key, self.admitted, self.error)
+
+    def problem(self) -> Dict[str, Any]:
+        violated = [d.policy_name for d in self.decisions if not d.admitted] or [
+            d.policy_name for d in self.decisions
+        ]
+        return problem_body(violated, self.error)
 
 
-def policy_args(
-    limit: Optional[int],
-    window_ms: Optional[int],
-    algorithm: Optional[str] = None,
-    burst: Optional[int] = None,
-    meta: Optional[str] = None,
-) -> List[str]:
-    """The policy options, in the order both backends take them. With a
-    META hash, limit and window may come from its fields instead (inline
-    options win over the hash)."""
-    args: List[str] = []
-    if algorithm is not None:
-        if algorithm not in ALGORITHMS:
-            raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}")
-        args += ["ALGO", algorithm]
-    if meta is None or limit is not None:
-        args += ["LIMIT", str(_check_int("limit", limit, 0))]
-    if meta is None or window_ms is not None:
-        args += ["WINDOW", str(_check_int("window_ms", window_ms, 1))]
-    if burst is not None:
-        args += ["BURST", str(_check_int("burst", burst, 0))]
-    return args
+def header_fields(
+    decisions: Sequence[Decision],
+    retry_after_ms: int,
+    partition_key: Optional[bytes] = None,
+    admitted: Optional[bool] = None,
+    error: Optional[BaseException] = None,
+) -> Dict[str, str]:
+    """``RateLimit-Policy`` (q, w) and ``RateLimit`` (r, t), one list item
+    per policy, with ``pk`` when a partition key is given, and
+    ``Retry-After`` in whole seconds, rounded up, on a refusal that waiting
+    can cure. ``q`` is the most the limiter holds (the bucket, for the
+    buckets), ``r`` the requests of cost 1 it would admit now, ``t`` the
+    seconds until it is whole again (refused: until the retry, so that
+    Retry-After never points before it). A limiter with no limit (the
+    server's unlimited) and the failure policy's answers advertise no
+    quota, only the Retry-After."""
+    if admitted is None:
+        admitted = all(d.admitted for d in decisions)
+    if error is None:
+        error = next((d.error for d in decisions if d.error is not None), None)
+    pk = ""
+    if partition_key is not None:
+        pk = ";pk=:" + base64.b64encode(partition_key).decode("ascii") + ":"
+    policies: List[str] = []
+    states: List[str] = []
+    for d in decisions:
+        if error is not None or (d.limit == 0 and d.admitted):
+            continue
+        name = d.policy_name
+        policy = f'"{name}";q={d.limit}'
+        if d.window_ms is not None:
+            policy += f";w={max(1, _ceil_seconds(d.window_ms))}"
+        policies.append(policy + pk)
+        waits = not d.admitted and d.retry_after_ms >= 0
+        t = _ceil_seconds(d.retry_after_ms if waits else d.reset_after_ms)
+        states.append(f'"{name}";r={d.remaining};t={t}' + pk)
+    out: Dict[str, str] = {}
+    if policies:
+        out["RateLimit-Policy"] = ", ".join(policies)
+        out["RateLimit"] = ", ".join(states)
+    if not admitted and retry_after_ms >= 0:
+        out["Retry-After"] = str(max(1, _ceil_seconds(retry_after_ms)))
+    return out
 
 
-def cost_args(cost: int) -> List[str]:
-    return ["COST", str(_check_int("cost", cost, 0))]
+def problem_body(violated: List[str], error: Optional[BaseException] = None) -> Dict[str, Any]:
+    """A refusal's application/problem+json body: quota-exceeded (429), or,
+    when the store could not answer (fail-closed), a plain 503."""
+    if error is not None:
+        return {"type": "about:blank", "title": UNAVAILABLE_TITLE, "status": 503}
+    return {
+        "type": QUOTA_EXCEEDED_TYPE,
+        "title": QUOTA_EXCEEDED_TITLE,
+        "status": 429,
+        "violated-policies": violated,
+    }
+
+
+# --- the calls ---------------------------------------------------------------
 
 
 def command(
-    backend: str, module_name: str, function: str, read_only: bool, keys: Sequence[str], args: Sequence[str]
-) -> Tuple[str, ...]:
+    backend: str, module_name: str, function: str, read_only: bool, keys: Sequence[Key], args: Sequence[str]
+) -> Tuple[Any, ...]:
     """The words of one call: ``RL.X key ... [META metakey]`` for the module,
     ``FCALL[_RO] rl_x numkeys key [metakey] ...`` for the library."""
     if backend == "module":
@@ -152,17 +198,25 @@ def command(
     return ("FCALL_RO" if read_only else "FCALL", function, str(len(keys)), *keys, *args)
 
 
-def route(client: Any, key: str) -> Dict[str, Any]:
-    """execute_command's routing for a call on ``key``: on a cluster client,
-    the node owning its slot. Left to itself, valkey-py's cluster client asks
-    ``COMMAND GETKEYS`` before every call (RL.* and FCALL report movable
-    keys); MOVED and ASK are still followed while slots migrate."""
-    if hasattr(client, "get_node_from_key"):
-        return {"target_nodes": client.get_node_from_key(key)}
-    return {}
+def admit_all_command(backend: str, counters: Sequence[Key], policies: Sequence[Any], cost: int) -> Tuple[Any, ...]:
+    """RL.ADMITALL numkeys counter... COST n POLICY ... [META m] ...; the
+    library takes each META hash as a key too, after the counters."""
+    groups: List[Any] = []
+    metas: List[Key] = []
+    for policy in policies:
+        groups += ["POLICY", *policy.args()]
+        if policy.meta is not None:
+            groups += ["META", policy.meta]
+            if policy.meta not in metas:
+                metas.append(policy.meta)
+    tail = ["COST", str(cost), *groups]
+    if backend == "module":
+        return ("RL.ADMITALL", str(len(counters)), *counters, *tail)
+    keys = [*counters, *metas]
+    return ("FCALL", "rl_admitall", str(len(keys)), *keys, *tail)
 
 
-def _text(v: Any) -> str:
+def text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
@@ -172,25 +226,58 @@ def to_int(v: Any) -> int:
     return int(v)
 
 
-def parse_decision(reply: Any, backend: str, window_ms: Optional[int]) -> Decision:
-    """RL.ADMIT / RL.REFUND reply: a RESP2 array or the module's RESP3 map."""
+def _fields(reply: Any, names: Tuple[str, ...], what: str) -> List[Any]:
+    """A RESP2 array or the module's RESP3 map, as a list in ``names`` order."""
     if isinstance(reply, dict):
-        by_name = {_text(k): v for k, v in reply.items()}
-        values = [by_name[f] for f in FIELDS]
-    elif isinstance(reply, (list, tuple)) and len(reply) == 5:
-        values = list(reply)
-    else:
-        raise ValueError(f"unexpected limiter reply {reply!r}")
-    admitted, limit, remaining, retry, reset = (to_int(v) for v in values)
-    return Decision(admitted == 1, limit, remaining, retry, reset, window_ms, backend)
+        by_name = {text(k): v for k, v in reply.items()}
+        if all(n in by_name for n in names):
+            return [by_name[n] for n in names]
+    elif isinstance(reply, (list, tuple)) and len(reply) == len(names):
+        return list(reply)
+    raise ValueError(f"unexpected {what} reply {reply!r}")
 
 
-def failed_decision(policy: str, limit: Optional[int], window_ms: Optional[int], error: BaseException) -> Decision:
+def parse_decision(
+    reply: Any, backend: str, window_ms: Optional[int], name: Optional[str] = None
+) -> Decision:
+    """RL.ADMIT / RL.REFUND reply."""
+    admitted, limit, remaining, retry, reset = (to_int(v) for v in _fields(reply, FIELDS, "limiter"))
+    return Decision(admitted == 1, limit, remaining, retry, reset, window_ms, backend, None, name)
+
+
+def parse_decisions(
+    reply: Any, backend: str, windows: Sequence[Optional[int]], names: Sequence[Optional[str]]
+) -> Decisions:
+    """RL.ADMITALL reply: admitted, refused_by (1-based, 0 when admitted),
+    retry_after_ms, and each limiter's own reply."""
+    admitted, refused_by, retry, parts = _fields(reply, ALL_FIELDS, "RL.ADMITALL")
+    if not isinstance(parts, (list, tuple)) or len(parts) != len(windows):
+        raise ValueError(f"unexpected RL.ADMITALL reply {reply!r}")
+    decisions = tuple(parse_decision(p, backend, w, n) for p, w, n in zip(parts, windows, names))
+    by = to_int(refused_by)
+    return Decisions(to_int(admitted) == 1, by - 1 if by > 0 else None, to_int(retry), decisions, backend)
+
+
+def refused_by_zero(window_ms: Optional[int], name: Optional[str]) -> Decision:
+    """The answer to a limit of 0: nothing may pass, ever; Valkey is not asked."""
+    return Decision(False, 0, 0, -1, 0, window_ms, None, None, name)
+
+
+def failed_decision(
+    policy: str, limit: Optional[int], window_ms: Optional[int], error: BaseException, name: Optional[str] = None
+) -> Decision:
     """The failure policy's answer: open admits, closed refuses."""
     limit = limit or 0
     if policy == "open":
-        return Decision(True, limit, limit, 0, 0, window_ms, "unavailable", error)
-    return Decision(False, limit, 0, FAIL_CLOSED_RETRY_MS, 0, window_ms, "unavailable", error)
+        return Decision(True, limit, limit, 0, 0, window_ms, "unavailable", error, name)
+    return Decision(False, limit, 0, FAIL_CLOSED_RETRY_MS, 0, window_ms, "unavailable", error, name)
+
+
+# --- which failures are which --------------------------------------------------
+
+
+def _names(e: BaseException) -> List[str]:
+    return [t.__name__ for t in type(e).__mro__]
 
 
 def is_unknown_command(e: BaseException) -> bool:
@@ -201,33 +288,71 @@ def is_function_missing(e: BaseException) -> bool:
     return "function not found" in str(e).lower()
 
 
+def is_no_permission(e: BaseException) -> bool:
+    return str(e).lstrip().upper().startswith("NOPERM") or "noperm" in str(e).lower()
+
+
 def is_unreachable(e: BaseException) -> bool:
     """Valkey could not be reached or cannot answer now: the failure policy
-    applies. Any other error reply is raised."""
-    from valkey import exceptions as vx
-
-    if isinstance(e, (LimiterTimeout, vx.ConnectionError, vx.TimeoutError, OSError)):
+    applies. Any other error reply is raised. Judged by the exception's
+    class names, so valkey-py, redis-py and valkey-glide read alike."""
+    if isinstance(e, LimiterTimeout):
         return True
-    if isinstance(e, vx.ResponseError):
-        return str(e).split(" ", 1)[0] in UNAVAILABLE_CODES
+    names = _names(e)
+    if any(n in ("ConnectionError", "TimeoutError", "ClosingError", "BusyLoadingError") for n in names):
+        return True
+    text = str(e).strip()
+    if "ResponseError" in names:
+        return text.split(" ", 1)[0] in UNAVAILABLE_CODES
+    if "RequestError" in names:
+        # valkey-glide puts its own words before the server's error.
+        return re.search(r"\b(" + "|".join(UNAVAILABLE_CODES) + r")\b", text) is not None
     return False
 
 
-def check_options(backend: str, failure: str, timeout: Optional[float]) -> None:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}")
-    if failure not in FAILURE_POLICIES:
-        raise ValueError("failure must be 'open' or 'closed'")
-    if timeout is not None and not timeout > 0:
-        raise ValueError("timeout must be a positive number of seconds, or None")
+def unconfirmed_decision(decision: Decision, acks: Optional[int], wanted: int) -> Decision:
+    """A grant that fewer than ``wanted`` replicas confirmed, given back:
+    refused, with the failure policy's retry."""
+    error = ReplicationUnconfirmed(f"{acks} of {wanted} replicas confirmed the grant in time; it was given back")
+    return replace(decision, admitted=False, retry_after_ms=FAIL_CLOSED_RETRY_MS, error=error)
 
 
-PROBE_KEY = "valkey-ratelimit:probe"
+def check_client(client: Any, asynchronous: bool) -> None:
+    """A valkey-py, redis-py or valkey-glide client of the right flavour."""
+    send = getattr(client, "execute_command", None) or getattr(client, "custom_command", None)
+    if send is None or isinstance(client, type):
+        raise _options.bad("client", "a valkey-py, redis-py or valkey-glide client", client)
+    if inspect.iscoroutinefunction(send) != asynchronous:
+        rule = (
+            "an asyncio client (valkey.asyncio.Valkey, redis.asyncio.Redis, glide.GlideClient) for AsyncLimiter"
+            if asynchronous
+            else "a synchronous client (valkey.Valkey, redis.Redis, glide_sync.GlideClient) for Limiter"
+        )
+        raise _options.bad("client", rule, client)
 
 
-# --- Leases (RL.ACQUIRE / RL.RELEASE / RL.EXTEND / RL.INFLIGHT) -------------
+def _crc16(data: bytes) -> int:
+    crc = 0
+    for byte in data:
+        crc ^= byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+            crc &= 0xFFFF
+    return crc
 
-LEASE_FIELDS = ("acquired", "limit", "in_flight", "retry_after_ms", "lease_id")
+
+def key_slot(key: Key) -> int:
+    """The cluster slot of a key (CRC16 of its hash tag, if any, mod 16384)."""
+    raw = key.encode() if isinstance(key, str) else key
+    start = raw.find(b"{")
+    if start >= 0:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            raw = raw[start + 1 : end]
+    return _crc16(raw) % 16384
+
+
+# --- leases (RL.ACQUIRE / RL.RELEASE / RL.EXTEND / RL.INFLIGHT) -------------
 
 
 @dataclass(frozen=True)
@@ -235,8 +360,9 @@ class Lease:
     """One RL.ACQUIRE answer. ``in_flight``: live leases after the call.
     ``retry_after_ms``: refused, ms until the earliest live lease ends by
     itself (the soonest a slot can free up); acquired, 0. ``lease_id``: the
-    id to release or extend, None when refused. ``limit`` 0 means unlimited:
-    acquired, and nothing was written (there is nothing to release)."""
+    id to release or extend, None when refused. ``limit`` 0 in the reply
+    means there was no limit (no ``limit`` given and none in the META
+    hash): acquired, and nothing was written."""
 
     acquired: bool
     limit: int
@@ -245,16 +371,19 @@ class Lease:
     lease_id: Optional[str]
     #: "module" or "functions".
     backend: Optional[str] = None
+    #: ReplicationUnconfirmed when ``wait_replicas`` refused the grant.
+    error: Optional[BaseException] = field(default=None, compare=False)
 
 
 class LeaseRefused(Exception):
     """``limiter.lease(...)`` found every slot taken: the body did not run.
     ``retry_after_ms`` is when the earliest live lease ends by itself."""
 
-    def __init__(self, key: str, lease: Lease) -> None:
+    def __init__(self, key: Key, lease: Lease) -> None:
+        why = f": {lease.error}" if lease.error is not None else ""
         super().__init__(
             f"lease on {key!r} refused: {lease.in_flight} of {lease.limit} in flight, "
-            f"retry after {lease.retry_after_ms} ms"
+            f"retry after {lease.retry_after_ms} ms{why}"
         )
         self.key = key
         self.lease = lease
@@ -267,19 +396,20 @@ class LeaseLost(Exception):
     when the ``with`` block ends, or, under ``async with``, into the block
     itself, which is cancelled at its next await."""
 
-    def __init__(self, key: str, lease_id: Optional[str]) -> None:
+    def __init__(self, key: Key, lease_id: Optional[str]) -> None:
         super().__init__(f"lease {lease_id!r} on {key!r} was lost: its slot may be someone else's now")
         self.key = key
         self.lease_id = lease_id
 
 
 def lease_args(limit: Optional[int], ttl_ms: Optional[int], lease_id: Optional[str]) -> List[str]:
-    """RL.ACQUIRE's options, as both backends take them (META goes in keys)."""
+    """RL.ACQUIRE's options, as both backends take them (META goes in keys).
+    ``limit`` left out means no limit; 0 is an error, as on the server."""
     args: List[str] = []
     if limit is not None:
-        args += ["LIMIT", str(_check_int("limit", limit, 1))]
+        args += ["LIMIT", str(_options.integer("limit", limit, 1))]
     if ttl_ms is not None:
-        args += ["TTL", str(_check_int("ttl_ms", ttl_ms, 1))]
+        args += ["TTL", str(_options.integer("ttl_ms", ttl_ms, 1))]
     if lease_id is not None:
         args += ["ID", check_lease_id(lease_id)]
     return args
@@ -287,25 +417,22 @@ def lease_args(limit: Optional[int], ttl_ms: Optional[int], lease_id: Optional[s
 
 def check_lease_id(lease_id: Any) -> str:
     if not isinstance(lease_id, str) or lease_id == "":
-        raise ValueError(f"lease_id must be a non-empty string, got {lease_id!r}")
+        raise _options.bad("lease_id", "a non-empty str", lease_id)
     return lease_id
 
 
-def ttl_arg(ttl_ms: int) -> List[str]:
-    return ["TTL", str(_check_int("ttl_ms", ttl_ms, 1))]
+def unconfirmed_lease(lease: Lease, acks: Optional[int], wanted: int) -> Lease:
+    """An acquired lease fewer than ``wanted`` replicas confirmed, released:
+    refused, with the failure policy's retry."""
+    error = ReplicationUnconfirmed(f"{acks} of {wanted} replicas confirmed the lease in time; it was released")
+    return Lease(False, lease.limit, max(0, lease.in_flight - 1), FAIL_CLOSED_RETRY_MS, None, lease.backend, error)
 
 
 def parse_lease(reply: Any, backend: str) -> Lease:
-    """RL.ACQUIRE reply: a RESP2 array or the module's RESP3 map."""
-    if isinstance(reply, dict):
-        by_name = {_text(k): v for k, v in reply.items()}
-        values = [by_name.get(f) for f in LEASE_FIELDS]
-    elif isinstance(reply, (list, tuple)) and len(reply) == 5:
-        values = list(reply)
-    else:
-        raise ValueError(f"unexpected RL.ACQUIRE reply {reply!r}")
+    """RL.ACQUIRE reply."""
+    values = _fields(reply, LEASE_FIELDS, "RL.ACQUIRE")
     acquired, limit, in_flight, retry = (to_int(v) for v in values[:4])
-    lease_id = None if values[4] is None else _text(values[4])
+    lease_id = None if values[4] is None else text(values[4])
     return Lease(acquired == 1, limit, in_flight, retry, lease_id, backend)
 
 
@@ -315,5 +442,5 @@ def heartbeat_s(ttl_ms: Optional[int], heartbeat: bool) -> Optional[float]:
     if not heartbeat:
         return None
     if ttl_ms is None:
-        raise ValueError("the heartbeat extends the lease by ttl_ms: give ttl_ms, or heartbeat=False")
-    return _check_int("ttl_ms", ttl_ms, 1) / 3000
+        raise _options.bad("ttl_ms", "given for the heartbeat (or heartbeat=False)", None)
+    return ttl_ms / 3000

@@ -1,253 +1,513 @@
-"""Limiter: the limiter on a synchronous valkey-py client (valkey.Valkey or
-valkey.ValkeyCluster). One call per decision; the backend is found on
-first use and remembered per client."""
+"""Limiter: the limiter on a synchronous client (valkey-py's
+valkey.Valkey, redis-py's redis.Redis, valkey-glide's glide_sync), and
+its leases. One call per decision, every call under a deadline; the backend
+(module, else library, else the bundled library loaded) is found on first
+use and found again when the server changes.
+
+GENERATED from _aio.py by scripts/unasync.py: edit _aio.py, then run
+`python3 clients/python/scripts/unasync.py` (`make lint` checks)."""
 
 from __future__ import annotations
 
-import concurrent.futures
-import threading
-import weakref
-from typing import Any, Optional, Sequence
+import logging
+from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from . import _core
-from ._core import BackendMissingError, Decision, Lease, LeaseLost, LeaseRefused, LimiterTimeout
+from . import _core, _library, _options
+from ._health import Health
+from ._concurrency import Beats, Caller
+from ._core import Decision, Decisions, Lease, LeaseLost, LeaseRefused
+from ._options import Key, Policy
 
-# The backend found for each client: "module" or "functions".
-_detected: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()
-# Runs calls that have a timeout. A call that timed out keeps its thread
-# until the client's own socket timeout ends it.
-_pool = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="valkey-ratelimit")
+log = logging.getLogger("valkey_ratelimit")
+
+
+class Transport:
+    """How one client sends a command: valkey-py and redis-py through
+    ``execute_command``, each call routed to its key's node on a cluster
+    client (which spares their COMMAND GETKEYS before every call)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.cluster = hasattr(client, "get_node_from_key")
+
+    @staticmethod
+    def of(client: Any) -> "Transport":
+        if type(client).__module__.split(".")[0] in ("glide", "glide_sync"):
+            return GlideTransport(client)
+        return Transport(client)
+
+    def _route(self, key: Optional[Key]) -> dict:
+        if key is None or not self.cluster:
+            return {}
+        if hasattr(self.client, "initialize"):
+            # The asyncio cluster client reads its slot table on first use.
+            self.client.initialize()
+        return {"target_nodes": self.client.get_node_from_key(key)}
+
+    def send(self, words: Sequence[Any], key: Optional[Key]) -> Any:
+        return self.client.execute_command(*words, **self._route(key))
+
+    def send_then_wait(self, words: Sequence[Any], replicas: int, timeout_ms: int) -> Tuple[Any, int]:
+        """The call, then ``WAIT replicas timeout_ms`` on the same
+        connection (WAIT counts the replicas that have this connection's
+        writes): one pipeline."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.execute_command(*words)
+        pipe.execute_command("WAIT", str(replicas), str(timeout_ms))
+        reply, acks = pipe.execute(raise_on_error=False)
+        for item in (reply, acks):
+            if isinstance(item, BaseException):
+                raise item
+        return reply, _core.to_int(acks)
+
+    def load_library(self, source: str) -> None:
+        """FUNCTION LOAD REPLACE (a cluster client sends it to every primary)."""
+        self.client.function_load(source, replace=True)
+
+
+class GlideTransport(Transport):
+    """valkey-glide: ``custom_command``, routed by slot on a cluster client."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.cluster = type(client).__name__ == "GlideClusterClient"
+
+    def send(self, words: Sequence[Any], key: Optional[Key]) -> Any:
+        if self.cluster and key is not None:
+            from glide_shared import SlotIdRoute, SlotType
+
+            route = SlotIdRoute(SlotType.PRIMARY, _core.key_slot(key))
+            return self.client.custom_command(list(words), route)
+        return self.client.custom_command(list(words))
+
+    def send_then_wait(self, words: Sequence[Any], replicas: int, timeout_ms: int) -> Tuple[Any, int]:
+        # Never reached: wait_replicas is refused for glide when the
+        # limiter is built (its one multiplexed connection would block on WAIT).
+        raise NotImplementedError
+
+    def load_library(self, source: str) -> None:
+        self.client.function_load(source, True)
 
 
 class Limiter:
-    """``admit``, ``ttl``, ``refund`` and ``reset`` on one valkey-py client;
-    and the leases: ``acquire``, ``release``, ``extend``, ``in_flight`` and
-    the context manager ``lease``.
+    """``admit``, ``admit_all``, ``ttl``, ``refund`` and ``reset`` on one
+    client; ``limit(...)``, a per-route limit for Starlette and FastAPI; and
+    the leases: ``acquire``, ``release``, ``extend``, ``in_flight`` and the
+    context manager ``lease``.
 
     backend: "auto" (the module if loaded, else the FUNCTION library),
     "module" or "functions". failure: "open" (default: admit while Valkey is
-    unreachable) or "closed" (refuse). timeout: seconds to wait for a reply,
-    None for the client's own socket timeout. library: the source of
-    functions/ratelimit.lua, loaded when neither backend is there.
+    unreachable) or "closed" (refuse). timeout: each call's deadline in
+    seconds (0.25), whatever the client does with its own queues and
+    retries. library: True loads the bundled FUNCTION library where neither
+    backend is there, or over an older copy (never over a newer one); False
+    never loads; or a library's source. wait_replicas: after a grant,
+    ``WAIT wait_replicas wait_timeout_ms``; a grant fewer replicas confirm
+    is kept (unconfirmed="keep") or given back and refused ("refuse").
     """
 
     def __init__(
         self,
         client: Any,
         *,
-        prefix: str = "",
+        prefix: Key = "",
         backend: str = "auto",
         failure: str = "open",
-        timeout: Optional[float] = None,
-        library: Optional[str] = None,
+        timeout: float = _options.DEFAULT_TIMEOUT_S,
+        library: Union[bool, str] = True,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 100,
+        unconfirmed: str = "refuse",
     ) -> None:
-        _core.check_options(backend, failure, timeout)
+        _core.check_client(client, asynchronous=False)
         self.client = client
-        self.prefix = prefix
-        self.backend_option = backend
-        self.failure = failure
-        self.timeout = timeout
-        self.library = library
+        self.prefix = _options.prefix(prefix)
+        self.backend_option = _options.one_of("backend", backend, _options.BACKENDS)
+        self.failure = _options.one_of("failure", failure, _options.FAILURE_POLICIES)
+        self.timeout = _options.seconds("timeout", timeout)
+        self.library = _options.library(library)
+        self.wait_replicas = _options.integer("wait_replicas", wait_replicas, 0, 2**31 - 1)
+        self.wait_timeout_ms = _options.integer("wait_timeout_ms", wait_timeout_ms, 1, 2**31 - 1)
+        self.unconfirmed = _options.one_of("unconfirmed", unconfirmed, _options.UNCONFIRMED_POLICIES)
+        self._transport = Transport.of(client)
+        if self.wait_replicas and (isinstance(self._transport, GlideTransport) or self._transport.cluster):
+            raise _options.bad("wait_replicas", "0 on a cluster or valkey-glide client (WAIT needs one connection)", wait_replicas)
+        # A grant waits for its replicas too: the deadline covers both.
+        self._caller = Caller(self.timeout + (self.wait_timeout_ms / 1000 if self.wait_replicas else 0))
+        self._health = Health(log, self.failure)
+        self._backend: Optional[str] = None
 
-    def _send(self, words: Sequence[str], key: Optional[str]) -> Any:
-        route = _core.route(self.client, key) if key is not None else {}
-        if self.timeout is None:
-            return self.client.execute_command(*words, **route)
-        future = _pool.submit(self.client.execute_command, *words, **route)
-        try:
-            return future.result(timeout=self.timeout)
-        except concurrent.futures.TimeoutError:
-            raise LimiterTimeout(f"no reply from Valkey within {self.timeout} s") from None
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} prefix={self.prefix!r} backend={self._backend or self.backend_option}>"
 
-    def backend(self) -> str:
-        """The backend in use: "module" or "functions"."""
-        if self.backend_option != "auto":
-            return self.backend_option
-        known = _detected.get(self.client)
-        if known:
-            return known
-        probe = self.prefix + _core.PROBE_KEY
+    # -- sending ----------------------------------------------------------------
+
+    def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """One operation under the deadline; each change of reachability is
+        logged once."""
         try:
-            self._send(("RL.LIMIT", probe), probe)
-            found = "module"
+            result = self._caller.call(fn, *args)
+        except Exception as e:
+            if _core.is_unreachable(e):
+                self._health.down(e)
+            raise
+        self._health.up()
+        return result
+
+    def _ensure_backend(self) -> str:
+        if self._backend is None:
+            if self.backend_option == "module":
+                self._backend = "module"
+            else:
+                if self.backend_option == "auto" and self._module_loaded():
+                    self._backend = "module"
+                else:
+                    self._ensure_library()
+                    self._backend = "functions"
+        return self._backend
+
+    def _module_loaded(self) -> bool:
+        probe = _options.join(self.prefix, _core.PROBE_KEY)
+        try:
+            self._transport.send(("RL.LIMIT", probe), probe)
         except Exception as e:
             if not _core.is_unknown_command(e):
                 raise
+            return False
+        return True
+
+    def _ensure_library(self) -> None:
+        """The library is there and not older than ours, or ours is loaded
+        (FUNCTION LOAD REPLACE) if this client may."""
+        probe = _options.join(self.prefix, _core.PROBE_KEY)
+        loaded: Optional[str] = None
+        present = False
+        try:
+            loaded = _core.text(self._transport.send(("FCALL_RO", "rl_version", "0"), probe))
+            present = True
+        except Exception as e:
+            if not _core.is_function_missing(e):
+                raise
             try:
-                self._send(("FCALL_RO", "rl_limit", "1", probe), probe)
+                # A library older than rl_version?
+                self._transport.send(("FCALL_RO", "rl_limit", "1", probe), probe)
+                present = True
             except Exception as e2:
                 if not _core.is_function_missing(e2):
                     raise
-                self._load_library()
-            found = "functions"
-        _detected[self.client] = found
-        return found
-
-    def _load_library(self) -> None:
-        if self.library is None:
-            raise BackendMissingError()
+        source = self._library_source()
+        if present and (source is None or not _library.is_older(loaded, _library.source_version(source))):
+            return
+        if source is None:
+            raise _library.missing("and library=False: this client does not load it")
         try:
-            # Not routed: the client's own routing for FUNCTION LOAD.
-            self._send(("FUNCTION", "LOAD", self.library), None)
+            self._transport.load_library(source)
         except Exception as e:
-            # Someone else loaded it meanwhile: fine.
-            if "already exists" not in str(e):
+            if _core.is_unreachable(e):
                 raise
+            if not present:
+                raise _library.missing(f"loading it was refused: {type(e).__name__}: {e}") from e
+            log.warning(
+                "valkey_ratelimit: the loaded FUNCTION library (version %s) is older than this package's (%s)"
+                " and could not be replaced (%s); using it",
+                loaded or "without rl_version",
+                _library.source_version(source),
+                e,
+            )
+            return
+        log.info("valkey_ratelimit: loaded the FUNCTION library %s", _library.source_version(source))
 
-    def _call(self, module_name: str, function: str, read_only: bool, keys: Sequence[str], args: Sequence[str]) -> Any:
-        backend = self.backend()
-        words = _core.command(backend, module_name, function, read_only, keys, args)
+    def _library_source(self) -> Optional[str]:
+        if self.library is False:
+            return None
+        return _library.bundled_source() if self.library is True else self.library
+
+    def _request(
+        self, module_name: str, function: str, read_only: bool, keys: Sequence[Key], args: Sequence[str], wait: bool = False
+    ) -> Tuple[Any, Optional[int], str]:
+        """One call on the backend in use: (reply, replicas that confirmed
+        it or None, backend)."""
+
+        def words(backend: str) -> Tuple[Any, ...]:
+            return _core.command(backend, module_name, function, read_only, keys, args)
+
+        return self._request_words(words, keys[0], wait)
+
+    def _request_words(
+        self, words: Callable[[str], Sequence[Any]], key: Key, wait: bool
+    ) -> Tuple[Any, Optional[int], str]:
+        """The call ``words(backend)`` makes. A server that lost the backend
+        since it was found (a restart without the library, a module
+        unloaded) is probed again, the library reloaded, and the call sent
+        once more."""
+        backend = self._ensure_backend()
         try:
-            return self._send(words, keys[0]), backend
+            reply, acks = self._send_words(words(backend), key, wait)
         except Exception as e:
-            if self.backend_option == "auto" and (
-                (backend == "functions" and _core.is_function_missing(e))
-                or (backend == "module" and _core.is_unknown_command(e))
-            ):
-                # The server changed since detection: detect again.
-                _detected.pop(self.client, None)
-                backend = self.backend()
-                words = _core.command(backend, module_name, function, read_only, keys, args)
-                return self._send(words, keys[0]), backend
-            raise
+            vanished = (backend == "functions" and _core.is_function_missing(e)) or (
+                backend == "module" and self.backend_option == "auto" and _core.is_unknown_command(e)
+            )
+            if not vanished:
+                raise
+            self._backend = None
+            backend = self._ensure_backend()
+            reply, acks = self._send_words(words(backend), key, wait)
+        return reply, acks, backend
 
-    def _keys(self, key: str, meta: Optional[str]) -> list:
-        return [self.prefix + key] + ([meta] if meta is not None else [])
+    def _send(
+        self, backend: str, module_name: str, function: str, read_only: bool, keys: Sequence[Key], args: Sequence[str]
+    ) -> Any:
+        """One call on a backend already found (the give-back of a grant)."""
+        words = _core.command(backend, module_name, function, read_only, keys, args)
+        reply, _ = self._send_words(words, keys[0], False)
+        return reply
+
+    def _send_words(self, words: Sequence[Any], key: Key, wait: bool) -> Tuple[Any, Optional[int]]:
+        if wait and self.wait_replicas:
+            return self._transport.send_then_wait(words, self.wait_replicas, self.wait_timeout_ms)
+        return self._transport.send(words, key), None
+
+    def _key(self, key: Any) -> Key:
+        return _options.join(self.prefix, _options.key("key", key))
+
+    def _keys(self, key: Any, meta: Optional[Key]) -> List[Key]:
+        return [self._key(key)] + ([meta] if meta is not None else [])
+
+    def _confirmed(self, acks: Optional[int]) -> bool:
+        return acks is None or acks >= self.wait_replicas or self.unconfirmed == "keep"
+
+    # -- limiters ----------------------------------------------------------------
+
+    def backend(self) -> str:
+        """The backend in use: "module" or "functions"."""
+        return self._run(self._ensure_backend)
 
     def admit(
         self,
-        key: str,
+        key: Key,
         limit: Optional[int] = None,
         window_ms: Optional[int] = None,
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
         cost: int = 1,
-        meta: Optional[str] = None,
+        meta: Optional[Key] = None,
+        *,
+        name: Optional[str] = None,
     ) -> Decision:
         """Counts a request of ``cost`` against ``key``; ``cost=0`` peeks.
-        Applies the failure policy when Valkey is unreachable."""
-        args = _core.policy_args(limit, window_ms, algorithm, burst, meta) + _core.cost_args(cost)
+        Applies the failure policy when Valkey is unreachable. A ``limit``
+        of 0 refuses without a call."""
+        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        return self.decide(key, policy, cost, name)
+
+    def decide(self, key: Key, policy: Policy, cost: int = 1, name: Optional[str] = None) -> Decision:
+        """``admit`` with a checked Policy (what the HTTP layers call)."""
+        cost = _options.integer("cost", cost, 0)
+        if name is not None:
+            _options.policy_name(name)
+        if policy.refuses_all:
+            return _core.refused_by_zero(policy.window_ms, name)
         try:
-            reply, backend = self._call("RL.ADMIT", "rl_admit", False, self._keys(key, meta), args)
+            return self._run(self._admit, self._key(key), policy, cost, name)
         except Exception as e:
-            if isinstance(e, BackendMissingError) or not _core.is_unreachable(e):
+            if not _core.is_unreachable(e):
                 raise
-            return _core.failed_decision(self.failure, limit, window_ms, e)
-        return _core.parse_decision(reply, backend, window_ms)
+            return _core.failed_decision(self.failure, policy.limit, policy.window_ms, e, name)
+
+    def _admit(self, key: Key, policy: Policy, cost: int, name: Optional[str]) -> Decision:
+        keys = [key] + ([policy.meta] if policy.meta is not None else [])
+        args = policy.args() + ["COST", str(cost)]
+        reply, acks, backend = self._request("RL.ADMIT", "rl_admit", False, keys, args, wait=cost > 0)
+        decision = _core.parse_decision(reply, backend, policy.window_ms, name)
+        if decision.admitted and cost > 0 and not self._confirmed(acks):
+            self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
+            return _core.unconfirmed_decision(decision, acks, self.wait_replicas)
+        return decision
+
+    def admit_all(
+        self, keys: Sequence[Key], policies: Sequence[Policy], cost: int = 1, names: Optional[Sequence[Optional[str]]] = None
+    ) -> Decisions:
+        """One request through several limiters at once (RL.ADMITALL): all
+        admitted, or none consumed. ``keys[i]`` takes ``policies[i]``; on a
+        cluster they must share a slot (a common ``{hash tag}``)."""
+        cost = _options.integer("cost", cost, 0)
+        if len(keys) != len(policies) or not keys:
+            raise _options.bad("policies", f"one per key ({len(keys)} keys)", list(policies))
+        names = list(names) if names is not None else [None] * len(keys)
+        windows = [p.window_ms for p in policies]
+        zero = next((i for i, p in enumerate(policies) if p.refuses_all), None)
+        if zero is not None:
+            decisions = tuple(_core.refused_by_zero(w, n) for w, n in zip(windows, names))
+            return Decisions(False, zero, -1, decisions)
+        counters = [self._key(k) for k in keys]
+        try:
+            return self._run(self._admit_all, counters, list(policies), cost, names)
+        except Exception as e:
+            if not _core.is_unreachable(e):
+                raise
+            decisions = tuple(
+                _core.failed_decision(self.failure, p.limit, p.window_ms, e, n) for p, n in zip(policies, names)
+            )
+            admitted = self.failure == "open"
+            retry = 0 if admitted else _core.FAIL_CLOSED_RETRY_MS
+            return Decisions(admitted, None if admitted else 0, retry, decisions, "unavailable", e)
+
+    def _admit_all(self, counters: List[Key], policies: List[Policy], cost: int, names: List[Optional[str]]) -> Decisions:
+        windows = [p.window_ms for p in policies]
+
+        def words(backend: str) -> Tuple[Any, ...]:
+            return _core.admit_all_command(backend, counters, policies, cost)
+
+        reply, acks, backend = self._request_words(words, counters[0], cost > 0)
+        decisions = _core.parse_decisions(reply, backend, windows, names)
+        if decisions.admitted and cost > 0 and not self._confirmed(acks):
+            for counter, policy in zip(counters, policies):
+                keys = [counter] + ([policy.meta] if policy.meta is not None else [])
+                args = policy.args() + ["COST", str(cost)]
+                self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
+            parts = tuple(_core.unconfirmed_decision(d, acks, self.wait_replicas) for d in decisions.decisions)
+            return Decisions(False, 0, _core.FAIL_CLOSED_RETRY_MS, parts, backend, parts[0].error)
+        return decisions
 
     def refund(
         self,
-        key: str,
+        key: Key,
         limit: Optional[int] = None,
         window_ms: Optional[int] = None,
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
         cost: int = 1,
-        meta: Optional[str] = None,
+        meta: Optional[Key] = None,
     ) -> Decision:
         """Gives back ``cost``: the state afterwards, as a peek sees it."""
-        args = _core.policy_args(limit, window_ms, algorithm, burst, meta) + _core.cost_args(cost)
-        reply, backend = self._call("RL.REFUND", "rl_refund", False, self._keys(key, meta), args)
+        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        cost = _options.integer("cost", cost, 0)
+        if policy.refuses_all:
+            return _core.refused_by_zero(window_ms, None)
+        args = policy.args() + ["COST", str(cost)]
+        reply, _, backend = self._run(self._request, "RL.REFUND", "rl_refund", False, self._keys(key, meta), args)
         return _core.parse_decision(reply, backend, window_ms)
 
     def ttl(
         self,
-        key: str,
+        key: Key,
         limit: Optional[int] = None,
         window_ms: Optional[int] = None,
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
-        meta: Optional[str] = None,
+        meta: Optional[Key] = None,
     ) -> int:
-        """The back-off in ms a request of cost 1 would be told now; 0 if it would pass."""
-        args = _core.policy_args(limit, window_ms, algorithm, burst, meta)
-        reply, _ = self._call("RL.TTL", "rl_ttl", True, self._keys(key, meta), args)
+        """The back-off in ms a request of cost 1 would be told now; 0 if it
+        would pass; -1 if it never can (a limit of 0)."""
+        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        if policy.refuses_all:
+            return -1
+        reply, _, _ = self._run(self._request, "RL.TTL", "rl_ttl", True, self._keys(key, meta), policy.args())
         return _core.to_int(reply)
 
-    def reset(self, key: str) -> bool:
+    def reset(self, key: Key) -> bool:
         """Deletes the limiter's state: True if there was one."""
-        reply, _ = self._call("RL.RESET", "rl_reset", False, [self.prefix + key], [])
+        reply, _, _ = self._run(self._request, "RL.RESET", "rl_reset", False, [self._key(key)], [])
         return _core.to_int(reply) == 1
 
-    # -- leases ---------------------------------------------------------------
-    # A lease call is not covered by the failure policy: an unreachable
-    # Valkey raises, since no slot can be promised without it.
+    def limit(self, rate: Any = None, **options: Any) -> Any:
+        """A per-route limit for Starlette and FastAPI, usable as a FastAPI
+        dependency (``Depends(limiter.limit("5/minute"))``) and as a
+        decorator of an endpoint; see ``valkey_ratelimit.asgi.RouteLimit``."""
+        from .asgi import RouteLimit
+
+        return RouteLimit(self, rate, **options)
+
+    # -- leases ------------------------------------------------------------------
+    # No failure policy: an unreachable Valkey raises LimiterTimeout or the
+    # client's connection error, since no slot can be promised without it.
 
     def acquire(
         self,
-        key: str,
+        key: Key,
         limit: Optional[int] = None,
         ttl_ms: Optional[int] = None,
-        meta: Optional[str] = None,
+        meta: Optional[Key] = None,
         lease_id: Optional[str] = None,
     ) -> Lease:
         """Takes one of ``limit`` slots on ``key`` for ``ttl_ms`` (RL.ACQUIRE).
         ``lease_id`` names the lease (a job id, say; re-acquiring it renews
         it); else the server makes one. Refused, ``acquired`` is False and
-        ``retry_after_ms`` says when the earliest lease ends by itself."""
+        ``retry_after_ms`` says when the earliest lease ends by itself. No
+        ``limit`` (and no ``max`` in the META hash): no limit; ``limit=0``
+        is an error."""
         args = _core.lease_args(limit, ttl_ms, lease_id)
-        reply, backend = self._call("RL.ACQUIRE", "rl_acquire", False, self._keys(key, meta), args)
-        return _core.parse_lease(reply, backend)
+        return self._run(self._acquire, self._keys(key, meta), args)
 
-    def release(self, key: str, lease_id: str) -> bool:
+    def _acquire(self, keys: List[Key], args: List[str]) -> Lease:
+        reply, acks, backend = self._request("RL.ACQUIRE", "rl_acquire", False, keys, args, wait=True)
+        lease = _core.parse_lease(reply, backend)
+        if lease.acquired and lease.limit > 0 and not self._confirmed(acks):
+            assert lease.lease_id is not None
+            self._send(backend, "RL.RELEASE", "rl_release", False, keys[:1], [lease.lease_id])
+            return _core.unconfirmed_lease(lease, acks, self.wait_replicas)
+        return lease
+
+    def release(self, key: Key, lease_id: str) -> bool:
         """Ends the lease (RL.RELEASE): True if it was live, False if it had
         expired, was released already, or is unknown."""
         args = [_core.check_lease_id(lease_id)]
-        reply, _ = self._call("RL.RELEASE", "rl_release", False, [self.prefix + key], args)
+        reply, _, _ = self._run(self._request, "RL.RELEASE", "rl_release", False, [self._key(key)], args)
         return _core.to_int(reply) == 1
 
-    def extend(self, key: str, lease_id: str, ttl_ms: int) -> bool:
+    def extend(self, key: Key, lease_id: str, ttl_ms: int) -> bool:
         """Moves a live lease's deadline to now + ``ttl_ms`` (RL.EXTEND).
         False: the lease is no longer live and its holder must stop."""
-        args = [_core.check_lease_id(lease_id)] + _core.ttl_arg(ttl_ms)
-        reply, _ = self._call("RL.EXTEND", "rl_extend", False, [self.prefix + key], args)
+        args = [_core.check_lease_id(lease_id), "TTL", str(_options.integer("ttl_ms", ttl_ms, 1))]
+        reply, _, _ = self._run(self._request, "RL.EXTEND", "rl_extend", False, [self._key(key)], args)
         return _core.to_int(reply) == 1
 
-    def in_flight(self, key: str) -> int:
+    def in_flight(self, key: Key) -> int:
         """The number of live leases on ``key`` (RL.INFLIGHT; reads only)."""
-        reply, _ = self._call("RL.INFLIGHT", "rl_inflight", True, [self.prefix + key], [])
+        reply, _, _ = self._run(self._request, "RL.INFLIGHT", "rl_inflight", True, [self._key(key)], [])
         return _core.to_int(reply)
 
     def lease(
         self,
-        key: str,
+        key: Key,
         limit: Optional[int] = None,
         ttl_ms: Optional[int] = None,
-        meta: Optional[str] = None,
+        meta: Optional[Key] = None,
         lease_id: Optional[str] = None,
         heartbeat: bool = True,
     ) -> "HeldLease":
         """A context manager around one lease::
 
             with limiter.lease("gpu", limit=4, ttl_ms=30_000) as held:
-                run(job)            # check held.lost between steps
+                run(job)
 
         Entering acquires, or raises ``LeaseRefused`` (with
         ``retry_after_ms``) without running the block. While the block runs,
-        a thread extends the lease every ``ttl_ms / 3`` (``heartbeat=False``:
-        no thread, the lease lasts ``ttl_ms``). Leaving releases it, on an
-        exception too. If an extend finds the lease gone, the beats stop,
-        ``held.lost`` turns True (``held.check()`` raises), and leaving the
-        block raises ``LeaseLost`` unless another exception is under way;
-        likewise when the release finds the lease expired. A thread cannot
-        be stopped from outside: the block sees the loss only through
-        ``held.lost`` / ``held.check()``."""
+        the heartbeat extends the lease every ``ttl_ms / 3``
+        (``heartbeat=False``: none, the lease lasts ``ttl_ms``): a task
+        under asyncio, a thread otherwise. Leaving releases it, on an
+        exception too. If an extend finds the lease gone, ``held.lost``
+        turns True (``held.check()`` raises) and leaving the block raises
+        ``LeaseLost``, unless another exception is under way; under asyncio
+        the block is also cancelled at its next await, with ``LeaseLost``
+        in place of the cancellation. A release that finds the lease
+        expired raises ``LeaseLost`` too."""
+        _core.lease_args(limit, ttl_ms, lease_id)
         interval = _core.heartbeat_s(ttl_ms, heartbeat)
         return HeldLease(self, key, dict(limit=limit, ttl_ms=ttl_ms, meta=meta, lease_id=lease_id), interval)
 
 
 class HeldLease:
-    """``Limiter.lease``'s context manager; inside the block: ``lease`` (the
+    """``lease(...)``'s context manager; inside the block: ``lease`` (the
     RL.ACQUIRE answer), ``id``, ``lost`` and ``check()``."""
 
-    def __init__(self, limiter: Limiter, key: str, acquire: dict, interval: Optional[float]) -> None:
+    def __init__(self, limiter: Limiter, key: Key, acquire: dict, interval: Optional[float]) -> None:
         self._limiter = limiter
         self.key = key
         self._acquire = acquire
         self._interval = interval
-        self._stop = threading.Event()
-        self._lost = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._beats: Optional[Beats] = None
+        self._released_late = False
         self.lease: Optional[Lease] = None
 
     @property
@@ -256,8 +516,8 @@ class HeldLease:
 
     @property
     def lost(self) -> bool:
-        """True once a heartbeat found the lease no longer live."""
-        return self._lost.is_set()
+        """True once a heartbeat (or the release) found the lease no longer live."""
+        return self._released_late or (self._beats is not None and self._beats.lost)
 
     def check(self) -> None:
         """Raises ``LeaseLost`` if the lease is lost: call it between steps."""
@@ -269,40 +529,31 @@ class HeldLease:
         if not lease.acquired:
             raise LeaseRefused(self.key, lease)
         self.lease = lease
-        # Unlimited (limit 0): nothing was stored, so nothing to keep alive.
+        # No limit: nothing was stored, so nothing to keep alive.
         if self._interval is not None and lease.limit > 0:
-            self._thread = threading.Thread(target=self._beat, name="valkey-ratelimit-lease", daemon=True)
-            self._thread.start()
+            self._beats = Beats(self._interval, self._beat)
         return self
 
-    def _beat(self) -> None:
+    def _beat(self) -> bool:
         assert self.lease is not None and self.lease.lease_id is not None
-        ttl_ms = self._acquire["ttl_ms"]
-        while not self._stop.wait(self._interval):
-            try:
-                alive = self._limiter.extend(self.key, self.lease.lease_id, ttl_ms)
-            except Exception:
-                # Unreachable for now: the next beat tries again; if the
-                # deadline passes meanwhile, that beat answers 0.
-                continue
-            if not alive:
-                self._lost.set()
-                return
+        return self._limiter.extend(self.key, self.lease.lease_id, self._acquire["ttl_ms"])
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        interrupted = False
+        if self._beats is not None:
+            interrupted = self._beats.stop(exc_type)
         assert self.lease is not None and self.lease.lease_id is not None
         if self.lease.limit > 0 and not self.lost:
             try:
                 # False: the lease ran out before the block ended.
                 if not self._limiter.release(self.key, self.lease.lease_id):
-                    self._lost.set()
+                    self._released_late = True
             except Exception:
                 # Never mask the block's own exception; the lease ends at
                 # its deadline anyway.
                 if exc_type is None:
                     raise
+        if interrupted:
+            raise LeaseLost(self.key, self.id) from exc
         if self.lost and exc_type is None:
             raise LeaseLost(self.key, self.id)

@@ -1,0 +1,281 @@
+"""The pure core, without a server: the header fields against the draft's
+examples and the rules of item 6 of issue 25, the rate strings against the
+`limits` library itself, every option's rule and message, the library's
+version order, cluster slots against valkey-py's, and the generated sync
+limiter being up to date."""
+
+from __future__ import annotations
+
+import math
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from valkey_ratelimit import QUOTA_EXCEEDED_TYPE, ConfigError, Decision, Decisions, Policy, parse_rates
+from valkey_ratelimit._core import key_slot
+from valkey_ratelimit._library import bundled_source, is_older, source_version
+from valkey_ratelimit._options import Rate
+
+PACKAGE = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_headers_give_the_drafts_examples() -> None:
+    # draft-ietf-httpapi-ratelimit-headers, 3.2 and 4.2, with their names.
+    d = Decision(True, 100, 50, 0, 30_000)
+    assert d.headers(name="default", window_ms=10_000) == {
+        "RateLimit-Policy": '"default";q=100;w=10',
+        "RateLimit": '"default";r=50;t=30',
+    }
+    d = Decision(True, 50, 1, 0, 7_000, window_ms=60_000)
+    assert d.headers(name="permin") == {"RateLimit-Policy": '"permin";q=50;w=60', "RateLimit": '"permin";r=1;t=7'}
+    d = Decision(True, 300_000_000, 300_000_000, 0, 60_000, name="default")
+    assert d.headers(partition_key=b"App-999")["RateLimit"] == '"default";r=300000000;t=60;pk=:QXBwLTk5OQ==:'
+    assert d.headers(partition_key=b"App-999")["RateLimit-Policy"] == '"default";q=300000000;pk=:QXBwLTk5OQ==:'
+
+
+def test_the_default_policy_name_is_express_rate_limits() -> None:
+    # Agreed with the Node package: "<q>-in-<ceil(w s)>sec".
+    d = Decision(True, 3, 2, 0, 10_000, window_ms=10_000)
+    assert d.headers() == {"RateLimit-Policy": '"3-in-10sec";q=3;w=10', "RateLimit": '"3-in-10sec";r=2;t=10'}
+    assert Decision(True, 5, 4, 0, 200, window_ms=200).policy_name == "5-in-1sec"
+    assert Decision(True, 5, 4, 0, 1_500, window_ms=1_500).policy_name == "5-in-2sec"
+    # The window came from a META hash: not known here.
+    assert Decision(True, 5, 4, 0, 1_500).policy_name == "default"
+
+
+def test_times_are_whole_seconds_rounded_up() -> None:
+    assert Decision(True, 5, 1, 0, 6_001, name="p").headers()["RateLimit"] == '"p";r=1;t=7'
+    for retry, seconds in [(1, "1"), (999, "1"), (1_000, "1"), (1_001, "2"), (9_989, "10")]:
+        h = Decision(False, 3, 0, retry, retry, window_ms=10_000).headers()
+        assert h["Retry-After"] == seconds, (retry, h)
+        assert h["RateLimit"] == f'"3-in-10sec";r=0;t={seconds}', h
+    # Refused, the effective window ends at the retry, never after Retry-After.
+    h = Decision(False, 10, 0, 2_500, 9_000, window_ms=10_000).headers()
+    assert h == {"RateLimit-Policy": '"10-in-10sec";q=10;w=10', "RateLimit": '"10-in-10sec";r=0;t=3', "Retry-After": "3"}
+    # A window under a second is still w=1: the draft's w is a non-zero integer.
+    assert Decision(True, 5, 4, 0, 200, window_ms=200).headers()["RateLimit-Policy"] == '"5-in-1sec";q=5;w=1'
+
+
+def test_what_is_not_advertised() -> None:
+    # A cost that can never pass: no Retry-After.
+    assert "Retry-After" not in Decision(False, 3, 3, -1, 0).headers()
+    # The server's unlimited (no limit anywhere): no quota to advertise.
+    assert Decision(True, 0, 0, 0, 0).headers() == {}
+    # The package's limit of 0 refuses, with q=0, and no Retry-After: waiting never helps.
+    assert Decision(False, 0, 0, -1, 0, window_ms=60_000).headers() == {
+        "RateLimit-Policy": '"0-in-60sec";q=0;w=60',
+        "RateLimit": '"0-in-60sec";r=0;t=0',
+    }
+    # The failure policy's answers advertise no quota, only the retry.
+    closed = Decision(False, 3, 0, 1_000, 0, 10_000, "unavailable", ConnectionError("down"))
+    assert closed.headers() == {"Retry-After": "1"}
+    assert closed.problem() == {"type": "about:blank", "title": "The rate limiter cannot reach its store", "status": 503}
+    assert Decision(True, 3, 3, 0, 0, 10_000, "unavailable", ConnectionError("down")).headers() == {}
+
+
+def test_several_policies_are_list_items() -> None:
+    parts = (
+        Decision(True, 10, 9, 0, 1_000, window_ms=1_000),
+        Decision(False, 100, 0, 3_600, 3_600_000 - 5, window_ms=3_600_000),
+    )
+    h = Decisions(False, 1, 3_600, parts).headers()
+    assert h == {
+        "RateLimit-Policy": '"10-in-1sec";q=10;w=1, "100-in-3600sec";q=100;w=3600',
+        "RateLimit": '"10-in-1sec";r=9;t=1, "100-in-3600sec";r=0;t=4',
+        "Retry-After": "4",
+    }
+    assert Decisions(False, 1, 3_600, parts).problem()["violated-policies"] == ["100-in-3600sec"]
+
+
+def test_problem_body_and_frozen_decision() -> None:
+    problem = Decision(False, 3, 0, 1_000, 1_000).problem("api")
+    assert problem == {
+        "type": QUOTA_EXCEEDED_TYPE,
+        "title": "Request cannot be satisfied as assigned quota has been exceeded",
+        "status": 429,
+        "violated-policies": ["api"],
+    }
+    assert QUOTA_EXCEEDED_TYPE == "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    with pytest.raises(AttributeError):
+        Decision(True, 3, 2, 0, 1_000).remaining = 0  # type: ignore[misc]
+
+
+# --- rate strings, against the `limits` library ---------------------------------
+
+RATE_STRINGS = [
+    "5/minute",
+    "10 per second",
+    "100/hour;10/second",
+    "1/day, 5/7 days|2 per 10 seconds",
+    "3 PER MINUTES",
+    "0/second",
+    "7/2 month",
+    "1/year",
+    " 4 / 3 hours ",
+    "12/15minutes",
+]
+BAD_RATE_STRINGS = ["", "5", "5/fortnight", "five/minute", "5/minute;", "-1/second", "5//minute", "5/minute 3/second"]
+
+
+@pytest.mark.parametrize("text", RATE_STRINGS)
+def test_rate_strings_read_as_limits_reads_them(text: str) -> None:
+    from limits import parse_many
+
+    expected = tuple(Rate(item.amount, item.get_expiry() * 1000) for item in parse_many(text))
+    assert parse_rates(text) == expected
+
+
+@pytest.mark.parametrize("text", BAD_RATE_STRINGS)
+def test_rate_strings_limits_refuses_are_refused(text: str) -> None:
+    from limits import parse_many
+
+    with pytest.raises(ValueError):
+        parse_many(text)
+    with pytest.raises(ConfigError, match=r"^rate must be a rate string such as .* \(got "):
+        parse_rates(text)
+
+
+def test_rate_string_examples() -> None:
+    assert parse_rates("100/hour;10/second") == (Rate(100, 3_600_000), Rate(10, 1_000))
+    assert parse_rates("10 per second") == (Rate(10, 1_000),)
+    # `limits` reads "n/0 seconds" as per 1 second; a window of 0 is refused here.
+    with pytest.raises(ConfigError, match="window of at least 1 unit"):
+        parse_rates("5/0 seconds")
+
+
+# --- configuration errors: one message shape, the real rule ---------------------
+
+SAFE = "9007199254740991"
+
+
+@pytest.mark.parametrize(
+    "build, message",
+    [
+        (lambda: Policy(3, -5), f"window_ms must be an integer from 1 to {SAFE} (got -5)"),
+        (lambda: Policy("3", 1000), f"limit must be an integer from 0 to {SAFE} (got '3')"),
+        (lambda: Policy(2**53, 1000), f"limit must be an integer from 0 to {SAFE} (got 9007199254740992)"),
+        (lambda: Policy(True, 1000), f"limit must be an integer from 0 to {SAFE} (got True)"),
+        (lambda: Policy(3, 1000, "fixed", 5), "burst must be left out with algorithm 'fixed' (got 5)"),
+        (lambda: Policy(3, 1000, "bucket"), "algorithm must be one of 'fixed', 'sliding', 'token', 'gcra', 'leaky' (got 'bucket')"),
+        (lambda: Policy(3), "window_ms must be given when there is no META hash (meta=) (got None)"),
+    ],
+)
+def test_a_bad_policy_names_its_rule(build, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        build()
+    assert str(e.value) == message
+
+
+def test_limiters_check_their_options_when_built() -> None:
+    import valkey
+    import valkey.asyncio
+
+    from valkey_ratelimit import AsyncLimiter, Limiter
+
+    client = valkey.Valkey(port=1)  # never connected: building sends nothing
+    cases = [
+        (dict(timeout=0), "timeout must be a positive number of seconds (got 0)"),
+        (dict(timeout=None), "timeout must be a positive number of seconds (got None)"),
+        (dict(failure="shut"), "failure must be one of 'open', 'closed' (got 'shut')"),
+        (dict(backend="lua"), "backend must be one of 'auto', 'module', 'functions' (got 'lua')"),
+        (dict(prefix=5), "prefix must be a str or bytes (got 5)"),
+        (dict(wait_replicas=-1), "wait_replicas must be an integer from 0 to 2147483647 (got -1)"),
+        (dict(unconfirmed="drop"), "unconfirmed must be one of 'keep', 'refuse' (got 'drop')"),
+        (dict(library="return 1"), "library must be True (the bundled copy), False (never load) or a library's source (got 'return 1')"),
+    ]
+    for options, message in cases:
+        with pytest.raises(ConfigError) as e:
+            Limiter(client, **options)
+        assert str(e.value) == message
+    with pytest.raises(ConfigError, match=r"^client must be an asyncio client .* for AsyncLimiter \(got "):
+        AsyncLimiter(client)
+    with pytest.raises(ConfigError, match=r"^client must be a synchronous client .* for Limiter \(got "):
+        Limiter(valkey.asyncio.Valkey(port=1))
+    with pytest.raises(ConfigError, match=r"^client must be a valkey-py, redis-py or valkey-glide client \(got 'x'\)"):
+        Limiter("x")
+
+
+def test_the_http_layers_check_their_options_when_built() -> None:
+    import valkey.asyncio
+
+    from valkey_ratelimit import AsyncLimiter, RateLimitMiddleware
+
+    limiter = AsyncLimiter(valkey.asyncio.Valkey(port=1))
+    app = object()
+    cases = [
+        (lambda: RateLimitMiddleware(app, limiter, limit=3, window_ms=-5), f"window_ms must be an integer from 1 to {SAFE} (got -5)"),
+        (lambda: RateLimitMiddleware(app, limiter, limit="3", window_ms=1000), f"limit must be an integer from 0 to {SAFE} (got '3')"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=2**53, window_ms=1000), f"limit must be an integer from 0 to {SAFE} (got 9007199254740992)"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=3, window_ms=1000, name="café"), "name must be non-empty printable ASCII text without '\"' or '\\' (got 'café')"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=3, window_ms=1000, cost=2**63), f"cost must be an integer from 0 to {SAFE} (got 9223372036854775808)"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=3, window_ms=1000, key=b""), "key must be a non-empty str or bytes (got b'')"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=3, window_ms=1000, exempt="/health"), "exempt must be a list of paths, each starting with '/' (got '/health')"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=3), "window_ms must be given (or a rate string, or a META hash alone) (got None)"),
+        (lambda: RateLimitMiddleware(app, limiter, limit=3, window_ms=1000, closed_status=200), "closed_status must be an integer from 400 to 599 (got 200)"),
+        (lambda: limiter.limit("5/fortnight"), 'rate must be a rate string such as "5/minute", "10 per second" or "100/hour;10/second" (units: second, minute, hour, day, month, year) (got \'5/fortnight\')'),
+        (lambda: limiter.limit("5/minute;1/second", name="one"), "name must be a list of 2 names, one per rate (got 'one')"),
+        (lambda: limiter.limit("5/minute", cost=-1), f"cost must be an integer from 0 to {SAFE} (got -1)"),
+        (lambda: limiter.limit(None), 'rate must be a rate string such as "5/minute", "10 per second" or "100/hour;10/second", or a META hash (meta=) (got None)'),
+    ]
+    for build, message in cases:
+        with pytest.raises(ConfigError) as e:
+            build()
+        assert str(e.value) == message
+
+
+def test_bytes_keys_take_a_prefix() -> None:
+    from valkey_ratelimit._options import join
+
+    assert join("rl:", b"\xff\x00") == b"rl:\xff\x00"
+    assert join(b"rl:", "k") == b"rl:k"
+    assert join("rl:", "k") == "rl:k"
+
+
+# --- the library this package ships --------------------------------------------
+
+
+def test_the_bundled_library_is_the_repos() -> None:
+    source = bundled_source()
+    assert source == (PACKAGE.parents[1] / "functions" / "ratelimit.lua").read_text()
+    assert source.startswith("#!lua name=ratelimit")
+    assert source_version(source) == "0.1.0"
+
+
+def test_versions_order() -> None:
+    assert is_older(None, "0.1.0"), "a library without rl_version is older than any"
+    assert is_older("0.0.9", "0.1.0") and is_older("0.1.0", "0.1.1") and is_older("0.9.0", "0.10.0")
+    assert not is_older("0.1.0", "0.1.0") and not is_older("0.2.0", "0.1.0") and not is_older("1.0", "0.9.9")
+    assert is_older("garbled", "0.1.0")
+
+
+def test_cluster_slots_match_valkey_pys() -> None:
+    from valkey.crc import key_slot as valkey_slot
+
+    for key in ["a", "rl:{acme}:1", b"\xff{x}y", "{}", "{{a}}", "foo{}{bar}", "plain", "{user1000}.following"]:
+        assert key_slot(key) == valkey_slot(key.encode() if isinstance(key, str) else key), key
+
+
+def test_the_sync_limiter_is_generated_from_the_async_one() -> None:
+    result = subprocess.run([sys.executable, str(PACKAGE / "scripts" / "unasync.py"), "--check"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_unasync_table_catches_leftovers() -> None:
+    sys.path.insert(0, str(PACKAGE / "scripts"))
+    try:
+        import unasync
+    finally:
+        sys.path.pop(0)
+    assert unasync.unasync("async def f():\n    await g()\n") == "def f():\n    g()\n"
+    with pytest.raises(SystemExit, match="AsyncNewThing"):
+        unasync.unasync("x = AsyncNewThing()\n")
+
+
+def test_ceil_seconds_of_t() -> None:
+    # t is the whole seconds until the quota is whole again, rounded up: a
+    # client that waits t finds it whole, and t is never a second more.
+    for reset in (1, 999, 1_000, 1_001, 16_667):
+        t = int(Decision(True, 5, 4, 0, reset, window_ms=10_000).headers()["RateLimit"].rsplit("=", 1)[1])
+        assert t == math.ceil(reset / 1000) and t * 1000 - reset < 1000
