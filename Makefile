@@ -54,7 +54,7 @@ build-test:
 # resolved before the tests so a failure to find one stops here.
 # SKIP_CLIENTS=1 leaves out the packages' libraries and skips their tests
 # (the families in CLIENT_TESTS) by name, saying how many.
-CLIENT_TESTS := frameworks:: clients::
+CLIENT_TESTS := frameworks:: clients:: node_package:: python_package::
 test:
 	cd "$(ROOT)" && scripts/setup.sh test
 	$(MAKE) --no-print-directory -C "$(ROOT)" lint build-test
