@@ -305,4 +305,3 @@ fn node_types_fit_express_rate_limit() {
     cmd.args(["node_modules/typescript/bin/tsc", "-p", "tsconfig.json"]);
     run(cmd);
 }
-
