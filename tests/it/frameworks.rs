@@ -18,8 +18,7 @@
 use crate::common;
 use crate::common::cluster;
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -257,42 +256,6 @@ fn cluster_clients_route_both_backends_by_key() {
         ],
         "PASS node cluster",
     );
-}
-
-/// A fresh directory for build artifacts, removed by `Drop`.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir()
-            .join("rl-tests")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-/// The one file in `dir` whose name ends with `suffix`.
-fn only_file(dir: &Path, suffix: &str) -> PathBuf {
-    let found: Vec<PathBuf> = fs::read_dir(dir)
-        .expect("read_dir")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    assert_eq!(
-        found.len(),
-        1,
-        "one *{suffix} in {}: {found:?}",
-        dir.display()
-    );
-    found[0].clone()
 }
 
 #[test]

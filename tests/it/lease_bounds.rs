@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use redis::{Connection, Value};
 
-use crate::common::backend::{show, Backend, BOTH};
+use crate::common::backend::{Backend, BOTH};
 use crate::common::{
-    cmd_int, cmd_raw, exec, info_field, server_time_ms, time_ms, wait_replica_offset, wait_until,
-    Server,
+    cmd_int, cmd_raw, exec, info_field, server_time_ms, show, time_ms, wait_replica_offset,
+    wait_until, Server,
 };
 
 /// The most expired leases one write reclaims: `RECLAIM_MAX` in
@@ -644,7 +644,7 @@ fn admitall_takes_42_inline_limiters_or_63_with_meta_and_no_more() {
                     "{what}: {r:?}"
                 ),
                 false => assert_eq!(
-                    crate::common::backend::error_text(&r).as_deref(),
+                    crate::common::error_text(&r).as_deref(),
                     Some("ERR too many arguments"),
                     "{what}"
                 ),

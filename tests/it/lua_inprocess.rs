@@ -2411,9 +2411,11 @@ impl Run {
             let n = sorted.len();
             Ok(Held {
                 members: n as i64,
-                expired: sorted
+                expired: sorted.iter().filter(|(_, s)| *s as i64 <= now).count() as i64,
+                reclaimable: sorted
                     .iter()
                     .filter(|(_, s)| *s as i64 <= now)
+                    .take(valkey_ratelimit::algo::lease::RECLAIM_MAX)
                     .map(|(m, _)| m.clone())
                     .collect(),
                 earliest_live: sorted.iter().map(|(_, s)| *s as i64).find(|&s| s > now),
