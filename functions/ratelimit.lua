@@ -1770,5 +1770,5 @@ server.register_function{function_name = 'rl_acquire', callback = entry(rl_acqui
 server.register_function{function_name = 'rl_release', callback = entry(rl_release), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_extend', callback = entry(rl_extend), flags = {'allow-oom'}}
 server.register_function{function_name = 'rl_inflight', callback = entry(rl_inflight), flags = {'no-writes'}}
-server.register_function{function_name = 'rl_version', callback = entry(rl_version),
-                         flags = {'no-writes', 'allow-stale'}}
+local VERSION_FLAGS = {'no-writes', 'allow-stale'}
+server.register_function{function_name = 'rl_version', callback = entry(rl_version), flags = VERSION_FLAGS}

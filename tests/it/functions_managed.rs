@@ -53,6 +53,10 @@ fn fixtures(admin: &mut Connection) {
         ],
         &["SET", "app:bare", "9"],
         &["HSET", "app:lmeta", "max", "1", "ttl", "60000"],
+        // A lease key whose earliest lease has expired: RL.INFLIGHT counts
+        // the live ones by score (ZCOUNT) on it.
+        &["ZADD", "app:aged", "1", "gone", "32503680000000", "live"],
+        &["PEXPIREAT", "app:aged", "32503680000000"],
         &["HSET", "other:meta", "max", "2", "duration", "60000"],
         &["SET", "other:k", "1", "PX", "60000"],
     ] {
@@ -202,6 +206,7 @@ fn an_application_user_with_the_documented_rule_uses_every_function_on_its_keys_
         vec!["RL.ACQUIRE", "app:lease", "LIMIT", "2", "TTL", "60000"],
         vec!["RL.EXTEND", "app:lease", "job", "TTL", "60000"],
         vec!["RL.INFLIGHT", "app:lease"],
+        vec!["RL.INFLIGHT", "app:aged"],
         vec!["RL.RELEASE", "app:lease", "job"],
         vec!["RL.ACQUIRE", "app:lease2", "META", "app:lmeta"],
         vec!["RL.ACQUIRE", "app:free"],
