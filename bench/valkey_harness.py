@@ -13,6 +13,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH_DIR = os.path.join(REPO, "bench")
+# Where the benchmarks write their dated reports.
+RESULTS_DIR = os.path.join(BENCH_DIR, "results")
 
 
 class RespError(Exception):
@@ -87,6 +89,17 @@ class Client:
         self.sock.sendall(self._encode(args))
         r = self._reply()
         if raise_errors and isinstance(r, RespError):
+            raise r
+        return r
+
+    def send(self, *commands):
+        """Pipeline: send several commands at once; `read` their replies."""
+        self.sock.sendall(b"".join(self._encode(c) for c in commands))
+
+    def read(self):
+        """The next reply of a pipeline; an error reply is raised."""
+        r = self._reply()
+        if isinstance(r, RespError):
             raise r
         return r
 

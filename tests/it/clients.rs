@@ -7,7 +7,7 @@
 //! each caps work in flight with a lease helper (RL.ACQUIRE / RL.RELEASE),
 //! checked against the semaphore's sorted set.
 //!
-//! The Python and Node.js libraries come from `scripts/client-deps.sh`
+//! The Python and Node.js libraries come from `dev/client-deps.sh`
 //! (`make client-deps`; `.ci/run` runs it). Without them these tests fail
 //! when `$CI` is set and are skipped, with a note on stderr, otherwise.
 
@@ -114,7 +114,7 @@ impl Lang {
 }
 
 /// The Python with valkey-py: `$RL_CLIENTS_PYTHON`, else the venv of
-/// scripts/client-deps.sh, else python3.
+/// dev/client-deps.sh, else python3.
 fn python() -> Option<PathBuf> {
     let python = match std::env::var_os("RL_CLIENTS_PYTHON") {
         Some(p) if !p.is_empty() => PathBuf::from(p),

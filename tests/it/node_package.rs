@@ -9,7 +9,7 @@
 //! `ok <check>` line each; this file starts the servers, runs the programs
 //! and checks that every expected line came, then `PASS`.
 //!
-//! Their dependencies come from `scripts/client-deps.sh` (.ci/run runs
+//! Their dependencies come from `dev/client-deps.sh` (.ci/run runs
 //! it). Without them these tests fail when `$CI` is set and are skipped,
 //! with a note on stderr, otherwise.
 

@@ -10,7 +10,7 @@
 //! `functions/ratelimit.lua` byte for byte, and the installed wheel loads
 //! it onto a bare server by itself.
 //!
-//! The Python libraries come from `scripts/client-deps.sh`
+//! The Python libraries come from `dev/client-deps.sh`
 //! (`clients/python/requirements-test.txt` into `.deps/clients-venv`).
 //! Without them these tests fail when `$CI` is set and are skipped, with a
 //! note on stderr, otherwise.

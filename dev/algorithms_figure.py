@@ -2,8 +2,9 @@
 """Draws docs/algorithms.svg: one bursty trace replayed against the real module.
 
 How the figure is made (run it with `make figure`):
-- A valkey-server (scripts/valkey-server.sh) is started on a free 127.0.0.1 port
-  with target/release/libvalkey_ratelimit.so loaded, and stopped at the end.
+- A valkey-server is started on a free 127.0.0.1 port with
+  target/release/libvalkey_ratelimit.so loaded, and stopped at the end, by
+  the benchmarks' harness (bench/valkey_harness.py).
 - Time is real: the trace is played with real sleeps, WINDOW 1000 ms, about
   4.6 s in all. It starts on a whole second of the clock, so the sliding
   window's epoch-aligned windows begin at 0, 1, 2 ... s of the plot.
@@ -28,16 +29,14 @@ library is needed.
 """
 
 import os
-import shutil
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MODULE = ROOT / "target" / "release" / "libvalkey_ratelimit.so"
+sys.path.insert(0, str(ROOT / "bench"))
+import valkey_harness as vh  # noqa: E402
+
 OUT = ROOT / "docs" / "algorithms.svg"
 
 LIMIT = 10
@@ -53,94 +52,6 @@ def trace():
     steps = [(0.005, 1), (0.95, BURST_SIZE), (1.05, BURST_SIZE)]
     steps += [(2.1 + 0.105 * i, 1) for i in range(23)]
     return steps
-
-
-# --- a minimal RESP client (standard library only) ---------------------------
-
-
-class Resp:
-    def __init__(self, port):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-
-    def send(self, *commands):
-        out = []
-        for args in commands:
-            out.append(b"*%d\r\n" % len(args))
-            for a in args:
-                a = str(a).encode()
-                out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-        self.sock.sendall(b"".join(out))
-
-    def _line(self):
-        while b"\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("server closed the connection")
-            self.buf += chunk
-        line, self.buf = self.buf.split(b"\r\n", 1)
-        return line
-
-    def read(self):
-        line = self._line()
-        kind, rest = line[:1], line[1:]
-        if kind == b"+":
-            return rest.decode()
-        if kind == b"-":
-            raise RuntimeError(rest.decode())
-        if kind == b":":
-            return int(rest)
-        if kind == b"$":
-            n = int(rest)
-            if n < 0:
-                return None
-            while len(self.buf) < n + 2:
-                self.buf += self.sock.recv(65536)
-            data, self.buf = self.buf[:n], self.buf[n + 2 :]
-            return data.decode()
-        if kind == b"*":
-            return [self.read() for _ in range(int(rest))]
-        raise RuntimeError(f"unexpected reply {line!r}")
-
-    def call(self, *args):
-        self.send(args)
-        return self.read()
-
-
-# --- the server ---------------------------------------------------------------
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(workdir):
-    if not MODULE.exists():
-        sys.exit(f"{MODULE} is missing: run cargo build --release first")
-    server = subprocess.run(
-        [str(ROOT / "scripts" / "valkey-server.sh")],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    port = free_port()
-    proc = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "no", "--dir", workdir, "--loadmodule", str(MODULE)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.STDOUT,
-    )
-    for _ in range(200):
-        try:
-            client = Resp(port)
-            if client.call("PING") == "PONG":
-                return proc, client
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    sys.exit("valkey-server did not start")
 
 
 # --- replaying the trace ----------------------------------------------------------
@@ -337,14 +248,9 @@ def svg(decisions, token_equals_gcra):
 
 
 def main():
-    workdir = tempfile.mkdtemp(prefix="rl-figure-")
-    proc, client = start_server(workdir)
-    try:
-        decisions = replay(client)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(workdir, ignore_errors=True)
+    # The benchmarks' harness starts and stops the throwaway server.
+    with vh.Server() as server:
+        decisions = replay(server.client())
     token = [ok for _, ok, _, _, _ in decisions["token"]]
     gcra = [ok for _, ok, _, _, _ in decisions["gcra"]]
     same = token == gcra
