@@ -143,11 +143,6 @@ pub fn in_flight(call: &Call) -> Result<(), RlError> {
     Ok(())
 }
 
-/// getkeys-api for RL.ACQUIRE: the lease key (read-write) and the META hash.
-pub fn keys(args: &[&[u8]], key: &mut dyn FnMut(usize, bool)) {
-    args::lease::acquire_keys(args, key)
-}
-
 /// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`.
 fn record(call: &Call, name: Str, outcome: LeaseOutcome, reclaimed: usize) {
     let (tally, event) = receipt::of_lease(outcome, reclaimed, config::hit_events());
