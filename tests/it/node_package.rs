@@ -15,7 +15,7 @@
 
 use crate::common;
 use crate::common::backend::{library_path, Backend, BOTH};
-use crate::common::Server;
+use crate::common::{Scratch, Server};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -159,26 +159,6 @@ fn node_unit_tests_of_the_pure_core() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(pass >= 20, "only {pass} unit tests passed:\n{out}");
-}
-
-/// A fresh directory for build artifacts, removed by `Drop`.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir()
-            .join("rl-tests")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `npm pack` ships the code, its types and the library, copied at pack

@@ -18,7 +18,7 @@
 use crate::common;
 use crate::common::backend::{self, Backend, NO_MODULES};
 use crate::common::cluster;
-use crate::common::Server;
+use crate::common::{Scratch, Server};
 
 use serial_test::serial;
 use std::fs;
@@ -223,26 +223,6 @@ fn python_cluster_clients() {
         &[("VALKEY_PORT", cluster.nodes[0].port.to_string())],
         8,
     );
-}
-
-/// A fresh directory for build artifacts, removed by `Drop`.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir()
-            .join("rl-tests")
-            .join(format!("{name}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
 }
 
 /// `python -m build` (sdist, then the wheel from the sdist): both carry the

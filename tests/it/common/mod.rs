@@ -125,6 +125,27 @@ fn new_server_dir() -> PathBuf {
     dir
 }
 
+/// A fresh directory for a test's build artifacts
+/// (`<tmp>/rl-tests/<name>-<pid>`), removed by `Drop`.
+pub struct Scratch(pub PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir()
+            .join("rl-tests")
+            .join(format!("{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+        Scratch(dir)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
 /// A port that was free a moment ago. The server may still lose a race for it,
 /// which `Server::start_with` handles by retrying with another port.
 fn free_port() -> u16 {
