@@ -121,6 +121,9 @@ class Row:
     calls: int = 0
     # A library row: the id of the hand-written script of its shape.
     shape: str = ""
+    # A pair row (profiled only, keys ""): the command sent after `cmd`,
+    # each pair's __n__ in both replaced by its number (a lease id).
+    pair: str = ""
 
 
 # The rows' limits: windows and fixed counters with a limit never reached,
@@ -162,6 +165,17 @@ ROWS = [
     Row("acqx", "RL.ACQUIRE, >= 100k expired leases (reclaims 128)",
         "RL.ACQUIRE KEY LIMIT 1000000 TTL 3600000", "info", keys="",
         prefill="lua:lease_expired KEY 140960", calls=320),
+    # Not bars, budget rows: an acquire and the release of the lease it
+    # took, on a key holding no other (issue 32's lease pair): the module's,
+    # the library's, and the hand-rolled ZSET scripts' (bench/lua/lease_*.lua).
+    Row("mpar", "RL.ACQUIRE + RL.RELEASE pair", "RL.ACQUIRE KEY LIMIT %s TTL 60000 ID c__n__" % BIG,
+        "info", keys="", pair="RL.RELEASE KEY c__n__"),
+    Row("lpar", "FCALL rl_acquire + rl_release pair (library)",
+        "lib:rl_acquire KEY LIMIT %s TTL 60000 ID c__n__" % BIG, "info", keys="",
+        pair="lib:rl_release KEY c__n__", shape="hpar"),
+    Row("hpar", "lease_acquire.lua + lease_release.lua pair (ZSET scripts)",
+        "lua:lease_acquire KEY %s 60000 c__n__" % BIG, "info", keys="",
+        pair="lua:lease_release KEY c__n__"),
     # The hand-rolled INCR + PEXPIRE script (bench/lua/fixed_incr.lua): not the
     # module's equal (no cost, no reset time, a refusal still counts), the
     # baseline of what applications run without a limiter of their own.

@@ -151,24 +151,51 @@ class Profiler:
             c.call(*self.b.words(row.prefill, key))
         c.call("CONFIG", "RESETSTAT")
         self.control("-z")
-        out = subprocess.run(
-            [bench.REDIS_BENCHMARK, "-h", "127.0.0.1", "-p", str(self.srv.port),
-             "-c", "4", "-P", "16", "-n", str(calls), "-q"] + words,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900)
-        self.control("-d")
-        self.dumps += 1
-        if out.returncode != 0:
-            raise RuntimeError("redis-benchmark failed: %s" % out.stderr.strip()[-300:])
-        stat = self.b.cmdstat(self.b.stat_name(words))
-        if stat["calls"] != calls or stat["failed_calls"] != 0:
-            raise RuntimeError("expected %d calls without failures, INFO says %r"
-                               % (calls, stat))
+        if row.pair:
+            second = self.b.words(row.pair, key)
+            self.pairs(words, second, calls)
+            self.control("-d")
+            self.dumps += 1
+            expected = {}
+            for w in (words, second):
+                name = self.b.stat_name(w)
+                expected[name] = expected.get(name, 0) + calls
+        else:
+            out = subprocess.run(
+                [bench.REDIS_BENCHMARK, "-h", "127.0.0.1", "-p", str(self.srv.port),
+                 "-c", "4", "-P", "16", "-n", str(calls), "-q"] + words,
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=900)
+            self.control("-d")
+            self.dumps += 1
+            if out.returncode != 0:
+                raise RuntimeError("redis-benchmark failed: %s" % out.stderr.strip()[-300:])
+            expected = {self.b.stat_name(words): calls}
+        for name, n in expected.items():
+            stat = self.b.cmdstat(name)
+            if stat["calls"] != n or stat["failed_calls"] != 0:
+                raise RuntimeError("expected %d %s calls without failures, INFO says %r"
+                                   % (n, name, stat))
         path = "%s.%d" % (self.out_prefix, self.dumps)
         deadline = time.time() + 30
         while not os.path.isfile(path) and time.time() < deadline:
             time.sleep(0.1)
         total, cols = split_costs(path, self.module_objects)
         return total / calls, {k: v / calls for k, v in cols.items()}
+
+
+    def pairs(self, first, second, n):
+        """n pairs (first, then second, __n__ numbered), pipelined 32 at a
+        time on one connection; an error reply raises."""
+        c = self.b.c
+        for start in range(0, n, 32):
+            batch = []
+            for i in range(start, min(start + 32, n)):
+                num = str(i)
+                batch += [[w.replace("__n__", num) for w in first],
+                          [w.replace("__n__", num) for w in second]]
+            c.send(*batch)
+            for _ in batch:
+                c.read()
 
 
 def report(results, version, started):

@@ -242,9 +242,23 @@ local function parse_algo(word)
   return nil
 end
 
+-- Integer words read before (word -> its number), so a call repeating an
+-- earlier call's LIMIT or TTL matches no pattern: bounded, emptied when full.
+local INT_WORDS, INT_WORDS_MAX, int_words = {}, 1024, 0
+
 -- An integer of at least `min`, named `name` in the error.
 local function int_arg(value, name, min)
-  local v = parse_i64(value)
+  local v = INT_WORDS[value]
+  if v == nil then
+    v = parse_i64(value)
+    if v ~= nil then
+      if int_words >= INT_WORDS_MAX then
+        for w in pairs(INT_WORDS) do INT_WORDS[w] = nil end
+        int_words = 0
+      end
+      INT_WORDS[value], int_words = v, int_words + 1
+    end
+  end
   if v == nil or v < min then
     bad_value(name, min == 0 and NON_NEGATIVE or POSITIVE)
   end
@@ -282,6 +296,7 @@ local OPTIONS = {
 local OPTION_NAMES = {
   ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
   algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
+  TTL = 'TTL', ID = 'ID', ttl = 'TTL', id = 'ID',
 }
 
 -- The options each function takes, beyond which an option is unknown.
@@ -1550,7 +1565,9 @@ local function lease_policy(opts, metakey, now)
   return limit, deadline
 end
 
--- A deadline or expiry as a command argument, in plain digits.
+-- A deadline or expiry inside a string argument, in plain digits. Given as
+-- a number, server.call writes it so itself (an integral double as its
+-- integer digits), and the calls below pass numbers.
 local function digits(n) return string.format('%d', n) end
 
 -- A score read from a lease key as its deadline, or the contract's error.
@@ -1566,33 +1583,69 @@ end
 -- count, how many leases expired (score <= now) and the ids of the
 -- earliest RECLAIM_MAX of them, the last lease (id and deadline) and the
 -- deadline before it, and the deadline of lease `named` (or nil); a
--- refusal reads the earliest live deadline itself. One expired lease more
--- is read (and judged) only to learn that others follow; then ZCOUNT
--- counts them all without reading them. Every score read is checked
+-- refusal reads the earliest live deadline itself. The scores judged are
+-- the module's (`Key::read_held`): every expired one read (up to
+-- RECLAIM_MAX + 1, the one more only to learn that others follow) and the
+-- last two; the server calls are as few as that allows, the costliest
+-- (ZRANGE) only where something is there to read: nothing for no key, a
+-- ZSCORE for a lone lease that is `named`, one ZRANGE of the whole set for
+-- two leases or fewer, else ZCOUNT first and the expired ones only when
+-- there are some. Every score read is checked
 -- before anything is written; a score nothing reads is judged when a call
 -- reads it.
+-- No lease to reclaim (never written to).
+local NONE = {}
+
 local function read_held(key, now, named)
-  local expired = server.pcall('ZRANGE', key, '-inf', digits(now), 'BYSCORE',
-                               'LIMIT', 0, RECLAIM_MAX + 1, 'WITHSCORES')
-  if expired.err then fail(WRONGTYPE) end
+  local members = server_pcall('ZCARD', key)
+  if typeof(members) ~= 'number' then fail(WRONGTYPE) end
+  local held = {members = members, expired = 0, reclaimable = NONE}
+  if members == 0 then return held end
+  if members == 1 and named ~= nil then
+    -- A lone lease, perhaps the caller's own: one ZSCORE tells.
+    local score = call('ZSCORE', key, named)
+    if score then
+      local deadline = deadline_of(score)
+      held.last_id, held.last, held.named = named, deadline, deadline
+      if deadline <= now then held.expired, held.reclaimable = 1, {named} end
+      return held
+    end
+  end
   local ids = {}
-  for i = 1, #expired / 2 do
-    deadline_of(expired[2 * i])
-    if i <= RECLAIM_MAX then ids[i] = expired[2 * i - 1] end
+  local top
+  if members <= 2 then
+    top = call('ZRANGE', key, 0, -1, 'WITHSCORES')
+    for i = 1, members do
+      if deadline_of(top[2 * i]) <= now then ids[#ids + 1] = top[2 * i - 1] end
+    end
+    held.expired = #ids
+    if #ids > 0 then held.reclaimable = ids end
+  else
+    local count = call('ZCOUNT', key, '-inf', now)
+    if count > 0 then
+      local expired = call('ZRANGE', key, '-inf', now, 'BYSCORE', 'LIMIT', 0,
+                           count > RECLAIM_MAX and RECLAIM_MAX + 1 or count, 'WITHSCORES')
+      for i = 1, #expired / 2 do
+        deadline_of(expired[2 * i])
+        if i <= RECLAIM_MAX then ids[i] = expired[2 * i - 1] end
+      end
+      held.reclaimable = ids
+    end
+    held.expired = count
+    top = call('ZRANGE', key, -2, -1, 'WITHSCORES')
   end
-  local count = #ids
-  if #expired > 2 * RECLAIM_MAX then count = server.call('ZCOUNT', key, '-inf', digits(now)) end
-  local held = {members = server.call('ZCARD', key), expired = count, reclaimable = ids}
-  if held.members > #ids then
-    -- Some lease was not read above (else the last two were among them).
-    local top = server.call('ZRANGE', key, -2, -1, 'WITHSCORES')
-    local n = #top
-    held.last_id, held.last = top[n - 1], deadline_of(top[n])
-    if n == 4 then held.before_last = deadline_of(top[2]) end
-  end
-  if named ~= nil and held.members > 0 then
-    local score = server.call('ZSCORE', key, named)
-    if score then held.named = deadline_of(score) end
+  local n = #top
+  held.last_id, held.last = top[n - 1], deadline_of(top[n])
+  if n == 4 then held.before_last = deadline_of(top[2]) end
+  if named ~= nil then
+    if named == held.last_id then
+      held.named = held.last
+    elseif n == 4 and named == top[1] then
+      held.named = held.before_last
+    else
+      local score = call('ZSCORE', key, named)
+      if score then held.named = deadline_of(score) end
+    end
   end
   return held
 end
@@ -1626,10 +1679,14 @@ local function store_leases(key, held, ended, put_id, put_deadline, expires_at)
     return
   end
   local removed = held.reclaimable
-  if ended ~= nil then removed[#removed + 1] = ended end
-  if #removed > 0 then server.call('ZREM', key, unpack(removed)) end
-  if put_id ~= nil then server.call('ZADD', key, digits(put_deadline), put_id) end
-  if expires_at ~= nil then server.call('PEXPIREAT', key, digits(expires_at)) end
+  if #removed > 0 then
+    if ended ~= nil then removed[#removed + 1] = ended end
+    call('ZREM', key, unpack(removed))
+  elseif ended ~= nil then
+    call('ZREM', key, ended)
+  end
+  if put_id ~= nil then call('ZADD', key, put_deadline, put_id) end
+  if expires_at ~= nil then call('PEXPIREAT', key, expires_at) end
 end
 
 -- Generated lease ids: `<now_ms hex>-<16 hex digits>`, never handed out
@@ -1645,13 +1702,16 @@ end
 -- restart, FUNCTION LOAD, a failover) starts from the µs clock, which has
 -- passed every earlier value unless one server handed out more ids than
 -- µs went by (each call takes far longer than a µs) or clocks differ.
+-- Past 2^53 µs (the year 2255) a double's + 1 is lost, so the nonce is
+-- kept below it (modulo EXACT): the search still ends, and the ms prefix
+-- keeps the ids of different ms apart.
 local last_nonce = 0
 
 local function fresh_id(now, now_us, taken)
-  local nonce = math.max(last_nonce + 1, now_us)
+  local nonce = math.max(last_nonce + 1, now_us) % EXACT
   local id = string.format('%x-%016x', now, nonce)
   while taken(id) do
-    nonce = nonce + 1
+    nonce = (nonce + 1) % EXACT
     id = string.format('%x-%016x', now, nonce)
   end
   last_nonce = nonce
@@ -1670,7 +1730,7 @@ local function rl_acquire(keys, args)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
     local id = opts.ID or fresh_id(now, now_us, nothing_taken)
-    return named(LEASE_FIELDS, {1, 0, 0, 0, id}, opts.FORMAT)
+    return five(LEASE_FIELDS, opts.FORMAT, 1, 0, 0, 0, id)
   end
   local held = read_held(key, now, opts.ID)
   local live = live_count(held)
@@ -1682,13 +1742,13 @@ local function rl_acquire(keys, args)
     local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     local retry = deadline_of(first[2]) - now
     if held.expired > 0 then store_leases(key, held, nil, nil, nil, latest_deadline(held, now)) end
-    return named(LEASE_FIELDS, {0, limit, live, retry, false}, opts.FORMAT)
+    return five(LEASE_FIELDS, opts.FORMAT, 0, limit, live, retry, false)
   end
   local function taken(id) return server.call('ZSCORE', key, id) ~= false end
   local id = opts.ID or fresh_id(now, now_us, taken)
   store_leases(key, held, nil, id, deadline, latest_deadline(held, now, renewed, deadline))
   if renewed == nil then live = live + 1 end
-  return named(LEASE_FIELDS, {1, limit, live, 0, id}, opts.FORMAT)
+  return five(LEASE_FIELDS, opts.FORMAT, 1, limit, live, 0, id)
 end
 
 -- RL.RELEASE (src/algo/lease.rs `release`): 1 when the live lease `id`
@@ -1740,7 +1800,7 @@ local function rl_inflight(keys, args)
   deadline_of(server.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   local members = server.call('ZCARD', key)
   if earliest > now then return members end
-  return members - server.call('ZCOUNT', key, '-inf', digits(now))
+  return members - server.call('ZCOUNT', key, '-inf', now)
 end
 
 -- The library's version: the crate's (Cargo.toml; a test holds them equal).

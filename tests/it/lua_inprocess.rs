@@ -2160,10 +2160,10 @@ impl Run {
         self.step(Algo::Fixed);
         let now = {
             let mut db = self.db.borrow_mut();
-            // Generated lease ids count in µs, exact below 2^53 µs (the
-            // year 2255); past it the library's id search does not end
-            // (reported: the lease section is issue 30's).
-            db.now_us = db.now_us.min((1 << 53) - (1 << 32));
+            // Clocks past 2^53 µs (the year 2255, where the library's
+            // generated-id nonce wraps) included; past 2^53 ms (the year
+            // 285,000) a generated id's ms prefix is no longer exact.
+            db.now_us = db.now_us.min(((1 << 53) - 1) * 1000);
             db.now_ms()
         };
         if self.rng.pct(55) {
