@@ -29,6 +29,7 @@ use crate::valkey::Valkey;
 fn cli() -> Command {
     Command::new("valkey-rls")
         .about("Envoy's rate limit service on valkey-ratelimit (RL.ADMITALL, or the FUNCTION library)")
+        .args_override_self(true)
         .arg(Arg::new("config").long("config").required(true).value_name("FILE|DIR")
             .value_parser(value_parser!(PathBuf))
             .help("envoyproxy/ratelimit YAML: one file, or a directory of *.yaml files (one domain each)"))
