@@ -241,6 +241,7 @@ impl Shared {
             .flat_map(|(_, l, _, _)| l.rate.replaces.iter().map(|r| r.name.as_str()))
             .collect();
         let mut planned = Vec::new();
+        let mut refunds = Vec::new();
         for (i, limit, entries, overridden) in &matched {
             if limit
                 .rate
@@ -255,6 +256,19 @@ impl Shared {
                 .hits_addend
                 .as_ref()
                 .map_or(request_cost, |h| h.value);
+            if req.descriptors[*i].is_negative_hits {
+                // A refill (`is_negative_hits`): RL.REFUND gives the cost
+                // back; the descriptor is answered OK.
+                if !limit.rate.unlimited {
+                    refunds.push(Limiter {
+                        key: limits::key(&self.prefix, domain, entries, limit, *overridden),
+                        words: limits::policy_words(&limit.rate),
+                        meta: limit.rate.meta.clone(),
+                        cost,
+                    });
+                }
+                continue;
+            }
             self.metrics
                 .add(&domain.name, &stat, metrics::TOTAL_HITS, cost);
             if limit.rate.unlimited {
@@ -273,6 +287,18 @@ impl Shared {
                     cost,
                 },
             });
+        }
+        if !refunds.is_empty() {
+            for r in join_all(refunds.iter().map(|l| self.valkey.refund(l))).await {
+                if let Err(e) = r {
+                    self.metrics
+                        .grpc_errors
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    if self.failure_mode == FailureMode::Error {
+                        return Err(Status::unavailable(e.to_string()));
+                    }
+                }
+            }
         }
         if planned.is_empty() {
             return Ok(RateLimitResponse {
