@@ -60,6 +60,7 @@ CLIENT_TESTS := frameworks:: clients:: node_package:: python_package::
 test:
 	cd "$(ROOT)" && scripts/setup.sh test
 	$(MAKE) --no-print-directory -C "$(ROOT)" lint build-test
+	cd "$(ROOT)" && cargo test --profile rls -p valkey-rls
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
 	if [ "$(SKIP_CLIENTS)" = 1 ]; then \
 		n=$$(cargo test --quiet --test it -- --list $(CLIENT_TESTS) 2>/dev/null | grep -c ': test$$'); \
