@@ -9,7 +9,7 @@
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build build-test rls run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure
+.PHONY: all build build-test rls bench-rls run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure
 
 all: build
 
@@ -101,6 +101,13 @@ client-deps:
 bench: build
 	cd "$(ROOT)" && cargo build --release --example api_floor
 	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/bench.py
+	$(MAKE) --no-print-directory -C "$(ROOT)" bench-rls
+
+# valkey-rls under gRPC load against direct RL.ADMIT/RL.ADMITALL calls
+# (bench/rls_bench.sh, rls/src/bin/rls-load.rs; RLS_BENCH_SECONDS,
+# RLS_BENCH_CONCURRENCY); `make bench` runs it last.
+bench-rls: build rls
+	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" bench/rls_bench.sh
 
 # Instructions per call under callgrind, split into the module's own code,
 # the module API and the server (bench/profile.py; apt-get install valgrind).
