@@ -502,6 +502,28 @@ mod tests {
     }
 
     #[test]
+    fn a_directory_is_one_domain_a_file() {
+        let dir = std::env::temp_dir().join(format!("rls-config-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("a.yaml"), "domain: a\n").unwrap();
+        std::fs::write(dir.join("b.yml"), "domain: b\n").unwrap();
+        std::fs::write(dir.join(".hidden.yaml"), "not: yaml: at all").unwrap();
+        std::fs::write(dir.join("notes.txt"), "ignored").unwrap();
+        let c = load(&snapshot(&dir).unwrap()).unwrap();
+        let mut names: Vec<&String> = c.domains.keys().collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        std::fs::write(dir.join("c.yaml"), "domain: a\n").unwrap();
+        let e = load(&snapshot(&dir).unwrap()).unwrap_err();
+        assert!(
+            e.to_string().contains("c.yaml") && e.message.contains("twice"),
+            "{e}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
     fn duplicates_and_replaces_are_checked() {
         assert!(load_one("domain: d\ndescriptors:\n  - key: a\n  - key: a\n").is_err());
         assert!(load_one(

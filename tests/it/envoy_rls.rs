@@ -707,10 +707,17 @@ fn library_backend_on_a_server_without_the_module() {
     load_library(&mut server.client());
     let stack = Stack::start(
         "library",
-        "domain: test\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: gcra}\n",
+        "domain: test\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 3}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1, algorithm: gcra}\n  - key: algo\n    rate_limit: {unit: minute, meta: 'rls-meta:algo'}\n",
         Options::on(&server),
     );
     assert!(stack.page("/healthcheck").contains("Functions"));
+    // A META cap through the library (the hash is one of FCALL's keys).
+    let _: () = redis::cmd("HSET")
+        .arg("rls-meta:algo")
+        .arg(&["max", "1", "duration", "60000"])
+        .query(&mut server.client())
+        .unwrap();
+    assert_eq!(stack.statuses(2, &[("x-algo", "x")]), [200, 429]);
     let both = [("x-tenant", "acme"), ("x-user", "bob")];
     assert_eq!(stack.statuses(3, &both), [200, 429, 429]);
     assert_eq!(
