@@ -421,7 +421,7 @@ impl RateLimitService for Service {
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
         let req = request.into_inner();
-        tracing::debug!(domain = %req.domain, descriptors = req.descriptors.len(), "ShouldRateLimit");
+        tracing::debug!(domain = %req.domain, hits_addend = req.hits_addend, descriptors = ?req.descriptors, "ShouldRateLimit");
         self.0.should_rate_limit(req).await.map(Response::new)
     }
 }

@@ -8,8 +8,10 @@
 //!
 //! Envoy's route turns request headers into descriptors, in this order:
 //! `[tenant]` (x-tenant), `[user]` (x-user), `[algo]` (x-algo) and
-//! `[tenant, path]` (x-tenant and x-path); a descriptor whose header is
-//! absent is not sent.
+//! `[tenant, path]` (x-tenant and x-path), and `[costed]` (x-costed); a
+//! descriptor whose header is absent is not sent. The request's
+//! `hits_addend` is x-cost (Envoy's `envoy.ratelimit.hits_addend` filter
+//! state), 0 (one hit) without it.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -186,7 +188,14 @@ static_resources:
                               - actions:
                                   - request_headers: {{header_name: x-tenant, descriptor_key: tenant}}
                                   - request_headers: {{header_name: x-path, descriptor_key: path}}
+                              - actions: [{{request_headers: {{header_name: x-costed, descriptor_key: costed}}}}]
                 http_filters:
+                  - name: envoy.filters.http.set_filter_state
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
+                      on_request_headers:
+                        - object_key: envoy.ratelimit.hits_addend
+                          format_string: {{text_format_source: {{inline_string: "%REQ(x-cost)%"}}}}
                   - name: envoy.filters.http.ratelimit
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.ratelimit.v3.RateLimit
@@ -423,6 +432,40 @@ fn per_tenant_limit_then_429_with_ratelimit_headers() {
     assert_eq!(stack.metric("total_hits", "tenant"), 7);
     assert_eq!(stack.metric("over_limit", "tenant"), 1);
     assert_eq!(stack.metric("within_limit", "tenant"), 6);
+}
+
+#[test]
+fn hits_addend_is_the_cost() {
+    let server = Server::start();
+    let stack = Stack::start(
+        "cost",
+        "domain: test\ndescriptors:\n  - key: costed\n    rate_limit: {unit: minute, requests_per_unit: 10}\n",
+        Options::on(&server),
+    );
+    let mut seen = Vec::new();
+    for cost in ["4", "4", "4", "2"] {
+        let r = stack.get(&[("x-costed", "c"), ("x-cost", cost)]);
+        seen.push((
+            r.status,
+            r.header("x-ratelimit-remaining").map(str::to_string),
+        ));
+    }
+    let left = |n: &str| Some(n.to_string());
+    assert_eq!(
+        seen,
+        [
+            (200, left("6")),
+            (200, left("2")),
+            (429, left("2")),
+            (200, left("0"))
+        ]
+    );
+    assert_eq!(
+        get(&mut server.client(), "rls:test:costed=c:fixed").as_deref(),
+        Some("10")
+    );
+    assert_eq!(stack.metric("total_hits", "costed"), 14);
+    assert_eq!(stack.metric("over_limit", "costed"), 4);
 }
 
 #[test]
