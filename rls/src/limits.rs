@@ -86,7 +86,7 @@ fn escape(out: &mut String, s: &str) {
 }
 
 /// The limiter key of one descriptor:
-/// `<prefix>{<tag>}:<domain>:<k>=<v>:<k>=<v>:<algorithm>[:o<n><unit>]`,
+/// `<prefix>{<tag>}:<domain>:<k>=<v>:<k>=<v>:<algorithm>[:o<n>/<window ms>]`,
 /// with `{<tag>}` only when the domain's `hash_tag` gives one, every part
 /// escaped so that no two descriptors share a key. A limit given in the
 /// request (an override) gets its own key, so that it never shares state
@@ -124,7 +124,7 @@ pub fn key(
     out.push_str(limit.rate.algorithm.name());
     if overridden {
         out.push_str(&format!(
-            ":o{}{}",
+            ":o{}/{}",
             limit.rate.requests_per_unit,
             limit.rate.unit.window_ms()
         ));

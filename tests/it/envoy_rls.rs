@@ -8,8 +8,9 @@
 //!
 //! Envoy's route turns request headers into descriptors, in this order:
 //! `[tenant]` (x-tenant), `[user]` (x-user), `[algo]` (x-algo) and
-//! `[tenant, path]` (x-tenant and x-path), and `[costed]` (x-costed); a
-//! descriptor whose header is absent is not sent. The request's
+//! `[tenant, path]` (x-tenant and x-path), `[costed]` (x-costed), and
+//! `[override]` (x-override) with a limit of 2 a minute given in the request
+//! (from dynamic metadata); a descriptor whose header is absent is not sent. The request's
 //! `hits_addend` is x-cost (Envoy's `envoy.ratelimit.hits_addend` filter
 //! state), 0 (one hit) without it.
 
@@ -189,7 +190,15 @@ static_resources:
                                   - request_headers: {{header_name: x-tenant, descriptor_key: tenant}}
                                   - request_headers: {{header_name: x-path, descriptor_key: path}}
                               - actions: [{{request_headers: {{header_name: x-costed, descriptor_key: costed}}}}]
+                              - actions: [{{request_headers: {{header_name: x-override, descriptor_key: override}}}}]
+                                limit: {{dynamic_metadata: {{metadata_key: {{key: rls.test, path: [{{key: limit}}]}}}}}}
                 http_filters:
+                  - name: envoy.filters.http.set_metadata
+                    typed_config:
+                      "@type": type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config
+                      metadata:
+                        - metadata_namespace: rls.test
+                          value: {{limit: {{requests_per_unit: 2, unit: MINUTE}}}}
                   - name: envoy.filters.http.set_filter_state
                     typed_config:
                       "@type": type.googleapis.com/envoy.extensions.filters.http.set_filter_state.v3.Config
@@ -466,6 +475,27 @@ fn hits_addend_is_the_cost() {
     );
     assert_eq!(stack.metric("total_hits", "costed"), 14);
     assert_eq!(stack.metric("over_limit", "costed"), 4);
+}
+
+#[test]
+fn a_limit_given_in_the_request_overrides_the_config() {
+    let server = Server::start();
+    let stack = Stack::start(
+        "override",
+        "domain: test\ndescriptors:\n  - key: override\n    rate_limit: {unit: hour, requests_per_unit: 10}\n",
+        Options::on(&server),
+    );
+    let r = stack.get(&[("x-override", "o")]);
+    assert_eq!(
+        (r.status, r.header("x-ratelimit-limit")),
+        (200, Some("2, 2;w=60"))
+    );
+    assert_eq!(stack.statuses(2, &[("x-override", "o")]), [200, 429]);
+    // On a key of its own, apart from the config's policy.
+    assert_eq!(
+        get(&mut server.client(), "rls:test:override=o:fixed:o2/60000").as_deref(),
+        Some("2")
+    );
 }
 
 #[test]
