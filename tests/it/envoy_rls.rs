@@ -747,6 +747,10 @@ fn valkey_not_answering_is_an_error_within_the_deadline_and_envoy_decides() {
             libc::kill(server.pid() as libc::pid_t, libc::SIGCONT);
         }
         assert!(stack.counter("ratelimit_service_should_rate_limit_error_total") >= 3);
+        // Back: decisions again (a limit of 1, used by the first request).
+        wait_until(Duration::from_secs(10), "decisions after SIGCONT", || {
+            stack.get(&[("x-tenant", "a")]).status == 429
+        });
         // A server that is gone: refused connections, the same answer.
         server.kill();
         for _ in 0..2 {
