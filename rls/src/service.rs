@@ -177,6 +177,67 @@ impl Shared {
         Ok((all, replies))
     }
 
+    /// Each planned limiter's reply. A limit of 0 (and no META hash)
+    /// refuses every request without a call, as in the reference (the
+    /// module reads `LIMIT 0` as unlimited); when such a limit is enforced
+    /// the others are only peeked at (COST 0), since the request is refused.
+    async fn decide_request(&self, planned: &[Planned]) -> Result<Vec<Reply>, Error> {
+        const BLOCKED: Reply = [0, 0, 0, -1, 0];
+        let blocks =
+            |p: &Planned| p.limit.rate.requests_per_unit == 0 && p.limit.rate.meta.is_none();
+        let mut replies = vec![BLOCKED; planned.len()];
+        let blocked = planned.iter().any(|p| blocks(p) && !p.limit.shadow_mode);
+        let live: Vec<usize> = (0..planned.len())
+            .filter(|&k| !blocks(&planned[k]))
+            .collect();
+        if live.is_empty() {
+            return Ok(replies);
+        }
+        let limiters: Vec<Limiter> = live
+            .iter()
+            .map(|&k| {
+                let mut l = planned[k].limiter.clone();
+                if blocked {
+                    l.cost = 0;
+                }
+                l
+            })
+            .collect();
+        let (admitted, rs) = self.decide(&limiters).await?;
+        for (&k, r) in live.iter().zip(rs) {
+            replies[k] = r;
+        }
+        if admitted || blocked {
+            return Ok(replies);
+        }
+        let refusing: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&k| replies[k][0] == 0)
+            .collect();
+        if refusing.is_empty() || !refusing.iter().all(|&k| planned[k].limit.shadow_mode) {
+            return Ok(replies);
+        }
+        // Only shadow limits refused: the request goes on, so the enforced
+        // limits are decided without them.
+        let enforced: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|&k| !planned[k].limit.shadow_mode)
+            .collect();
+        if !enforced.is_empty() {
+            let ls: Vec<Limiter> = enforced
+                .iter()
+                .map(|&k| planned[k].limiter.clone())
+                .collect();
+            let (_, rs) = self.decide(&ls).await?;
+            for (&k, r) in enforced.iter().zip(rs) {
+                replies[k] = r;
+            }
+        }
+        Ok(replies)
+    }
+
     pub async fn should_rate_limit(
         &self,
         req: RateLimitRequest,
@@ -307,38 +368,7 @@ impl Shared {
                 ..Default::default()
             });
         }
-        let all: Vec<Limiter> = planned.iter().map(|p| p.limiter.clone()).collect();
-        let outcome = match self.decide(&all).await {
-            Ok((true, replies)) => Ok(replies),
-            Ok((false, mut replies)) => {
-                let refusing: Vec<usize> =
-                    (0..planned.len()).filter(|&k| replies[k][0] == 0).collect();
-                if !refusing.is_empty() && refusing.iter().all(|&k| planned[k].limit.shadow_mode) {
-                    // Only shadow limits refused: the request goes on, so
-                    // the enforced limits are decided without them.
-                    let enforced: Vec<usize> = (0..planned.len())
-                        .filter(|&k| !planned[k].limit.shadow_mode)
-                        .collect();
-                    if enforced.is_empty() {
-                        Ok(replies)
-                    } else {
-                        let ls: Vec<Limiter> = enforced
-                            .iter()
-                            .map(|&k| planned[k].limiter.clone())
-                            .collect();
-                        self.decide(&ls).await.map(|(_, rs)| {
-                            for (&k, r) in enforced.iter().zip(rs) {
-                                replies[k] = r;
-                            }
-                            replies
-                        })
-                    }
-                } else {
-                    Ok(replies)
-                }
-            }
-            Err(e) => Err(e),
-        };
+        let outcome = self.decide_request(&planned).await;
         let replies = match outcome {
             Ok(r) => r,
             Err(e) => {

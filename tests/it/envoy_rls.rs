@@ -573,11 +573,11 @@ fn a_key_without_value_counts_each_value_apart() {
 }
 
 #[test]
-fn replaces_and_unlimited() {
+fn replaces_unlimited_and_a_zero_limit() {
     let server = Server::start();
     let stack = Stack::start(
         "replaces",
-        "domain: test\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 1, name: tenant-default}\n    descriptors:\n      - key: path\n        value: /bulk\n        rate_limit: {unit: minute, requests_per_unit: 3, replaces: [{name: tenant-default}]}\n  - key: user\n    value: root\n    rate_limit: {unlimited: true}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
+        "domain: test\ndescriptors:\n  - key: tenant\n    rate_limit: {unit: minute, requests_per_unit: 1, name: tenant-default}\n    descriptors:\n      - key: path\n        value: /bulk\n        rate_limit: {unit: minute, requests_per_unit: 3, replaces: [{name: tenant-default}]}\n  - key: user\n    value: root\n    rate_limit: {unlimited: true}\n  - key: user\n    value: banned\n    rate_limit: {unit: minute, requests_per_unit: 0}\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 1}\n",
         Options::on(&server),
     );
     // [tenant] and [tenant, path=/bulk]: the second replaces the first.
@@ -594,6 +594,15 @@ fn replaces_and_unlimited() {
     assert_eq!(stack.statuses(2, &[("x-user", "bob")]), [200, 429]);
     assert_eq!(get(&mut server.client(), "rls:test:user=root:fixed"), None);
     assert_eq!(stack.metric("total_hits", "user_root"), 6);
+    // A limit of 0 refuses everything (the reference's block), and the
+    // request's other limits consume nothing.
+    let banned = [("x-tenant", "gamma"), ("x-user", "banned")];
+    assert_eq!(stack.statuses(2, &banned), [429, 429]);
+    assert_eq!(
+        get(&mut server.client(), "rls:test:tenant=gamma:fixed"),
+        None
+    );
+    assert_eq!(stack.statuses(2, &[("x-tenant", "gamma")]), [200, 429]);
 }
 
 #[test]
