@@ -329,9 +329,16 @@ impl Stack {
                 .spawn()
                 .expect("start envoy"),
         );
-        wait_until(START, "Envoy /ready", || {
-            try_http(admin, "/ready").is_some_and(|(s, b)| s == 200 && b.contains("LIVE"))
-        });
+        let start = Instant::now();
+        while try_http(admin, "/ready").is_none_or(|(s, b)| s != 200 || !b.contains("LIVE")) {
+            if start.elapsed() > START {
+                panic!(
+                    "Envoy not ready after {START:?}; its log:\n{}",
+                    fs::read_to_string(dir.0.join("envoy.log")).unwrap_or_default()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
         Stack {
             dir,
             config: config_path,
