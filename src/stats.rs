@@ -41,6 +41,11 @@ struct Counters {
     errors: AtomicU64,
     /// By `LEASE_FIELDS`.
     leases: [AtomicU64; LEASE_FIELDS.len()],
+    /// BLOCK: callers waiting now, waits served (admitted after waiting)
+    /// and waits timed out.
+    blocked: AtomicU64,
+    waits_served: AtomicU64,
+    waits_timed_out: AtomicU64,
 }
 
 /// The lease counters' INFO names, each after `leases_`.
@@ -62,6 +67,9 @@ static COUNTERS: Counters = Counters {
     backoff_ms: ZERO,
     errors: ZERO,
     leases: [ZERO; LEASE_FIELDS.len()],
+    blocked: ZERO,
+    waits_served: ZERO,
+    waits_timed_out: ZERO,
 };
 
 /// Adds one to a counter. Only the main thread writes, so a load and a
@@ -96,6 +104,19 @@ pub fn lease(tally: LeaseTally) {
     bump(&COUNTERS.leases[RECLAIMED], tally.reclaimed);
 }
 
+/// BLOCK: how many callers wait now.
+pub fn set_blocked(waiting: usize) {
+    COUNTERS.blocked.store(waiting as u64, Relaxed);
+}
+
+/// BLOCK: a wait ended with an admission (`served`) or a timeout.
+pub fn wait_ended(served: bool) {
+    match served {
+        true => bump(&COUNTERS.waits_served, 1),
+        false => bump(&COUNTERS.waits_timed_out, 1),
+    }
+}
+
 /// Counts a call answered with an error.
 pub fn error() {
     bump(&COUNTERS.errors, 1);
@@ -110,6 +131,8 @@ pub fn init() {
     }
     COUNTERS.backoff_ms.store(0, Relaxed);
     COUNTERS.errors.store(0, Relaxed);
+    COUNTERS.waits_served.store(0, Relaxed);
+    COUNTERS.waits_timed_out.store(0, Relaxed);
 }
 
 fn total(counters: &[AtomicU64; SLOTS]) -> u64 {
@@ -131,6 +154,10 @@ pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
     for (name, counter) in LEASE_FIELDS.iter().zip(&COUNTERS.leases) {
         section = section.field(name, counter.load(Relaxed))?;
     }
+    section = section
+        .field("blocked_clients", COUNTERS.blocked.load(Relaxed))?
+        .field("waits_served", COUNTERS.waits_served.load(Relaxed))?
+        .field("waits_timed_out", COUNTERS.waits_timed_out.load(Relaxed))?;
     for at in 0..SLOTS {
         let name = slot_name(at);
         section = section.field(
