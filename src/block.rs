@@ -208,6 +208,7 @@ pub fn wait(
             queue.signalled = false;
         }
         queue.waiters.push_back(Waiter { id, deadline });
+        WAITING.fetch_add(1, Relaxed);
         Box::new(Ticket {
             db: place.0,
             key: place.1,
@@ -239,7 +240,6 @@ pub fn wait(
         leave(&ticket);
         return Err(RlError::TooLarge("BLOCK", "the server refused to block"));
     }
-    WAITING.fetch_add(1, Relaxed);
     stats::set_blocked(WAITING.load(Relaxed));
     rearm(ctx, now);
     Ok(())

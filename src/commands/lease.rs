@@ -52,7 +52,8 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
             (None, true)
         }
     };
-    let result = acquire_once(call, &opts, ticket.is_none(), timed_out);
+    let fresh = ticket.is_none() && !timed_out;
+    let result = acquire_once(call, &opts, fresh, timed_out);
     match (ticket, &result) {
         (Some(ticket), Ok(Some(wait))) => block::stay(call.ctx, ticket, Some(*wait)),
         (Some(ticket), _) => block::served(call.ctx, ticket, call.key()),
