@@ -118,6 +118,13 @@ fn room() -> MutexGuard<'static, Option<Room>> {
     ROOM.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Whether anyone waits, or a waiter's command runs: when not, a command
+/// has nothing to look at here (two loads).
+#[inline]
+pub fn anyone_waits() -> bool {
+    WAITING.load(Relaxed) != 0 || IN_WAKE.load(Relaxed)
+}
+
 /// How the running command was called: one load when nobody waits.
 #[inline]
 pub fn mode<'a>(ctx: Ctx) -> Mode<'a> {

@@ -21,12 +21,25 @@ const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 pub fn admit(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
+    // BLOCK given, or anyone waiting anywhere: out of line, so that the
+    // usual call keeps its cost.
+    if opts.block.is_some() || block::anyone_waits() {
+        return admit_in_turn(call, &opts);
+    }
+    answer(call, update(call, &opts, clock::now(), algo::admit)?)
+}
+
+/// RL.ADMIT with BLOCK, or while callers wait (on any key): a woken or
+/// timed-out waiter, a call behind a queue, or one that may block.
+#[cold]
+#[inline(never)]
+fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
     match block::mode(call.ctx) {
         Mode::Fresh => {}
-        Mode::Woken(ticket) => return admit_woken(call, &opts, ticket),
+        Mode::Woken(ticket) => return admit_woken(call, opts, ticket),
         Mode::TimedOut(ticket) => {
             block::timed_out(call.ctx, ticket);
-            return answer(call, update(call, &opts, clock::now(), peek)?);
+            return answer(call, update(call, opts, clock::now(), peek)?);
         }
     }
     let now = clock::now();
@@ -44,7 +57,7 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
                 head_at - now.ms,
             );
         }
-        let mut updated = update(call, &opts, now, peek)?;
+        let mut updated = update(call, opts, now, peek)?;
         if let Some(Updated { decision: d, .. }) = &mut updated {
             if d.retry_after_ms >= 0 {
                 d.retry_after_ms = d.retry_after_ms.max(head_at - now.ms).max(1);
@@ -52,7 +65,7 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
         }
         return answer(call, updated);
     }
-    let updated = update(call, &opts, now, algo::admit)?;
+    let updated = update(call, opts, now, algo::admit)?;
     if let (Some(timeout), Some(Updated { decision: d, .. })) = (wait, &updated) {
         // Refused, and admissible some day: wait for it.
         if !d.admitted && d.retry_after_ms >= 0 {
@@ -93,6 +106,7 @@ fn admit_woken(call: &Call, opts: &Options, ticket: &Ticket) -> Result<(), RlErr
 }
 
 /// RL.ADMIT's answer: its receipt and its reply.
+#[inline(always)]
 fn answer(call: &Call, updated: Option<Updated>) -> Result<(), RlError> {
     match updated {
         None => {
