@@ -118,11 +118,11 @@ fn room() -> MutexGuard<'static, Option<Room>> {
     ROOM.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Whether anyone waits, or a waiter's command runs: when not, a command
-/// has nothing to look at here (two loads).
+/// Whether anyone waits: when not, a command has nothing to look at here
+/// (one load). A waiter's own command runs while it is still counted.
 #[inline]
 pub fn anyone_waits() -> bool {
-    WAITING.load(Relaxed) != 0 || IN_WAKE.load(Relaxed)
+    WAITING.load(Relaxed) != 0
 }
 
 /// How the running command was called: one load when nobody waits.

@@ -83,12 +83,13 @@ fn acquire_once(
     let name = call.argv[1];
     // BLOCK where the server allows blocking, and first come, first
     // served: while others wait, a call joins them, or may only renew.
-    let wait = opts.block.filter(|_| fresh && block::may_block(call.ctx));
+    // (The context is asked only when the call would wait.)
+    let wait = || opts.block.filter(|_| fresh && block::may_block(call.ctx));
     let queued = match fresh {
         true => block::queued(call.ctx, name, now),
         false => None,
     };
-    if let (Some(head_at), Some(timeout)) = (queued, wait) {
+    if let Some((head_at, timeout)) = queued.and_then(|at| Some((at, wait()?))) {
         block::wait(call.ctx, name, Waits::Acquire, timeout, head_at - now)?;
         return Ok(None);
     }
@@ -138,7 +139,7 @@ fn acquire_once(
     let (mut answer, plan) = lease::acquire(&held, now, limit, policy.ttl_ms, wanted);
     answer.limit = policy.limit;
     if !answer.acquired {
-        if let Some(timeout) = wait {
+        if let Some(timeout) = wait() {
             // Refused, so it waits: the refusal's wait is when the
             // earliest lease ends (a release may come sooner).
             drop(key);

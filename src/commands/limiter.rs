@@ -21,16 +21,29 @@ const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 pub fn admit(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
-    // BLOCK given, or anyone waiting anywhere: out of line, so that the
-    // usual call keeps its cost.
-    if opts.block.is_some() || block::anyone_waits() {
+    // Anyone waiting anywhere: out of line, so that the usual call keeps
+    // its cost.
+    if block::anyone_waits() {
         return admit_in_turn(call, &opts);
     }
-    answer(call, update(call, &opts, clock::now(), algo::admit)?)
+    let updated = update(call, &opts, clock::now(), algo::admit)?;
+    if let (Some(timeout), Some(Updated { decision: d, .. })) = (opts.block, &updated) {
+        if !d.admitted && d.retry_after_ms >= 0 && block::may_block(call.ctx) {
+            return wait_for_turn(call, timeout, d.retry_after_ms);
+        }
+    }
+    answer(call, updated)
 }
 
-/// RL.ADMIT with BLOCK, or while callers wait (on any key): a woken or
-/// timed-out waiter, a call behind a queue, or one that may block.
+/// A refused RL.ADMIT given BLOCK, with nobody waiting: it waits.
+#[cold]
+#[inline(never)]
+fn wait_for_turn(call: &Call, timeout: i64, in_ms: i64) -> Result<(), RlError> {
+    block::wait(call.ctx, call.key(), Waits::Admit, timeout, in_ms)
+}
+
+/// RL.ADMIT while callers wait (on any key): a woken or timed-out waiter,
+/// a call behind a queue, or any other (which may block).
 #[cold]
 #[inline(never)]
 fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
@@ -43,12 +56,13 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
         }
     }
     let now = clock::now();
-    // BLOCK where the server allows blocking: the timeout.
-    let wait = opts.block.filter(|_| block::may_block(call.ctx));
+    // BLOCK where the server allows blocking: the timeout (the context is
+    // asked only when the call would wait).
+    let wait = || opts.block.filter(|_| block::may_block(call.ctx));
     // First come, first served: while others wait on the key, a call
     // joins them, or is refused with the wait the queue's head has.
     if let Some(head_at) = block::queued(call.ctx, call.key(), now.ms) {
-        if let Some(timeout) = wait {
+        if let Some(timeout) = wait() {
             return block::wait(
                 call.ctx,
                 call.key(),
@@ -66,16 +80,12 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
         return answer(call, updated);
     }
     let updated = update(call, opts, now, algo::admit)?;
-    if let (Some(timeout), Some(Updated { decision: d, .. })) = (wait, &updated) {
+    if let Some(Updated { decision: d, .. }) = &updated {
         // Refused, and admissible some day: wait for it.
-        if !d.admitted && d.retry_after_ms >= 0 {
-            return block::wait(
-                call.ctx,
-                call.key(),
-                Waits::Admit,
-                timeout,
-                d.retry_after_ms,
-            );
+        let waits = !d.admitted && d.retry_after_ms >= 0;
+        if let Some(timeout) = wait().filter(|_| waits) {
+            let in_ms = d.retry_after_ms;
+            return block::wait(call.ctx, call.key(), Waits::Admit, timeout, in_ms);
         }
     }
     answer(call, updated)
