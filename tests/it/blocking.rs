@@ -454,3 +454,45 @@ fn module_only_replica_and_aof_see_only_the_admissions_and_failover_unblocks() {
     let text = error_text(&reply).unwrap_or_else(|| show(&reply));
     assert!(text.starts_with("UNBLOCKED"), "{text}");
 }
+
+#[test]
+fn module_only_a_costly_head_holds_back_the_rest_and_a_reset_wakes_it() {
+    let server = Server::start();
+    let mut con = server.client();
+    // A token bucket of 2, refilling one every 300 ms, emptied.
+    let bucket = ["ALGO", "token", "LIMIT", "2", "WINDOW", "600"];
+    let call = |cost: &str| {
+        words(
+            &["RL.ADMIT", "c"],
+            &[&bucket[..], &["COST", cost, "BLOCK", "5000"]].concat(),
+        )
+    };
+    let emptied = cmd_raw(
+        &mut con,
+        &[&["RL.ADMIT", "c"][..], &bucket, &["COST", "2"]].concat(),
+    );
+    assert_eq!(first_int(&emptied), 1);
+    let start = Instant::now();
+    let waiters = queue_up(&server, &mut con, vec![call("2"), call("1")]);
+    let mut times = Vec::new();
+    for w in waiters {
+        let (reply, at) = w.join();
+        assert_eq!(first_int(&reply), 1, "{}", show(&reply));
+        times.push(at.duration_since(start).as_millis());
+    }
+    // COST 2 needs two tokens (600 ms); COST 1 behind it, which one token
+    // (300 ms) would have admitted, waits for it and then one more.
+    assert!(times[0] >= 550 && times[0] < 750, "{times:?}");
+    assert!(times[1] >= times[0] + 250, "{times:?}");
+    // RL.RESET empties the limiter: the head is admitted at once.
+    cmd_raw(
+        &mut con,
+        &[&["RL.ADMIT", "c"][..], &bucket, &["COST", "2"]].concat(),
+    );
+    let waiter = queue_up(&server, &mut con, vec![call("2")]).pop().unwrap();
+    let reset = Instant::now();
+    assert_eq!(cmd_int(&mut con, &["RL.RESET", "c"]), 1);
+    let (reply, at) = waiter.join();
+    assert_eq!(first_int(&reply), 1, "{}", show(&reply));
+    assert!(at.duration_since(reset) < Duration::from_millis(100));
+}
