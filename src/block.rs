@@ -263,6 +263,30 @@ pub fn is_head(ticket: &Ticket) -> bool {
     head == Some(ticket.id)
 }
 
+/// Whether this node still serves `key` for a woken waiter. In cluster
+/// mode its slot may be migrating or gone: MIGRATE deleting the key wakes
+/// it, and no routing check runs for a blocked client's callback. A module
+/// call routes as a client's would, and is refused then; the waiter stays
+/// blocked, and the server redirects it (-MOVED) once the slot has moved,
+/// as it does BLPOP's.
+pub fn serves_key(ctx: Ctx, key: Str) -> bool {
+    // SAFETY: the running call's context.
+    let flags = unsafe { api!(RedisModule_GetContextFlags)(ctx) };
+    if flags & raw::REDISMODULE_CTX_FLAGS_CLUSTER as c_int == 0 {
+        return true;
+    }
+    // SAFETY: the running call's context, a C-string command and format,
+    // and one live key name for its one "s"; the reply is freed once.
+    unsafe {
+        let reply = api!(RedisModule_Call)(ctx, c"EXISTS".as_ptr(), c"s".as_ptr(), key);
+        if reply.is_null() {
+            return false;
+        }
+        api!(RedisModule_FreeCallReply)(reply);
+    }
+    true
+}
+
 /// A woken waiter stays blocked: not its turn, or not admissible yet; the
 /// head says when it can be (`admit_in_ms`; `None` from one behind it).
 pub fn stay(ctx: Ctx, ticket: &Ticket, admit_in_ms: Option<i64>) {

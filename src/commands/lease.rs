@@ -42,7 +42,9 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
     // A waiter (BLOCK) woken or timed out; only the head may take a slot.
     let (ticket, timed_out) = match block::mode(call.ctx) {
         Mode::Fresh => (None, false),
-        Mode::Woken(ticket) if !block::is_head(ticket) => {
+        Mode::Woken(ticket)
+            if !block::is_head(ticket) || !block::serves_key(call.ctx, call.key()) =>
+        {
             block::stay(call.ctx, ticket, None);
             return Ok(());
         }

@@ -94,7 +94,7 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
 /// A waiting RL.ADMIT woken: the head is admitted if it can be, else it
 /// (and everyone behind it) waits on.
 fn admit_woken(call: &Call, opts: &Options, ticket: &Ticket) -> Result<(), RlError> {
-    if !block::is_head(ticket) {
+    if !block::is_head(ticket) || !block::serves_key(call.ctx, call.key()) {
         block::stay(call.ctx, ticket, None);
         return Ok(());
     }

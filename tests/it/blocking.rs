@@ -496,3 +496,67 @@ fn module_only_a_costly_head_holds_back_the_rest_and_a_reset_wakes_it() {
     assert_eq!(first_int(&reply), 1, "{}", show(&reply));
     assert!(at.duration_since(reset) < Duration::from_millis(100));
 }
+
+/// A slot migrated away while callers wait on a key in it: each waiter is
+/// answered with the redirect BLPOP gets (-MOVED to the new owner), and
+/// none is served on the source when the key leaves it.
+#[test]
+fn module_only_a_migrated_slot_redirects_its_waiters() {
+    use crate::common::cluster::{redirect, Cluster};
+    let c = Cluster::start(2);
+    let key = "{mv}lease";
+    let slot = c.keyslot(key);
+    let src = c.owner_seen_by(0, slot);
+    let dst = 1 - src;
+    let mut con = c.client(src);
+    let held = cmd_raw(&mut con, &["RL.ACQUIRE", key, "LIMIT", "1", "TTL", "60000"]);
+    assert_eq!(first_int(&held), 1);
+    let mut waiters = Vec::new();
+    for i in 0..2 {
+        let mut wcon = c.client(src);
+        let id = format!("w{i}");
+        let call = words(
+            &["RL.ACQUIRE", key, "LIMIT", "1", "TTL", "60000", "ID"],
+            &[&id, "BLOCK", "20000"],
+        );
+        waiters.push(thread::spawn(move || {
+            let words: Vec<&str> = call.iter().map(String::as_str).collect();
+            cmd_raw(&mut wcon, &words)
+        }));
+        wait_blocked(&mut con, i + 1);
+    }
+    let s = slot.to_string();
+    let ok = |node: usize, args: &[&str]| {
+        let v = cmd_raw(&mut c.client(node), args);
+        assert!(error_text(&v).is_none(), "{args:?} on {node}: {}", show(&v));
+    };
+    ok(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &c.ids[src]]);
+    ok(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &c.ids[dst]]);
+    let port = c.nodes[dst].port.to_string();
+    ok(
+        src,
+        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
+    );
+    for node in [dst, src] {
+        ok(node, &["CLUSTER", "SETSLOT", &s, "NODE", &c.ids[dst]]);
+    }
+    for w in waiters {
+        let reply = w.join().unwrap();
+        assert_eq!(
+            redirect(&reply, "MOVED"),
+            Some(c.nodes[dst].port),
+            "{}",
+            show(&reply)
+        );
+    }
+    // The lease moved whole: the holder's, and no waiter's.
+    let members: Vec<String> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .query(&mut c.client(dst))
+        .unwrap();
+    assert_eq!(members.len(), 1, "{members:?}");
+    assert!(!members[0].starts_with('w'), "{members:?}");
+    assert_eq!(blocked(&mut con), 0);
+}
