@@ -477,7 +477,9 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
         room.timer = None;
         let mut due = Vec::new();
         for (at, queue) in room.queues.iter_mut() {
-            let head_due = !queue.signalled && queue.head_at.is_none_or(|t| t <= now);
+            // Due within the ms: the timer fires on the monotonic clock,
+            // `now` is the server's cached one, which may lag it by a ms.
+            let head_due = !queue.signalled && queue.head_at.is_none_or(|t| t <= now + 1);
             if head_due {
                 queue.signalled = true;
                 due.push(at.clone());
