@@ -80,8 +80,10 @@ struct Queue {
     /// When the head can be admitted, as last computed (ms).
     head_at: Option<i64>,
     /// The key was signalled and its head will be looked at: the timer
-    /// waits only for timeouts until it is.
+    /// waits only for timeouts (and the safety net) until it is.
     signalled: bool,
+    /// When it was signalled (ms).
+    signalled_at: i64,
 }
 
 impl Queue {
@@ -91,8 +93,10 @@ impl Queue {
         // wake 1 ms after it, and never sooner than 1 ms from now.
         let timeouts = self.waiters.iter().filter_map(|w| w.deadline);
         let timeout = timeouts.min().map(|at| at.saturating_add(1).max(now + 1));
+        // Signalled, the head is looked at within this event-loop cycle;
+        // the safety net below only matters if that look never came.
         let head = match self.signalled {
-            true => None,
+            true => Some(self.signalled_at.saturating_add(SIGNAL_SAFETY_NET_MS)),
             false => Some(self.head_at.unwrap_or(now)),
         };
         match (head, timeout) {
@@ -101,6 +105,13 @@ impl Queue {
         }
     }
 }
+
+/// A signalled queue whose head was not looked at by then is signalled
+/// again (it never is, but a queue with no timeout must not stall).
+const SIGNAL_SAFETY_NET_MS: i64 = 1000;
+
+/// A timeout ending past 2^53 ms waits with no limit (as `BLOCK 0`).
+const LATEST_DEADLINE: i64 = 1 << 53;
 
 #[derive(Default)]
 struct Room {
@@ -193,9 +204,10 @@ pub fn wait(
     };
     let now = clock::now().ms;
     let place = place(ctx, key);
-    let deadline = match timeout_ms {
-        0 => None,
-        ms => Some(now.saturating_add(ms)),
+    let (timeout_ms, deadline) = match now.checked_add(timeout_ms) {
+        Some(_) if timeout_ms == 0 => (0, None),
+        Some(at) if at <= LATEST_DEADLINE => (timeout_ms, Some(at)),
+        _ => (0, None),
     };
     let ticket = {
         let mut guard = room();
@@ -328,6 +340,7 @@ pub fn served(ctx: Ctx, ticket: &Ticket, key: Str) {
         queue.waiters.remove(pos);
         queue.head_at = None;
         queue.signalled = !queue.waiters.is_empty();
+        queue.signalled_at = clock::now().ms;
         if queue.waiters.is_empty() {
             room.queues.remove(&at);
             false
@@ -365,6 +378,7 @@ pub fn key_changed(ctx: Ctx, key: Str) {
         match queue {
             Some(queue) => {
                 queue.signalled = true;
+                queue.signalled_at = clock::now().ms;
                 true
             }
             None => false,
@@ -479,9 +493,14 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
         for (at, queue) in room.queues.iter_mut() {
             // Due within the ms: the timer fires on the monotonic clock,
             // `now` is the server's cached one, which may lag it by a ms.
-            let head_due = !queue.signalled && queue.head_at.is_none_or(|t| t <= now + 1);
+            let head_due = match queue.signalled {
+                // Signalled at least SIGNAL_SAFETY_NET_MS ago (see there).
+                true => queue.signalled_at <= now - SIGNAL_SAFETY_NET_MS,
+                false => queue.head_at.is_none_or(|t| t <= now + 1),
+            };
             if head_due {
                 queue.signalled = true;
+                queue.signalled_at = now;
                 due.push(at.clone());
             }
         }
