@@ -142,6 +142,11 @@ fn module_only_waiters_are_admitted_in_arrival_order_one_every_interval() {
         .collect();
     // In order, and 500 ms apart (±60 ms on a loaded 2-core machine: the
     // wake is the server's timer, the rest is thread scheduling).
+    let gaps: Vec<u128> = times
+        .windows(2)
+        .filter_map(|p| p[1].checked_duration_since(p[0]).map(|d| d.as_millis()))
+        .collect();
+    println!("8 waiters, 500 ms apart: gaps {gaps:?} ms");
     for pair in times.windows(2) {
         let gap = pair[1].checked_duration_since(pair[0]);
         let gap = gap.unwrap_or_else(|| panic!("a later waiter answered first: {times:?}"));
@@ -167,6 +172,7 @@ fn module_only_a_wait_times_out_with_the_refusal_and_consumes_nothing() {
     );
     let took = start.elapsed().as_millis();
     assert_eq!(first_int(&reply), 0, "{}", show(&reply));
+    println!("BLOCK 300: answered after {took} ms");
     assert!((290..=400).contains(&took), "answered after {took} ms");
     assert_eq!(cmd_raw(&mut con, &["GET", "t"]), before);
     assert_eq!(info_count(&mut con, "ratelimit_waits_timed_out"), 1);
@@ -199,6 +205,10 @@ fn module_only_each_release_wakes_exactly_the_head_and_an_expired_holder_its_dea
         let (reply, at) = waiters.pop().unwrap().join();
         let ms = at.duration_since(released).as_millis();
         assert_eq!(lease_id(&reply), format!("w{i}"), "{}", show(&reply));
+        println!(
+            "release {i}: the head answered {} µs later",
+            at.duration_since(released).as_micros()
+        );
         assert!(ms < 50, "waiter {i} answered {ms} ms after the release");
         assert_eq!(blocked(&mut con), 4 - i as i64);
         holding = format!("w{i}");
@@ -213,6 +223,10 @@ fn module_only_each_release_wakes_exactly_the_head_and_an_expired_holder_its_dea
     let (reply, _) = waiters.pop().unwrap().join();
     let now = crate::common::server_time_ms(&mut con);
     assert_eq!(lease_id(&reply), "w4", "{}", show(&reply));
+    println!(
+        "expired holder: w4 answered {} ms after the deadline",
+        now - deadline
+    );
     assert!(
         now >= deadline && now - deadline < 100,
         "woken {} ms after the deadline",
