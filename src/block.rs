@@ -484,6 +484,7 @@ fn rearm(ctx: Ctx, now: i64) {
 /// before the server sleeps again); the server's own timeout check runs
 /// then too, for waiters whose deadline passed.
 extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
+    stats::wait_timer_fired();
     let now = clock::now().ms;
     let due: Vec<(c_int, Vec<u8>)> = {
         let mut guard = room();

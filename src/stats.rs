@@ -46,6 +46,8 @@ struct Counters {
     blocked: AtomicU64,
     waits_served: AtomicU64,
     waits_timed_out: AtomicU64,
+    /// Times the waiting room's timer fired.
+    wait_timer_fires: AtomicU64,
 }
 
 /// The lease counters' INFO names, each after `leases_`.
@@ -70,6 +72,7 @@ static COUNTERS: Counters = Counters {
     blocked: ZERO,
     waits_served: ZERO,
     waits_timed_out: ZERO,
+    wait_timer_fires: ZERO,
 };
 
 /// Adds one to a counter. Only the main thread writes, so a load and a
@@ -117,6 +120,11 @@ pub fn wait_ended(served: bool) {
     }
 }
 
+/// BLOCK: the waiting room's timer fired.
+pub fn wait_timer_fired() {
+    bump(&COUNTERS.wait_timer_fires, 1);
+}
+
 /// Counts a call answered with an error.
 pub fn error() {
     bump(&COUNTERS.errors, 1);
@@ -133,6 +141,7 @@ pub fn init() {
     COUNTERS.errors.store(0, Relaxed);
     COUNTERS.waits_served.store(0, Relaxed);
     COUNTERS.waits_timed_out.store(0, Relaxed);
+    COUNTERS.wait_timer_fires.store(0, Relaxed);
 }
 
 fn total(counters: &[AtomicU64; SLOTS]) -> u64 {
@@ -157,7 +166,8 @@ pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
     section = section
         .field("blocked_clients", COUNTERS.blocked.load(Relaxed))?
         .field("waits_served", COUNTERS.waits_served.load(Relaxed))?
-        .field("waits_timed_out", COUNTERS.waits_timed_out.load(Relaxed))?;
+        .field("waits_timed_out", COUNTERS.waits_timed_out.load(Relaxed))?
+        .field("wait_timer_fires", COUNTERS.wait_timer_fires.load(Relaxed))?;
     for at in 0..SLOTS {
         let name = slot_name(at);
         section = section.field(

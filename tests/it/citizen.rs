@@ -353,10 +353,15 @@ fn info_counts_each_call_under_what_decided_it() {
     for what in ["acquired", "refused", "released", "extended", "reclaimed"] {
         assert_eq!(stats[&format!("ratelimit_leases_{what}")], 0, "{what}");
     }
-    for what in ["blocked_clients", "waits_served", "waits_timed_out"] {
+    for what in [
+        "blocked_clients",
+        "waits_served",
+        "waits_timed_out",
+        "wait_timer_fires",
+    ] {
         assert_eq!(stats[&format!("ratelimit_{what}")], 0, "{what}");
     }
-    assert_eq!(stats.len(), 27, "{stats:?}");
+    assert_eq!(stats.len(), 28, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
