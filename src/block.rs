@@ -525,3 +525,52 @@ extern "C" fn on_timer(ctx: Ctx, _data: *mut c_void) {
     }
     rearm(ctx, now);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(head_at: Option<i64>, signalled: bool, deadlines: &[Option<i64>]) -> Queue {
+        Queue {
+            waiters: deadlines
+                .iter()
+                .enumerate()
+                .map(|(i, &deadline)| Waiter {
+                    id: i as u64,
+                    deadline,
+                })
+                .collect(),
+            head_at,
+            signalled,
+            signalled_at: 1_000,
+        }
+    }
+
+    #[test]
+    fn a_queue_wakes_at_its_heads_time_or_the_first_timeout() {
+        assert_eq!(
+            queue(Some(1_500), false, &[None, None]).wake_at(1_000),
+            Some(1_500)
+        );
+        // A timeout is looked at 1 ms after it passes (the server's rule).
+        assert_eq!(
+            queue(Some(9_000), false, &[None, Some(1_200)]).wake_at(1_000),
+            Some(1_201)
+        );
+        // Never sooner than 1 ms from now for a timeout already past.
+        assert_eq!(
+            queue(Some(9_000), false, &[Some(900)]).wake_at(1_000),
+            Some(1_001)
+        );
+        // Unknown head time: at once.
+        assert_eq!(queue(None, false, &[None]).wake_at(1_000), Some(1_000));
+    }
+
+    #[test]
+    fn a_signalled_queue_waits_for_its_look_then_the_safety_net() {
+        let q = queue(Some(1_000), true, &[None]);
+        assert_eq!(q.wake_at(1_000), Some(1_000 + SIGNAL_SAFETY_NET_MS));
+        let q = queue(Some(1_000), true, &[Some(1_100)]);
+        assert_eq!(q.wake_at(1_000), Some(1_101));
+    }
+}
