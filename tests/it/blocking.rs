@@ -523,11 +523,18 @@ fn module_only_a_costly_head_holds_back_the_rest_and_a_reset_wakes_it() {
     assert!(at.duration_since(reset) < Duration::from_millis(100));
 }
 
-/// A slot migrated away while callers wait on a key in it: each waiter is
-/// answered with the redirect BLPOP gets (-MOVED to the new owner), and
+/// A slot migrated away while callers wait on a key in it, by the classic
+/// procedure or by Valkey 9's atomic `CLUSTER MIGRATESLOTS`: each waiter
+/// is answered with the redirect BLPOP gets (-MOVED to the new owner), and
 /// none is served on the source when the key leaves it.
 #[test]
 fn module_only_a_migrated_slot_redirects_its_waiters() {
+    for atomic in [false, true] {
+        migrated_slot_redirects_its_waiters(atomic);
+    }
+}
+
+fn migrated_slot_redirects_its_waiters(atomic: bool) {
     use crate::common::cluster::{redirect, Cluster};
     let c = Cluster::start(2);
     let key = "{mv}lease";
@@ -556,22 +563,37 @@ fn module_only_a_migrated_slot_redirects_its_waiters() {
         let v = cmd_raw(&mut c.client(node), args);
         assert!(error_text(&v).is_none(), "{args:?} on {node}: {}", show(&v));
     };
-    ok(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &c.ids[src]]);
-    ok(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &c.ids[dst]]);
-    let port = c.nodes[dst].port.to_string();
-    ok(
-        src,
-        &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
-    );
-    for node in [dst, src] {
-        ok(node, &["CLUSTER", "SETSLOT", &s, "NODE", &c.ids[dst]]);
+    if atomic {
+        ok(
+            src,
+            &[
+                "CLUSTER",
+                "MIGRATESLOTS",
+                "SLOTSRANGE",
+                &s,
+                &s,
+                "NODE",
+                &c.ids[dst],
+            ],
+        );
+    } else {
+        ok(dst, &["CLUSTER", "SETSLOT", &s, "IMPORTING", &c.ids[src]]);
+        ok(src, &["CLUSTER", "SETSLOT", &s, "MIGRATING", &c.ids[dst]]);
+        let port = c.nodes[dst].port.to_string();
+        ok(
+            src,
+            &["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", key],
+        );
+        for node in [dst, src] {
+            ok(node, &["CLUSTER", "SETSLOT", &s, "NODE", &c.ids[dst]]);
+        }
     }
     for w in waiters {
         let reply = w.join().unwrap();
         assert_eq!(
             redirect(&reply, "MOVED"),
             Some(c.nodes[dst].port),
-            "{}",
+            "atomic {atomic}: {}",
             show(&reply)
         );
     }
@@ -582,7 +604,7 @@ fn module_only_a_migrated_slot_redirects_its_waiters() {
         .arg(-1)
         .query(&mut c.client(dst))
         .unwrap();
-    assert_eq!(members.len(), 1, "{members:?}");
-    assert!(!members[0].starts_with('w'), "{members:?}");
+    assert_eq!(members.len(), 1, "atomic {atomic}: {members:?}");
+    assert!(!members[0].starts_with('w'), "atomic {atomic}: {members:?}");
     assert_eq!(blocked(&mut con), 0);
 }
