@@ -188,6 +188,10 @@ ROWS = [
     Row("rcnt", "RL.ADMIT fixed, refuse: count at limit (pre-filled key)",
         "RL.ADMIT KEY LIMIT 1 WINDOW 3600000", "refuse", "fixed", expect="refuse",
         keys="hot", prefill="RL.ADMIT KEY LIMIT 1 WINDOW 3600000"),
+    # Not a bar, a budget row: an admissible call given BLOCK answers at
+    # once, through the out-of-line path that checks the key's queue.
+    Row("fixb", "RL.ADMIT fixed, admit, BLOCK given (answers at once)",
+        "RL.ADMIT KEY LIMIT %s WINDOW 60000 BLOCK 1000" % BIG, "info", "fixed", keys=""),
     Row("rcst", "RL.ADMIT fixed, refuse: COST 2 > LIMIT 1 (no state)",
         "RL.ADMIT KEY LIMIT 1 WINDOW 60000 COST 2", "refuse", "fixed", expect="refuse"),
     Row("lsld", "FCALL rl_admit ALGO sliding (library)",

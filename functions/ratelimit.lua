@@ -305,6 +305,9 @@ local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, C
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
+-- BLOCK (RL.ADMIT, RL.ACQUIRE) is the module's: a function cannot block.
+local BLOCK_NEEDS_THE_MODULE = 'ERR BLOCK needs the module: the function library cannot block'
+
 -- Sets option `word` from args[at + 1] into `opts`; false when `word` is
 -- not an option of `allowed`. `metakey`: the META hash given as a key.
 -- `readers`: how each value is read (default OPTIONS, the limiters').
@@ -328,11 +331,15 @@ local function set_option(opts, word, args, at, allowed, metakey, readers)
   return true
 end
 
-local function parse_options(args, allowed, metakey, readers)
+-- `blocks`: the module's command takes BLOCK (refused here, see above).
+local function parse_options(args, allowed, metakey, readers, blocks)
   local opts = {}
   local at = 1
   while at <= #args do
-    if not set_option(opts, args[at], args, at, allowed, metakey, readers) then unknown(args[at]) end
+    if not set_option(opts, args[at], args, at, allowed, metakey, readers) then
+      if blocks and string.upper(args[at]) == 'BLOCK' then fail(BLOCK_NEEDS_THE_MODULE) end
+      unknown(args[at])
+    end
     at = at + 2
   end
   return opts
@@ -1177,7 +1184,7 @@ local function unlimited() return 1, 0, 0, 0, 0 end
 -- Remembered when it depends on the words alone (no META hash).
 local function limiter_policy(keys, args, command)
   local _, metakey = limiter_keys(keys, args, command)
-  local opts = parse_options(args, ADMIT_OPTIONS, metakey)
+  local opts = parse_options(args, ADMIT_OPTIONS, metakey, nil, command == 'RL.ADMIT')
   local r = resolve(opts, metakey)
   local p, now_ms, now_sub = {admit = unlimited, refund = unlimited}, nil, nil
   if r ~= nil then
@@ -1724,7 +1731,7 @@ local function nothing_taken() return false end
 -- ID, or take a free slot, or refuse with the wait for the earliest one.
 local function rl_acquire(keys, args)
   local key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
-  local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS)
+  local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS, true)
   local now, now_us = lease_clock()
   local limit, deadline = lease_policy(opts, metakey, now)
   if limit == nil then

@@ -27,6 +27,9 @@ pub enum Opt {
     Ttl,
     /// A lease's id (RL.ACQUIRE).
     Id,
+    /// Wait up to this many ms to be admitted (RL.ADMIT, RL.ACQUIRE; module
+    /// only, see `block`).
+    Block,
 }
 
 /// What an option's value is.
@@ -85,7 +88,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 8] = [
+pub const OPTIONS: [OptSpec; 9] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -127,6 +130,12 @@ pub const OPTIONS: [OptSpec; 8] = [
         Opt::Id,
         c"ID",
         (c"lease-id", Value::Text, 0, NON_EMPTY),
+        None,
+    ),
+    row(
+        Opt::Block,
+        c"BLOCK",
+        (c"timeout_ms", Value::Integer, 0, NON_NEGATIVE),
         None,
     ),
 ];
@@ -172,6 +181,7 @@ impl Opt {
         const COST: (usize, u64) = key(Opt::Cost);
         const TTL: (usize, u64) = key(Opt::Ttl);
         const ID: (usize, u64) = key(Opt::Id);
+        const BLOCK: (usize, u64) = key(Opt::Block);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -181,6 +191,7 @@ impl Opt {
             COST => Opt::Cost,
             TTL => Opt::Ttl,
             ID => Opt::Id,
+            BLOCK => Opt::Block,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -250,11 +261,22 @@ pub const LIMITER: &[Opt] = &[
     Opt::Meta,
     Opt::Cost,
 ];
+/// RL.ADMIT's: RL.REFUND's and BLOCK.
+pub const ADMIT: &[Opt] = &[
+    Opt::Algo,
+    Opt::Limit,
+    Opt::Window,
+    Opt::Burst,
+    Opt::Meta,
+    Opt::Cost,
+    Opt::Block,
+];
 /// RL.ACQUIRE's options.
-pub const LEASE: &[Opt] = &[Opt::Limit, Opt::Ttl, Opt::Meta, Opt::Id];
+pub const LEASE: &[Opt] = &[Opt::Limit, Opt::Ttl, Opt::Meta, Opt::Id, Opt::Block];
 /// `POLICY`, `LIMITER` and `LEASE` as sets, for parsing.
 pub const POLICY_SET: OptSet = OptSet::of(POLICY);
 pub const LIMITER_SET: OptSet = OptSet::of(LIMITER);
+pub const ADMIT_SET: OptSet = OptSet::of(ADMIT);
 pub const LEASE_SET: OptSet = OptSet::of(LEASE);
 
 /// The options as given; `meta` is the index of the META key in the
@@ -270,6 +292,8 @@ pub struct Options {
     pub ttl: Option<i64>,
     /// Where the lease id is in the argument slice.
     pub id: Option<usize>,
+    /// BLOCK's timeout in ms (0: no limit).
+    pub block: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -347,6 +371,7 @@ impl Options {
             Opt::Ttl => self.ttl.replace(int()?).is_some(),
             Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
             Opt::Id => self.id.replace(at).is_some(),
+            Opt::Block => self.block.replace(int()?).is_some(),
         };
         match repeated {
             true => Err(Problem::Repeated),

@@ -8,11 +8,11 @@
 //! reads. Raw FFI: `RedisModule_LoadConfigs`, which redis-module calls only
 //! inside `redis_module!`, and the check for the API its layer unwraps.
 
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU8, Ordering::Relaxed};
 
 use redis_module::configuration::{
-    register_bool_configuration, register_enum_configuration, ConfigurationContext,
-    ConfigurationFlags,
+    register_bool_configuration, register_enum_configuration, register_i64_configuration,
+    ConfigurationContext, ConfigurationFlags,
 };
 use redis_module::{raw, ConfigurationValue, Context, EnumConfigurationValue, RedisError};
 
@@ -20,6 +20,7 @@ use crate::algo::{Algo, ALGORITHMS};
 
 static DEFAULT_ALGO: AtomicU8 = AtomicU8::new(BUILT_IN.algo as u8);
 static HIT_EVENTS: AtomicBool = AtomicBool::new(BUILT_IN.hit_events);
+static MAX_WAITERS: AtomicI64 = AtomicI64::new(BUILT_IN.max_waiters);
 
 /// The algorithm used when neither ALGO nor the META hash names one.
 pub fn default_algo() -> Algo {
@@ -31,10 +32,18 @@ pub fn hit_events() -> bool {
     HIT_EVENTS.load(Relaxed)
 }
 
+/// How many callers may wait (BLOCK) on one key at once.
+pub fn max_waiters() -> i64 {
+    MAX_WAITERS.load(Relaxed)
+}
+
 /// The configs' names; a config's index is its bit in `APPLIED`.
-const CONFIGS: [&str; 2] = ["default-algorithm", "hit-events"];
+const CONFIGS: [&str; 3] = ["default-algorithm", "hit-events", "max-waiters"];
 const ALGO_CONFIG: usize = 0;
 const HIT_EVENTS_CONFIG: usize = 1;
+const MAX_WAITERS_CONFIG: usize = 2;
+/// `ratelimit.max-waiters`' range.
+const MAX_WAITERS_RANGE: (i64, i64) = (1, 1_000_000);
 
 /// Which configs the server has set since `register` began. The config
 /// layer drops the server's answer to each registration, but
@@ -105,18 +114,35 @@ impl ConfigurationValue<bool> for HitEvents {
     }
 }
 
+/// `ratelimit.max-waiters` as the config layer holds it.
+struct MaxWaiters;
+
+impl ConfigurationValue<i64> for MaxWaiters {
+    fn get(&self, _: &ConfigurationContext) -> i64 {
+        max_waiters()
+    }
+
+    fn set(&self, _: &ConfigurationContext, max: i64) -> Result<(), RedisError> {
+        MAX_WAITERS.store(max, Relaxed);
+        applied(MAX_WAITERS_CONFIG);
+        Ok(())
+    }
+}
+
 /// Reads the `loadmodule` arguments (pairs of name and value) as defaults,
 /// registers the configs with them, then loads config-file values.
 pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), String> {
     let defaults = Defaults::from_module_args(args)?;
     DEFAULT_ALGO.store(defaults.algo as u8, Relaxed);
     HIT_EVENTS.store(defaults.hit_events, Relaxed);
+    MAX_WAITERS.store(defaults.max_waiters, Relaxed);
     // The config layer unwraps these pointers: an older server must get an
     // error here, not a panic there.
     // SAFETY: read at load, after Init filled the API table.
-    let (Some(_), Some(_), Some(load)) = (
+    let (Some(_), Some(_), Some(_), Some(load)) = (
         unsafe { raw::RedisModule_RegisterEnumConfig },
         unsafe { raw::RedisModule_RegisterBoolConfig },
+        unsafe { raw::RedisModule_RegisterNumericConfig },
         unsafe { raw::RedisModule_LoadConfigs },
     ) else {
         return Err("this server lacks module configuration".into());
@@ -141,6 +167,16 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
         ConfigurationFlags::DEFAULT,
         None,
     );
+    register_i64_configuration(
+        &module,
+        CONFIGS[MAX_WAITERS_CONFIG],
+        &MaxWaiters,
+        defaults.max_waiters,
+        MAX_WAITERS_RANGE.0,
+        MAX_WAITERS_RANGE.1,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
     // SAFETY: the load's context, once every config is registered.
     if unsafe { load(ctx) } != raw::REDISMODULE_OK as i32 {
         return Err("loading ratelimit.* configuration failed".into());
@@ -158,12 +194,14 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
 struct Defaults {
     algo: Algo,
     hit_events: bool,
+    max_waiters: i64,
 }
 
 /// The defaults when no module argument sets them.
 const BUILT_IN: Defaults = Defaults {
     algo: Algo::Fixed,
     hit_events: true,
+    max_waiters: 1000,
 };
 
 impl Defaults {
@@ -184,6 +222,13 @@ impl Defaults {
                 b"hit-events" if value.eq_ignore_ascii_case(b"yes") => defaults.hit_events = true,
                 b"hit-events" if value.eq_ignore_ascii_case(b"no") => defaults.hit_events = false,
                 b"hit-events" => return Err("hit-events must be yes or no".into()),
+                b"max-waiters" => {
+                    defaults.max_waiters = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .filter(|v| (MAX_WAITERS_RANGE.0..=MAX_WAITERS_RANGE.1).contains(v))
+                        .ok_or("max-waiters must be an integer from 1 to 1000000")?;
+                }
                 _ => {
                     return Err(format!(
                         "unknown module argument '{}'",

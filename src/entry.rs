@@ -17,7 +17,7 @@ use crate::commands::{admitall, lease, limiter, throttle, Call};
 use crate::error::RlError;
 use crate::ffi::{str_bytes, Ctx, Str, OK};
 use crate::getkeys::{self, Keys};
-use crate::{reply, stats};
+use crate::{block, reply, stats};
 
 /// A command body: a reply sent, or an error to reply.
 type Body = fn(&Call) -> Result<(), RlError>;
@@ -65,6 +65,16 @@ entry_point!(rl_acquire => lease::acquire, AFTER_THE_KEY,
 entry_point!(rl_release => lease::release, AFTER_THE_KEY);
 entry_point!(rl_extend => lease::extend, AFTER_THE_KEY);
 entry_point!(rl_inflight => lease::in_flight, AFTER_THE_KEY);
+
+/// The callbacks of a blocked RL.ADMIT or RL.ACQUIRE (BLOCK): when its key
+/// may be ready, and when its timeout passes, the server hands back its
+/// arguments and the command runs again (see `block`).
+pub extern "C" fn rl_admit_wake(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+    block::woken(|| run(ctx, argv, argc, limiter::admit, AFTER_THE_KEY, None))
+}
+pub extern "C" fn rl_acquire_wake(ctx: Ctx, argv: *mut Str, argc: c_int) -> c_int {
+    block::woken(|| run(ctx, argv, argc, lease::acquire, AFTER_THE_KEY, None))
+}
 
 /// Arguments a call usually has; longer calls (RL.ADMITALL) use the heap.
 const INLINE_ARGS: usize = 16;

@@ -39,6 +39,8 @@ pub enum RlError {
     NoTtl,
     /// A lease key's score is not an integer ms in 0..=2^53.
     NotADeadline,
+    /// BLOCK: the key already has `ratelimit.max-waiters` callers waiting.
+    QueueFull(i64),
 }
 
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
@@ -86,6 +88,10 @@ impl fmt::Display for RlError {
                 "ERR a limit is set but no TTL: give TTL or set field 'ttl' in the META hash"
             ),
             NotADeadline => write!(f, "ERR lease key holds a score that is not a deadline in ms"),
+            QueueFull(max) => write!(
+                f,
+                "ERR too many callers wait on this key: ratelimit.max-waiters is {max}"
+            ),
         }
     }
 }

@@ -96,6 +96,14 @@ checked_api! {
     RedisModule_CallReplyType,
     RedisModule_CallReplyInteger,
     RedisModule_FreeCallReply,
+    RedisModule_BlockClientOnKeysWithFlags,
+    RedisModule_SignalKeyAsReady,
+    RedisModule_GetBlockedClientPrivateData,
+    RedisModule_IsBlockedTimeoutRequest,
+    RedisModule_CreateTimer,
+    RedisModule_StopTimer,
+    RedisModule_GetSelectedDb,
+    RedisModule_SelectDb,
 }
 
 /// The bytes of a server string, borrowed as long as the handle `s` is:

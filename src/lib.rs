@@ -20,6 +20,7 @@ pub mod plan;
 pub mod receipt;
 
 // The server-facing layer.
+mod block;
 mod clock;
 mod commands;
 mod config;
@@ -37,10 +38,10 @@ use std::os::raw::c_int;
 
 use redis_module::{raw, InfoContext};
 
-use args::{Opt, LEASE, POLICY};
+use args::{Opt, ADMIT, LEASE, POLICY};
 use entry::{
-    rl_acquire, rl_admit, rl_admitall, rl_extend, rl_inflight, rl_limit, rl_refund, rl_release,
-    rl_reset, rl_throttle, rl_ttl,
+    rl_acquire, rl_acquire_wake, rl_admit, rl_admit_wake, rl_admitall, rl_extend, rl_inflight,
+    rl_limit, rl_refund, rl_release, rl_reset, rl_throttle, rl_ttl,
 };
 use ffi::{ERR, OK};
 use registry::{
@@ -87,15 +88,27 @@ const LIMITER_ARGS: [Arg; TTL_ARGS.len() + 1] = {
     args
 };
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+/// RL.ADMIT's: RL.REFUND's, then BLOCK.
+const ADMIT_ARGS: [Arg; LIMITER_ARGS.len() + 1] = {
+    let block = option_args::<{ ADMIT.len() }>(ADMIT, 1)[ADMIT.len() - 1];
+    let mut args = [block; LIMITER_ARGS.len() + 1];
+    let mut i = 0;
+    while i < LIMITER_ARGS.len() {
+        args[i] = LIMITER_ARGS[i];
+        i += 1;
+    }
+    args
+};
+
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n] [BLOCK timeout_ms]
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
     handler: rl_admit,
-    flags: c"write deny-oom fast",
+    flags: c"write deny-oom fast blocking",
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
-    args: &LIMITER_ARGS,
+    args: &ADMIT_ARGS,
     summary: c"Counts a request against a limiter and answers whether it is admitted",
     complexity: c"O(1)",
 };
@@ -204,11 +217,11 @@ const ACQUIRE_ARGS: [Arg; LEASE.len() + 1] = {
 };
 const LEASE_ID: Arg = Arg::string(c"lease-id");
 
-/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [BLOCK timeout_ms]
 const RL_ACQUIRE: Command = Command {
     name: c"RL.ACQUIRE",
     handler: rl_acquire,
-    flags: c"write deny-oom fast",
+    flags: c"write deny-oom fast blocking",
     arity: -2,
     keys: &[COUNTER_RW, LEASE_META_RO],
     key_range: (1, 1, 1),
@@ -314,6 +327,7 @@ pub unsafe extern "C" fn RedisModule_OnLoad(
         return fail();
     }
     stats::init();
+    block::init(rl_admit_wake, rl_acquire_wake);
     commands::lease::seed_nonces(load_micros());
     let acl_category = registry::add_acl_category(ctx);
     if !acl_category {

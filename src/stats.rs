@@ -41,6 +41,13 @@ struct Counters {
     errors: AtomicU64,
     /// By `LEASE_FIELDS`.
     leases: [AtomicU64; LEASE_FIELDS.len()],
+    /// BLOCK: callers waiting now, waits served (admitted after waiting)
+    /// and waits timed out.
+    blocked: AtomicU64,
+    waits_served: AtomicU64,
+    waits_timed_out: AtomicU64,
+    /// Times the waiting room's timer fired.
+    wait_timer_fires: AtomicU64,
 }
 
 /// The lease counters' INFO names, each after `leases_`.
@@ -62,6 +69,10 @@ static COUNTERS: Counters = Counters {
     backoff_ms: ZERO,
     errors: ZERO,
     leases: [ZERO; LEASE_FIELDS.len()],
+    blocked: ZERO,
+    waits_served: ZERO,
+    waits_timed_out: ZERO,
+    wait_timer_fires: ZERO,
 };
 
 /// Adds one to a counter. Only the main thread writes, so a load and a
@@ -96,6 +107,24 @@ pub fn lease(tally: LeaseTally) {
     bump(&COUNTERS.leases[RECLAIMED], tally.reclaimed);
 }
 
+/// BLOCK: how many callers wait now.
+pub fn set_blocked(waiting: usize) {
+    COUNTERS.blocked.store(waiting as u64, Relaxed);
+}
+
+/// BLOCK: a wait ended with an admission (`served`) or a timeout.
+pub fn wait_ended(served: bool) {
+    match served {
+        true => bump(&COUNTERS.waits_served, 1),
+        false => bump(&COUNTERS.waits_timed_out, 1),
+    }
+}
+
+/// BLOCK: the waiting room's timer fired.
+pub fn wait_timer_fired() {
+    bump(&COUNTERS.wait_timer_fires, 1);
+}
+
 /// Counts a call answered with an error.
 pub fn error() {
     bump(&COUNTERS.errors, 1);
@@ -110,6 +139,9 @@ pub fn init() {
     }
     COUNTERS.backoff_ms.store(0, Relaxed);
     COUNTERS.errors.store(0, Relaxed);
+    COUNTERS.waits_served.store(0, Relaxed);
+    COUNTERS.waits_timed_out.store(0, Relaxed);
+    COUNTERS.wait_timer_fires.store(0, Relaxed);
 }
 
 fn total(counters: &[AtomicU64; SLOTS]) -> u64 {
@@ -131,6 +163,11 @@ pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
     for (name, counter) in LEASE_FIELDS.iter().zip(&COUNTERS.leases) {
         section = section.field(name, counter.load(Relaxed))?;
     }
+    section = section
+        .field("blocked_clients", COUNTERS.blocked.load(Relaxed))?
+        .field("waits_served", COUNTERS.waits_served.load(Relaxed))?
+        .field("waits_timed_out", COUNTERS.waits_timed_out.load(Relaxed))?
+        .field("wait_timer_fires", COUNTERS.wait_timer_fires.load(Relaxed))?;
     for at in 0..SLOTS {
         let name = slot_name(at);
         section = section.field(

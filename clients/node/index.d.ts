@@ -90,6 +90,12 @@ export interface AcquireOptions {
   meta?: string;
   /** The lease's id (a job id, say): re-acquiring a live id renews it. Default: the server makes one. */
   id?: string;
+  /**
+   * Wait up to this many ms for a slot: RL.ACQUIRE ... BLOCK on the module
+   * (first come, first served; give it a connection of its own), sleeping
+   * retryAfterMs with jitter on the library (not fair).
+   */
+  waitMs?: number;
 }
 
 export interface WithLeaseOptions extends AcquireOptions {
@@ -128,7 +134,13 @@ export class Limiter {
   readonly prefix: string;
   /** The backend in use; detected on first use and cached per sendCommand. */
   backend(): Promise<"module" | "functions">;
-  admit(key: string, options?: AdmitOptions): Promise<Decision>;
+  admit(key: string, options?: AdmitOptions & { waitMs?: number }): Promise<Decision>;
+  /**
+   * `admit` that waits up to `waitMs` to be admitted: RL.ADMIT ... BLOCK on
+   * the module (first come, first served; give it a connection of its own),
+   * sleeping retryAfterMs with jitter on the library (not fair).
+   */
+  wait(key: string, options: AdmitOptions & { waitMs: number }): Promise<Decision>;
   refund(key: string, options?: AdmitOptions): Promise<Decision>;
   ttl(key: string, policy?: Policy): Promise<number>;
   reset(key: string): Promise<boolean>;

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use super::Call;
 use crate::algo::lease::{self, Acquired, WantedId};
 use crate::args;
+use crate::block::{self, Mode, Waits};
 use crate::config;
 use crate::error::RlError;
 use crate::ffi::Str;
@@ -35,18 +36,66 @@ fn next_nonce() -> u64 {
 
 const DEADLINE_TOO_LATE: RlError = RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
 
-/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [BLOCK timeout_ms]
 pub fn acquire(call: &Call) -> Result<(), RlError> {
     let opts = args::lease::acquire(call.args)?;
+    // A waiter (BLOCK) woken or timed out; only the head may take a slot.
+    let (ticket, timed_out) = match block::mode(call.ctx) {
+        Mode::Fresh => (None, false),
+        Mode::Woken(ticket)
+            if !block::is_head(ticket) || !block::serves_key(call.ctx, call.key()) =>
+        {
+            block::stay(call.ctx, ticket, None);
+            return Ok(());
+        }
+        Mode::Woken(ticket) => (Some(ticket), false),
+        Mode::TimedOut(ticket) => {
+            block::timed_out(call.ctx, ticket);
+            (None, true)
+        }
+    };
+    let fresh = ticket.is_none() && !timed_out;
+    let result = acquire_once(call, &opts, fresh, timed_out);
+    match (ticket, &result) {
+        (Some(ticket), Ok(Some(wait))) => block::stay(call.ctx, ticket, Some(*wait)),
+        (Some(ticket), _) => block::served(call.ctx, ticket, call.key()),
+        _ => {}
+    }
+    result.map(|_| ())
+}
+
+/// One attempt of RL.ACQUIRE: answered, or `Some(wait)` when it waits
+/// (BLOCK) that long at most. `fresh`: a client's call, not a woken
+/// waiter's; `timed_out`: a waiter's timeout, answered with the refusal
+/// and written nothing.
+fn acquire_once(
+    call: &Call,
+    opts: &args::Options,
+    fresh: bool,
+    timed_out: bool,
+) -> Result<Option<i64>, RlError> {
     let now = crate::clock::now().ms;
     let given = opts.id.map(|at| call.args[at]);
-    let Some(policy) = lease_policy(call.ctx, call.argv, &opts)? else {
+    let Some(policy) = lease_policy(call.ctx, call.argv, opts)? else {
         let id = given.map_or_else(|| lease::generated_id(now, next_nonce()), <[u8]>::to_vec);
         reply::acquired(call.ctx, &Acquired::unlimited(id));
-        return Ok(());
+        return Ok(None);
     };
     let deadline = lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
+    // BLOCK where the server allows blocking, and first come, first
+    // served: while others wait, a call joins them, or may only renew.
+    // (The context is asked only when the call would wait.)
+    let wait = || opts.block.filter(|_| fresh && block::may_block(call.ctx));
+    let queued = match fresh {
+        true => block::queued(call.ctx, name, now),
+        false => None,
+    };
+    if let Some((head_at, timeout)) = queued.and_then(|at| Some((at, wait()?))) {
+        block::wait(call.ctx, name, Waits::Acquire, timeout, head_at - now)?;
+        return Ok(None);
+    }
+    let behind = queued.is_some() || timed_out;
     let mut key = Key::write(call.ctx, name);
     let given_str = opts.id.map(|at| call.argv[at]);
     let mut held = key.read_held(call.ctx, name, now, None)?;
@@ -54,7 +103,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
     // the store adds a new id at once (ZADD NX: one search of the set, not
     // a lookup and then an add) and learns from it whether the id was held.
     // With nothing reclaimed the set never holds more than after the call.
-    let put_first = lease::grants_any_id(&held, policy.limit) && held.expired == 0;
+    let put_first = !behind && lease::grants_any_id(&held, policy.limit) && held.expired == 0;
     let mut put_done = false;
     let wanted = match (given, given_str) {
         (Some(id), Some(id_str)) => {
@@ -80,11 +129,41 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
             WantedId::Generated(lease::fresh_nonce(now, taken_else_added, next_nonce))
         }
     };
-    if lease::refuses(&held, now, policy.limit, wanted) {
+    // Behind waiters, no free slot is taken (a limit of 0 grants only a
+    // renewal); the answer still shows the real limit.
+    let limit = match behind {
+        true => 0,
+        false => policy.limit,
+    };
+    if lease::refuses(&held, now, limit, wanted) {
         held.earliest_live = key.read_earliest_live(call.ctx, now)?;
     }
-    let (answer, plan) = lease::acquire(&held, now, policy.limit, policy.ttl_ms, wanted);
-    store::execute_leases(call.ctx, &mut key, name, &plan, given_str, put_done);
+    let (mut answer, plan) = lease::acquire(&held, now, limit, policy.ttl_ms, wanted);
+    answer.limit = policy.limit;
+    if !answer.acquired {
+        if let Some(timeout) = wait() {
+            // Refused, so it waits: the refusal's wait is when the
+            // earliest lease ends (a release may come sooner).
+            drop(key);
+            block::wait(
+                call.ctx,
+                name,
+                Waits::Acquire,
+                timeout,
+                answer.retry_after_ms,
+            )?;
+            return Ok(None);
+        }
+        if !fresh && !timed_out {
+            return Ok(Some(answer.retry_after_ms));
+        }
+        if let Some(head_at) = queued {
+            answer.retry_after_ms = answer.retry_after_ms.max(head_at - now).max(1);
+        }
+    }
+    if !timed_out {
+        store::execute_leases(call.ctx, &mut key, name, &plan, given_str, put_done);
+    }
     drop(key);
     let outcome = match answer.acquired {
         true => LeaseOutcome::Acquired,
@@ -92,7 +171,7 @@ pub fn acquire(call: &Call) -> Result<(), RlError> {
     };
     record(call, name, outcome, plan.reclaimed);
     reply::acquired(call.ctx, &answer);
-    Ok(())
+    Ok(None)
 }
 
 /// RL.RELEASE key lease-id
@@ -105,6 +184,10 @@ pub fn release(call: &Call) -> Result<(), RlError> {
     let (released, plan) = lease::release(&held, now, id);
     store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]), false);
     drop(key);
+    if released {
+        // The head waiter is served in this same event-loop cycle.
+        block::key_changed(call.ctx, name);
+    }
     let outcome = match released {
         true => LeaseOutcome::Released,
         false => LeaseOutcome::Nothing,

@@ -3,20 +3,122 @@
 //! exact count), so only the options are checked here.
 
 use super::Call;
-use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
+use crate::algo::Now;
+use crate::algo::{self, fixed, Algo, Decide, Decision, Found, Outcome, Policy, Write};
 use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
+use crate::block::{self, Mode, Ticket, Waits};
 use crate::error::RlError;
 use crate::receipt::{Event, Source, Tally};
 use crate::resolve::{meta_limit, resolve};
 use crate::store::{self, Key, KeyKind};
 use crate::{clock, reply, stats};
 
-/// RL.ADMIT and RL.REFUND take every option.
-const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
+/// RL.ADMIT takes every option; RL.REFUND all but BLOCK.
+const ADMIT_OPTIONS: OptSet = args::ADMIT_SET;
+const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n] [BLOCK timeout_ms]
 pub fn admit(call: &Call) -> Result<(), RlError> {
-    match update(call, algo::admit)? {
+    let mut opts = Options::default();
+    read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
+    // Anyone waiting anywhere: out of line, so that the usual call keeps
+    // its cost.
+    if block::anyone_waits() {
+        return admit_in_turn(call, &opts);
+    }
+    let updated = update(call, &opts, clock::now(), algo::admit)?;
+    if let (Some(timeout), Some(Updated { decision: d, .. })) = (opts.block, &updated) {
+        if !d.admitted && d.retry_after_ms >= 0 && block::may_block(call.ctx) {
+            return wait_for_turn(call, timeout, d.retry_after_ms);
+        }
+    }
+    answer(call, updated)
+}
+
+/// A refused RL.ADMIT given BLOCK, with nobody waiting: it waits.
+#[cold]
+#[inline(never)]
+fn wait_for_turn(call: &Call, timeout: i64, in_ms: i64) -> Result<(), RlError> {
+    block::wait(call.ctx, call.key(), Waits::Admit, timeout, in_ms)
+}
+
+/// RL.ADMIT while callers wait (on any key): a woken or timed-out waiter,
+/// a call behind a queue, or any other (which may block).
+#[cold]
+#[inline(never)]
+fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
+    match block::mode(call.ctx) {
+        Mode::Fresh => {}
+        Mode::Woken(ticket) => return admit_woken(call, opts, ticket),
+        Mode::TimedOut(ticket) => {
+            block::timed_out(call.ctx, ticket);
+            return answer(call, update(call, opts, clock::now(), peek)?);
+        }
+    }
+    let now = clock::now();
+    // BLOCK where the server allows blocking: the timeout (the context is
+    // asked only when the call would wait).
+    let wait = || opts.block.filter(|_| block::may_block(call.ctx));
+    // First come, first served: while others wait on the key, a call
+    // joins them, or is refused with the wait the queue's head has.
+    if let Some(head_at) = block::queued(call.ctx, call.key(), now.ms) {
+        if let Some(timeout) = wait() {
+            return block::wait(
+                call.ctx,
+                call.key(),
+                Waits::Admit,
+                timeout,
+                head_at - now.ms,
+            );
+        }
+        let mut updated = update(call, opts, now, peek)?;
+        if let Some(Updated { decision: d, .. }) = &mut updated {
+            if d.retry_after_ms >= 0 {
+                d.retry_after_ms = d.retry_after_ms.max(head_at - now.ms).max(1);
+            }
+        }
+        return answer(call, updated);
+    }
+    let updated = update(call, opts, now, algo::admit)?;
+    if let Some(Updated { decision: d, .. }) = &updated {
+        // Refused, and admissible some day: wait for it.
+        let waits = !d.admitted && d.retry_after_ms >= 0;
+        if let Some(timeout) = wait().filter(|_| waits) {
+            let in_ms = d.retry_after_ms;
+            return block::wait(call.ctx, call.key(), Waits::Admit, timeout, in_ms);
+        }
+    }
+    answer(call, updated)
+}
+
+/// A waiting RL.ADMIT woken: the head is admitted if it can be, else it
+/// (and everyone behind it) waits on.
+fn admit_woken(call: &Call, opts: &Options, ticket: &Ticket) -> Result<(), RlError> {
+    if !block::is_head(ticket) || !block::serves_key(call.ctx, call.key()) {
+        block::stay(call.ctx, ticket, None);
+        return Ok(());
+    }
+    let updated = match update(call, opts, clock::now(), algo::admit) {
+        Ok(updated) => updated,
+        Err(err) => {
+            block::served(call.ctx, ticket, call.key());
+            return Err(err);
+        }
+    };
+    if let Some(Updated { decision: d, .. }) = &updated {
+        if !d.admitted && d.retry_after_ms >= 0 {
+            block::stay(call.ctx, ticket, Some(d.retry_after_ms));
+            return Ok(());
+        }
+    }
+    block::served(call.ctx, ticket, call.key());
+    answer(call, updated)
+}
+
+/// RL.ADMIT's answer: its receipt and its reply.
+#[inline(always)]
+fn answer(call: &Call, updated: Option<Updated>) -> Result<(), RlError> {
+    match updated {
         None => {
             stats::count(Tally::Admitted(Source::Unlimited));
             reply::decision(call.ctx, &Decision::UNLIMITED);
@@ -42,13 +144,25 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
     Ok(())
 }
 
+/// The decision RL.ADMIT would get, as a refusal that writes nothing: a
+/// timed-out waiter's answer, and a call refused behind a queue.
+fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
+    let mut outcome = algo::admit(found, policy, cost, now);
+    outcome.write = Write::Nothing;
+    outcome.decision.admitted = false;
+    outcome
+}
+
 /// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
 pub fn refund(call: &Call) -> Result<(), RlError> {
-    match update(call, algo::refund)? {
+    let mut opts = Options::default();
+    read_options(call.args, 2, REFUND_OPTIONS, &mut opts)?;
+    match update(call, &opts, clock::now(), algo::refund)? {
         None => reply::decision(call.ctx, &Decision::UNLIMITED),
         Some(updated) => {
             if updated.wrote {
                 store::notify(call.ctx, Event::Refund, call.key());
+                block::key_changed(call.ctx, call.key());
             }
             reply::decision(call.ctx, &updated.decision);
         }
@@ -65,17 +179,19 @@ struct Updated {
     wrote: bool,
 }
 
-/// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
+/// The path RL.ADMIT and RL.REFUND share: the policy
 /// resolved, the state read, `decide` called and its write carried out.
 /// `None`: the limiter has no limit.
 // Always inlined into its two callers: its large result then is not
 // copied out, and `decide` is a direct call.
 #[inline(always)]
-fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
-    let mut opts = Options::default();
-    read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
-    let now = clock::now();
-    let Some(policy) = resolve(call.ctx, call.argv, &opts)?
+fn update(
+    call: &Call,
+    opts: &Options,
+    now: Now,
+    decide: Decide,
+) -> Result<Option<Updated>, RlError> {
+    let Some(policy) = resolve(call.ctx, call.argv, opts)?
         .map(|r| r.policy(now.ms))
         .transpose()?
     else {
@@ -144,6 +260,7 @@ pub fn reset(call: &Call) -> Result<(), RlError> {
         super::write(call.ctx, &mut key, name, Write::Delete, None);
         drop(key);
         store::notify(call.ctx, Event::Reset, name);
+        block::key_changed(call.ctx, name);
     }
     reply::int(call.ctx, i64::from(existed));
     Ok(())

@@ -911,3 +911,120 @@ fn every_malformed_lease_call_gets_the_contracts_error_and_changes_nothing() {
         assert_eq!(show(&score), "\"1000\"", "{backend:?}");
     }
 }
+
+/// BLOCK's timeout is a non-negative integer given once, RL.REFUND takes
+/// none, and a key's queue holds at most `ratelimit.max-waiters`: each gets
+/// a clear error and changes nothing. Module only: the library refuses
+/// BLOCK itself (below).
+#[test]
+fn module_only_bad_block_timeouts_and_a_full_queue_get_a_clear_error() {
+    use std::io::Write;
+    let server = Server::start();
+    let mut con = server.client();
+    fixtures(&mut con);
+    let cases: &[(&str, &str)] = &[
+        (
+            "RL.ADMIT c LIMIT 1 WINDOW 60000 BLOCK -1",
+            "ERR BLOCK must be an integer from 0",
+        ),
+        (
+            "RL.ADMIT c LIMIT 1 WINDOW 60000 BLOCK 1.5",
+            "ERR BLOCK must be an integer from 0",
+        ),
+        (
+            "RL.ADMIT c LIMIT 1 WINDOW 60000 BLOCK soon",
+            "ERR BLOCK must be an integer from 0",
+        ),
+        (
+            "RL.ADMIT c LIMIT 1 WINDOW 60000 BLOCK",
+            "ERR BLOCK needs a value",
+        ),
+        (
+            "RL.ADMIT c BLOCK 10 LIMIT 1 WINDOW 60000 BLOCK 10",
+            "ERR BLOCK is given more than once",
+        ),
+        (
+            "RL.ACQUIRE q LIMIT 1 TTL 1000 BLOCK -5",
+            "ERR BLOCK must be an integer from 0",
+        ),
+        (
+            "RL.ACQUIRE q LIMIT 1 TTL 1000 BLOCK 1 BLOCK 1",
+            "ERR BLOCK is given more than once",
+        ),
+        (
+            "RL.REFUND c LIMIT 1 WINDOW 60000 BLOCK 10",
+            "ERR unknown option 'BLOCK'",
+        ),
+    ];
+    let before = state(&mut con);
+    for (call, mention) in cases {
+        assert_refused_naming(&mut con, &split(call), mention);
+    }
+    assert_eq!(state(&mut con), before);
+    // A full queue: two wait, the third is refused at once.
+    let r = common::cmd_raw(&mut con, &["CONFIG", "SET", "ratelimit.max-waiters", "2"]);
+    assert_eq!(r, redis::Value::Okay);
+    let call = "*8\r\n$8\r\nRL.ADMIT\r\n$4\r\nfull\r\n$5\r\nLIMIT\r\n$1\r\n1\r\n$6\r\nWINDOW\r\n$5\r\n60000\r\n$5\r\nBLOCK\r\n$5\r\n10000\r\n";
+    let words = split("RL.ADMIT full LIMIT 1 WINDOW 60000 BLOCK 10000");
+    assert_eq!(common::cmd_ints(&mut con, &words)[0], 1);
+    let waiters: Vec<std::net::TcpStream> = (1..=2)
+        .map(|n| {
+            let mut s = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+            s.write_all(call.as_bytes()).unwrap();
+            common::wait_until(std::time::Duration::from_secs(5), "a waiter", || {
+                common::info_field(&mut con, "ratelimit", "ratelimit_blocked_clients")
+                    == Some(n.to_string())
+            });
+            s
+        })
+        .collect();
+    let value: Option<String> = con.get("full").unwrap();
+    assert_refused_naming(
+        &mut con,
+        &words,
+        "ERR too many callers wait on this key: ratelimit.max-waiters is 2",
+    );
+    assert_eq!(con.get::<_, Option<String>>("full").unwrap(), value);
+    drop(waiters);
+    common::wait_until(
+        std::time::Duration::from_secs(5),
+        "the waiters gone",
+        || {
+            common::info_field(&mut con, "ratelimit", "ratelimit_blocked_clients")
+                == Some("0".into())
+        },
+    );
+}
+
+/// The FUNCTION library cannot block: BLOCK on rl_admit and rl_acquire is
+/// refused naming the module, and changes nothing.
+#[test]
+fn the_library_refuses_block_naming_the_module() {
+    let backend = Backend::Functions;
+    let server = backend.start();
+    let mut con = server.client();
+    fixtures(&mut con);
+    let before = state(&mut con);
+    for call in [
+        "RL.ADMIT c LIMIT 1 WINDOW 60000 BLOCK 100",
+        "RL.ADMIT c block 0",
+        "RL.ACQUIRE q LIMIT 1 TTL 1000 BLOCK 100",
+    ] {
+        let reply = backend.raw(&mut con, &split(call));
+        assert_eq!(
+            error_text(&reply).as_deref(),
+            Some("ERR BLOCK needs the module: the function library cannot block"),
+            "{call}: {}",
+            show(&reply)
+        );
+    }
+    let refund = backend.raw(
+        &mut con,
+        &split("RL.REFUND c LIMIT 1 WINDOW 60000 BLOCK 10"),
+    );
+    assert_eq!(
+        error_text(&refund).as_deref(),
+        Some("ERR unknown option 'BLOCK'")
+    );
+    assert_eq!(state(&mut con), before);
+}

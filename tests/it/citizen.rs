@@ -194,7 +194,10 @@ fn command_docs_describe_every_command() {
         .unwrap();
     let args = items(&pairs(&items(&docs)[1])["arguments"]);
     let tokens: Vec<String> = args[1..].iter().map(|a| text(&pairs(a)["token"])).collect();
-    assert_eq!(tokens, ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST"]);
+    assert_eq!(
+        tokens,
+        ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "BLOCK"]
+    );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
         .iter()
         .any(|f| text(f) == "optional")));
@@ -350,7 +353,15 @@ fn info_counts_each_call_under_what_decided_it() {
     for what in ["acquired", "refused", "released", "extended", "reclaimed"] {
         assert_eq!(stats[&format!("ratelimit_leases_{what}")], 0, "{what}");
     }
-    assert_eq!(stats.len(), 24, "{stats:?}");
+    for what in [
+        "blocked_clients",
+        "waits_served",
+        "waits_timed_out",
+        "wait_timer_fires",
+    ] {
+        assert_eq!(stats[&format!("ratelimit_{what}")], 0, "{what}");
+    }
+    assert_eq!(stats.len(), 28, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
@@ -426,7 +437,8 @@ fn configuration_is_validated_and_applied() {
         module_configs(&mut con),
         [
             "ratelimit.default-algorithm=gcra",
-            "ratelimit.hit-events=yes"
+            "ratelimit.hit-events=yes",
+            "ratelimit.max-waiters=1000"
         ]
     );
     cmd_ints(&mut con, &["RL.ADMIT", "a", "LIMIT", "5", "WINDOW", "1000"]);
@@ -489,7 +501,8 @@ fn configuration_is_validated_and_applied() {
         module_configs(&mut con),
         [
             "ratelimit.default-algorithm=leaky",
-            "ratelimit.hit-events=no"
+            "ratelimit.hit-events=no",
+            "ratelimit.max-waiters=1000"
         ]
     );
     // Module arguments are defaults: a config value (here LOADEX CONFIG,
@@ -519,7 +532,8 @@ fn configuration_is_validated_and_applied() {
         module_configs(&mut con),
         [
             "ratelimit.default-algorithm=token",
-            "ratelimit.hit-events=yes"
+            "ratelimit.hit-events=yes",
+            "ratelimit.max-waiters=1000"
         ]
     );
 }
@@ -1016,10 +1030,16 @@ fn valkey_cli_hints_show_every_commands_syntax() {
     let policy = "[ALGO fixed|sliding|token|gcra|leaky] [LIMIT max] [WINDOW ms] [BURST n] \
                   [META metakey]";
     let cases = [
-        ("RL.ADMIT k ", format!("{policy} [COST n]")),
+        (
+            "RL.ADMIT k ",
+            format!("{policy} [COST n] [BLOCK timeout_ms]"),
+        ),
         (
             "rl.admit k LIMIT 5 ",
-            format!("{} [COST n]", policy.replace(" [LIMIT max]", "")),
+            format!(
+                "{} [COST n] [BLOCK timeout_ms]",
+                policy.replace(" [LIMIT max]", "")
+            ),
         ),
         ("RL.TTL k ", policy.to_string()),
         ("RL.REFUND k ", format!("{policy} [COST n]")),
@@ -1035,7 +1055,7 @@ fn valkey_cli_hints_show_every_commands_syntax() {
         ),
         (
             "RL.ACQUIRE k ",
-            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id]".to_string(),
+            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id] [BLOCK timeout_ms]".to_string(),
         ),
         ("RL.RELEASE k ", "lease-id".to_string()),
         ("RL.EXTEND k job ", "TTL ms".to_string()),
@@ -1116,7 +1136,8 @@ fn refused_loads_say_why_and_leave_nothing_behind() {
         module_configs(&mut con),
         [
             "ratelimit.default-algorithm=fixed",
-            "ratelimit.hit-events=yes"
+            "ratelimit.hit-events=yes",
+            "ratelimit.max-waiters=1000"
         ]
     );
 }
@@ -1196,7 +1217,8 @@ fn config_rewrite_round_trips_with_module_argument_defaults() {
         configs(&server),
         [
             "ratelimit.default-algorithm=sliding",
-            "ratelimit.hit-events=no"
+            "ratelimit.hit-events=no",
+            "ratelimit.max-waiters=1000"
         ]
     );
     let mut con = server.try_client().unwrap();
@@ -1220,7 +1242,8 @@ fn config_rewrite_round_trips_with_module_argument_defaults() {
         configs(&server),
         [
             "ratelimit.default-algorithm=fixed",
-            "ratelimit.hit-events=no"
+            "ratelimit.hit-events=no",
+            "ratelimit.max-waiters=1000"
         ]
     );
     drop(server);

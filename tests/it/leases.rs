@@ -1235,7 +1235,8 @@ fn module_only_command_docs_info_and_getkeys_describe_the_lease_commands() {
          [\"name\", \"max\", \"type\", \"integer\", \"display_text\", \"max\", \"token\", \"LIMIT\", \"flags\", [+optional]], \
          [\"name\", \"ms\", \"type\", \"integer\", \"display_text\", \"ms\", \"token\", \"TTL\", \"flags\", [+optional]], \
          [\"name\", \"metakey\", \"type\", \"key\", \"display_text\", \"metakey\", \"key_spec_index\", 1, \"token\", \"META\", \"flags\", [+optional]], \
-         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\", \"token\", \"ID\", \"flags\", [+optional]]]]",
+         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\", \"token\", \"ID\", \"flags\", [+optional]], \
+         [\"name\", \"timeout_ms\", \"type\", \"integer\", \"display_text\", \"timeout_ms\", \"token\", \"BLOCK\", \"flags\", [+optional]]]]",
         "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
          [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"]]]",
         "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \

@@ -10,6 +10,7 @@ mod common;
 mod admitall;
 mod algorithms;
 mod bad_input;
+mod blocking;
 mod citizen;
 mod clients;
 mod cluster;

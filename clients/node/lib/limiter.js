@@ -220,9 +220,10 @@ class Limiter {
     const cost = policy.cost ?? 1;
     const args = [...core.policyArgs(policy), "COST", String(cost)];
     const keys = this.keysOf(key, policy.meta);
+    const waitMs = waitOption(options);
     let answer;
     try {
-      answer = await this.run(CALLS.admit, keys, args);
+      answer = await (waitMs === undefined ? this.run(CALLS.admit, keys, args) : this.waiting(CALLS.admit, keys, args, waitMs));
     } catch (e) {
       if (failure === "throw" || core.errorKind(e) !== "unreachable") throw e;
       return core.unavailableDecision(policy, failure === "open", e);
@@ -234,6 +235,41 @@ class Limiter {
     if (this.unconfirmed === "keep") return Object.freeze({ ...decision, unconfirmed: acks });
     await this.run(CALLS.refund, keys, args).catch(() => {});
     return core.unconfirmedDecision(decision, acks);
+  }
+
+  /**
+   * `admit` that waits up to `waitMs` (required, at least 1) to be admitted.
+   * Where the module is loaded: RL.ADMIT ... BLOCK, answered when admitted,
+   * first come first served per key (give the waiting limiter a connection
+   * of its own: a client that sends everything down one connection, as
+   * iovalkey does, holds its other calls behind the wait). On the FUNCTION
+   * library, which cannot block: sleeps retryAfterMs with jitter and tries
+   * again until waitMs has passed, which is not fair (a later caller may
+   * be admitted first).
+   */
+  async wait(key, options = {}) {
+    if (options === null || typeof options !== "object" || options.waitMs === undefined) {
+      throw new core.ConfigError("waitMs", "an integer from 1", options && options.waitMs);
+    }
+    return this.admit(key, options);
+  }
+
+  // One admit or acquire that waits up to waitMs: BLOCK on the module,
+  // sleeping retry_after_ms with jitter on the library.
+  async waiting(call, keys, args, waitMs) {
+    const backend = await this.backend();
+    if (backend === "module") {
+      return this.link.run(() => this.call(call, keys, [...args, "BLOCK", String(waitMs)]), waitMs);
+    }
+    const deadline = Date.now() + waitMs;
+    for (;;) {
+      const answer = await this.run(call, keys, args);
+      const granted = Number(String(answer.reply[0]));
+      const retryAfterMs = Number(String(answer.reply[3]));
+      const left = deadline - Date.now();
+      if (granted === 1 || retryAfterMs < 0 || left <= 0) return answer;
+      await sleep(Math.min(Math.max(retryAfterMs, 1) * (1 + Math.random() / 2), left));
+    }
   }
 
   // WAIT for the durability option: how many replicas have the grant. An
@@ -289,7 +325,10 @@ class Limiter {
     }
     if (options.id !== undefined && options.id !== null) args.push("ID", checkLeaseId(options.id));
     const meta = options.meta === undefined || options.meta === null ? undefined : core.keyPart("meta", options.meta);
-    const { reply, backend } = await this.run(CALLS.acquire, this.keysOf(key, meta), args);
+    const waitMs = waitOption(options);
+    const keys = this.keysOf(key, meta);
+    const { reply, backend } =
+      waitMs === undefined ? await this.run(CALLS.acquire, keys, args) : await this.waiting(CALLS.acquire, keys, args, waitMs);
     const lease = core.parseLease(reply, backend);
     if (!lease.acquired || lease.limit === 0 || this.waitReplicas === undefined) return lease;
     const acks = await this.confirmed();
@@ -391,6 +430,14 @@ class Limiter {
     return result;
   }
 }
+
+// The `waitMs` option of admit and acquire: undefined, or an integer from 1.
+function waitOption(options) {
+  if (options.waitMs === undefined || options.waitMs === null) return undefined;
+  return core.safeInteger("waitMs", options.waitMs, 1);
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const POLICY_OPTIONS = ["limit", "windowMs", "algorithm", "burst", "meta", "cost", "name"];
 

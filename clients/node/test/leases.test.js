@@ -208,6 +208,43 @@ async function crowd(c, limiter, expect) {
   ok(`${expect}: 20 holders x 8 leases, LIMIT 3: ${samples.length} samples, max in flight ${max}, ${refusals} refusals`);
 }
 
+// waitMs (issue 28): BLOCK on the module, answered at the release; on the
+// library, sleeping retryAfterMs with jitter, answered at the next try.
+async function waitChecks(c, expect) {
+  const own = client(); // a waiting limiter has a connection of its own
+  try {
+    const waiter = new Limiter({ sendCommand: (...args) => own.call(...args), timeoutMs: 5000, prefix: "lease:" });
+    const holder = new Limiter({ sendCommand: (...args) => c.call(...args), timeoutMs: 5000, prefix: "lease:" });
+    const held = await holder.acquire("wait", { limit: 1, ttlMs: 1500 });
+    assert.equal(held.acquired, true);
+    const t0 = Date.now();
+    const pending = waiter.acquire("wait", { limit: 1, ttlMs: 5000, waitMs: 3000 });
+    await sleep(200);
+    assert.equal(await holder.release("wait", held.leaseId), true);
+    const got = await pending;
+    const took = Date.now() - t0;
+    assert.equal(got.acquired, true);
+    if (expect === "module") assert.ok(took < 600, `BLOCK answered ${took} ms after the start`);
+    else assert.ok(took >= 1400, `the library's retry came ${took} ms after the start`);
+    await assert.rejects(() => waiter.acquire("wait", { limit: 1, ttlMs: 100, waitMs: 0 }), /waitMs/);
+    assert.equal((await holder.admit("rate", { limit: 1, windowMs: 600 })).admitted, true);
+    const t1 = Date.now();
+    const admitted = await waiter.wait("rate", { limit: 1, windowMs: 600, waitMs: 2000 });
+    const waited = Date.now() - t1;
+    assert.equal(admitted.admitted, true);
+    assert.ok(waited >= 200 && waited < 1500, `admitted after ${waited} ms`);
+    const t2 = Date.now();
+    const refused = await waiter.wait("rate", { limit: 1, windowMs: 60000, waitMs: 150 });
+    const gaveUp = Date.now() - t2;
+    assert.equal(refused.admitted, false);
+    assert.ok(gaveUp >= 100 && gaveUp < 1500, `refused after ${gaveUp} ms`);
+    await assert.rejects(() => waiter.wait("rate", { limit: 1, windowMs: 600 }), /waitMs/);
+    ok(`${expect}: waitMs: a slot after ${took} ms, admitted after ${waited} ms, refused after ${gaveUp} ms`);
+  } finally {
+    own.disconnect();
+  }
+}
+
 async function live(expect) {
   const c = client();
   const sampling = client();
@@ -218,6 +255,7 @@ async function live(expect) {
     await plainCalls(c, limiter, expect);
     await withLeaseChecks(c, limiter, expect);
     await crowd(sampling, limiter, expect);
+    await waitChecks(c, expect);
   } finally {
     c.disconnect();
     sampling.disconnect();

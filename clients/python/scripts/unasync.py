@@ -48,6 +48,9 @@ SUBSTITUTIONS = [
     (r"\bawait ", ""),
     (r"\b__aenter__\b", "__enter__"),
     (r"\b__aexit__\b", "__exit__"),
+    # Sleeping (a waiting call's retries on the library).
+    (r"^import asyncio\n", ""),
+    (r"\basyncio\.sleep\b", "time.sleep"),
 ]
 
 

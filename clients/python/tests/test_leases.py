@@ -303,3 +303,74 @@ async def async_checks(port: int, expect: str) -> None:
     assert max(samples) <= 3 and most == 3, (max(samples), most)
     assert await c.exists("alease:crowd") == 0
     await c.aclose()
+
+
+# -- waiting (issue 28) -----------------------------------------------------------
+# wait_ms: BLOCK on the module, answered at the release; on the library,
+# sleeping retry_after_ms with jitter, answered at the next try.
+
+
+def test_acquire_and_wait_with_wait_ms(sync: Any, expect: str, port: int) -> None:
+    import valkey
+
+    own = valkey.Valkey(host=HOST, port=port)  # the waiter's own connection
+    try:
+        waiter = Limiter(own, prefix="lease:", timeout=TIMEOUT)
+        holder = Limiter(sync, prefix="lease:", timeout=TIMEOUT)
+        held = holder.acquire("wait", limit=1, ttl_ms=1500)
+        assert held.acquired
+        released = threading.Timer(0.2, lambda: holder.release("wait", held.lease_id))
+        t0 = time.monotonic()
+        released.start()
+        got = waiter.acquire("wait", limit=1, ttl_ms=5000, wait_ms=3000)
+        took = (time.monotonic() - t0) * 1000
+        released.join()
+        assert got.acquired, got
+        if expect == "module":
+            assert took < 600, f"BLOCK answered {took:.0f} ms after the start"
+        else:
+            assert took >= 1400, f"the library's retry came {took:.0f} ms after the start"
+        with pytest.raises(ConfigError):
+            waiter.acquire("wait", limit=1, ttl_ms=100, wait_ms=0)
+        assert holder.admit("rate", limit=1, window_ms=600).admitted
+        t1 = time.monotonic()
+        admitted = waiter.wait("rate", limit=1, window_ms=600, wait_ms=2000)
+        waited = (time.monotonic() - t1) * 1000
+        assert admitted.admitted and 200 <= waited < 1500, (admitted, waited)
+        t2 = time.monotonic()
+        refused = waiter.wait("rate", limit=1, window_ms=60_000, wait_ms=150)
+        gave_up = (time.monotonic() - t2) * 1000
+        assert not refused.admitted and 100 <= gave_up < 1500, (refused, gave_up)
+    finally:
+        own.close()
+
+
+def test_async_wait_with_wait_ms(expect: str, port: int) -> None:
+    import valkey.asyncio
+
+    from valkey_ratelimit import AsyncLimiter
+
+    async def main() -> None:
+        own = valkey.asyncio.Valkey(host=HOST, port=port)
+        other = valkey.asyncio.Valkey(host=HOST, port=port)
+        try:
+            await other.flushall()
+            waiter = AsyncLimiter(own, prefix="lease:", timeout=TIMEOUT)
+            holder = AsyncLimiter(other, prefix="lease:", timeout=TIMEOUT)
+            held = await holder.acquire("await", limit=1, ttl_ms=1500)
+            t0 = time.monotonic()
+            pending = asyncio.ensure_future(waiter.acquire("await", limit=1, ttl_ms=5000, wait_ms=3000))
+            await asyncio.sleep(0.2)
+            assert await holder.release("await", held.lease_id)
+            got = await pending
+            took = (time.monotonic() - t0) * 1000
+            assert got.acquired, got
+            assert took < 600 if expect == "module" else took >= 1400, took
+            assert (await holder.admit("arate", limit=1, window_ms=600)).admitted
+            admitted = await waiter.wait("arate", limit=1, window_ms=600, wait_ms=2000)
+            assert admitted.admitted, admitted
+        finally:
+            await own.aclose()
+            await other.aclose()
+
+    asyncio.run(main())

@@ -29,9 +29,13 @@ class AsyncCaller:
         self.timeout = timeout
 
     async def call(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        return await self.call_within(self.timeout, fn, *args, **kwargs)
+
+    async def call_within(self, timeout: float, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """``call`` under another deadline (a call that waits on purpose)."""
         task = asyncio.ensure_future(fn(*args, **kwargs))
         try:
-            done, _ = await asyncio.wait({task}, timeout=self.timeout)
+            done, _ = await asyncio.wait({task}, timeout=timeout)
         except BaseException:
             task.cancel()
             raise
@@ -39,7 +43,7 @@ class AsyncCaller:
             return task.result()
         task.cancel()
         task.add_done_callback(_forget)
-        raise _timed_out(self.timeout)
+        raise _timed_out(timeout)
 
 
 def _forget(task: "asyncio.Future[Any]") -> None:
@@ -68,6 +72,10 @@ class Caller:
         self._idle = 0
 
     def call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return self.call_within(self.timeout, fn, *args, **kwargs)
+
+    def call_within(self, timeout: float, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``call`` under another deadline (a call that waits on purpose)."""
         future: "concurrent.futures.Future[Any]" = concurrent.futures.Future()
         with self._lock:
             # Another worker only when none waits for work. Queued under
@@ -77,11 +85,11 @@ class Caller:
                 threading.Thread(target=self._work, name="valkey-ratelimit", daemon=True).start()
             self._jobs.put((future, fn, args, kwargs))
         try:
-            return future.result(self.timeout)
+            return future.result(timeout)
         except concurrent.futures.TimeoutError:
             # Still queued: it will never run. Running: its result is dropped.
             future.cancel()
-            raise _timed_out(self.timeout) from None
+            raise _timed_out(timeout) from None
 
     def _work(self) -> None:
         while True:

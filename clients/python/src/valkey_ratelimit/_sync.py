@@ -10,6 +10,8 @@ GENERATED from _aio.py by scripts/unasync.py: edit _aio.py, then run
 from __future__ import annotations
 
 import logging
+import random
+import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from . import _core, _library, _options
@@ -141,6 +143,17 @@ class Limiter:
         return f"<{type(self).__name__} prefix={self.prefix!r} backend={self._backend or self.backend_option}>"
 
     # -- sending ----------------------------------------------------------------
+
+    def _run_waiting(self, wait_ms: int, fn: Callable[..., Any], *args: Any) -> Any:
+        """``_run`` with the deadline ``wait_ms`` later (BLOCK waits that long)."""
+        try:
+            result = self._caller.call_within(self._caller.timeout + wait_ms / 1000, fn, *args)
+        except Exception as e:
+            if _core.is_unreachable(e):
+                self._health.down(e)
+            raise
+        self._health.up()
+        return result
 
     def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """One operation under the deadline; each change of reachability is
@@ -314,10 +327,64 @@ class Limiter:
                 raise
             return _core.failed_decision(self.failure, policy.limit, policy.window_ms, e, name)
 
-    def _admit(self, key: Key, policy: Policy, cost: int, name: Optional[str]) -> Decision:
+    def wait(
+        self,
+        key: Key,
+        limit: Optional[int] = None,
+        window_ms: Optional[int] = None,
+        algorithm: Optional[str] = None,
+        burst: Optional[int] = None,
+        cost: int = 1,
+        meta: Optional[Key] = None,
+        *,
+        wait_ms: int,
+        name: Optional[str] = None,
+    ) -> Decision:
+        """``admit`` that waits up to ``wait_ms`` (at least 1) to be admitted.
+        Where the module is loaded: ``RL.ADMIT ... BLOCK wait_ms``, answered
+        when admitted, first come first served per key (the client's
+        ``socket_timeout`` must outlast the wait; a client that multiplexes
+        one connection, as valkey-glide does, holds its other calls behind
+        it). On the FUNCTION library, which cannot block: sleeps
+        ``retry_after_ms`` with jitter and tries again until ``wait_ms`` has
+        passed, which is not fair (a later caller may be admitted first)."""
+        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        cost = _options.integer("cost", cost, 0)
+        wait_ms = _options.integer("wait_ms", wait_ms, 1, 2**31 - 1)
+        if name is not None:
+            _options.policy_name(name)
+        if policy.refuses_all:
+            return _core.refused_by_zero(policy.window_ms, name)
+        try:
+            return self._run_waiting(wait_ms, self._waiting, self._admit, wait_ms, self._key(key), policy, cost, name)
+        except Exception as e:
+            if not _core.is_unreachable(e):
+                raise
+            return _core.failed_decision(self.failure, policy.limit, policy.window_ms, e, name)
+
+    def _waiting(self, once: Callable[..., Any], wait_ms: int, *args: Any) -> Any:
+        """``once(*args, block_ms)`` waiting up to ``wait_ms``: one BLOCK call
+        on the module; on the library, tries until admitted (acquired), never
+        admissible (retry_after_ms -1) or out of time, sleeping
+        retry_after_ms times a random factor in [1, 1.5) between tries."""
+        if self._ensure_backend() == "module":
+            return once(*args, wait_ms)
+        deadline = time.monotonic() + wait_ms / 1000
+        while True:
+            answer = once(*args)
+            granted = answer.admitted if isinstance(answer, Decision) else answer.acquired
+            left = deadline - time.monotonic()
+            if granted or answer.retry_after_ms < 0 or left <= 0:
+                return answer
+            time.sleep(min(max(answer.retry_after_ms, 1) / 1000 * random.uniform(1.0, 1.5), left))
+
+    def _admit(
+        self, key: Key, policy: Policy, cost: int, name: Optional[str], block_ms: Optional[int] = None
+    ) -> Decision:
         keys = [key] + ([policy.meta] if policy.meta is not None else [])
         args = policy.args() + ["COST", str(cost)]
-        reply, acks, backend = self._request("RL.ADMIT", "rl_admit", False, keys, args, wait=cost > 0)
+        words = args + (["BLOCK", str(block_ms)] if block_ms is not None else [])
+        reply, acks, backend = self._request("RL.ADMIT", "rl_admit", False, keys, words, wait=cost > 0)
         decision = _core.parse_decision(reply, backend, policy.window_ms, name)
         if decision.admitted and cost > 0 and not self._confirmed(acks):
             self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
@@ -429,18 +496,26 @@ class Limiter:
         ttl_ms: Optional[int] = None,
         meta: Optional[Key] = None,
         lease_id: Optional[str] = None,
+        wait_ms: Optional[int] = None,
     ) -> Lease:
         """Takes one of ``limit`` slots on ``key`` for ``ttl_ms`` (RL.ACQUIRE).
+        ``wait_ms``: wait up to that long for a slot, as ``wait`` does
+        (BLOCK on the module, first come first served; sleeping with
+        jitter on the library, not fair).
         ``lease_id`` names the lease (a job id, say; re-acquiring it renews
         it); else the server makes one. Refused, ``acquired`` is False and
         ``retry_after_ms`` says when the earliest lease ends by itself. No
         ``limit`` (and no ``max`` in the META hash): no limit; ``limit=0``
         is an error."""
         args = _core.lease_args(limit, ttl_ms, lease_id)
+        if wait_ms is not None:
+            wait_ms = _options.integer("wait_ms", wait_ms, 1, 2**31 - 1)
+            return self._run_waiting(wait_ms, self._waiting, self._acquire, wait_ms, self._keys(key, meta), args)
         return self._run(self._acquire, self._keys(key, meta), args)
 
-    def _acquire(self, keys: List[Key], args: List[str]) -> Lease:
-        reply, acks, backend = self._request("RL.ACQUIRE", "rl_acquire", False, keys, args, wait=True)
+    def _acquire(self, keys: List[Key], args: List[str], block_ms: Optional[int] = None) -> Lease:
+        words = args + (["BLOCK", str(block_ms)] if block_ms is not None else [])
+        reply, acks, backend = self._request("RL.ACQUIRE", "rl_acquire", False, keys, words, wait=True)
         lease = _core.parse_lease(reply, backend)
         if lease.acquired and lease.limit > 0 and not self._confirmed(acks):
             assert lease.lease_id is not None
