@@ -169,6 +169,7 @@ local NON_NEGATIVE = 'an integer from 0 to 9223372036854775807'
 local POSITIVE = 'an integer from 1 to 9223372036854775807'
 local BURST_RANGE = 'an integer from 1 (0 for ALGO leaky) to 9223372036854775807'
 local ALGO_NAMES = 'one of fixed, sliding, token, gcra, leaky'
+local ZERO_OR_ONE = '0 or 1'
 local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_A_COUNTER = 'ERR limiter key does not hold an integer counter'
@@ -276,23 +277,30 @@ local OPTIONS = {
   FORMAT = read_format,
 }
 
+-- The options that are a keyword alone, with no value (src/args.rs
+-- `Value::Flag`).
+local FLAGS = {SHADOW = true}
+
 -- Option names in their usual spellings, to skip string.upper for them
 -- (spelled out: the standard libraries are not reachable while the library
 -- loads, only inside its functions).
 local OPTION_NAMES = {
   ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
   algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
+  SHADOW = 'SHADOW', shadow = 'SHADOW',
 }
 
 -- The options each function takes, beyond which an option is unknown.
-local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true}
-local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, COST = true, FORMAT = true}
+local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true}
+local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true, COST = true,
+                       FORMAT = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
--- Sets option `word` from args[at + 1] into `opts`; false when `word` is
--- not an option of `allowed`. `metakey`: the META hash given as a key.
--- `readers`: how each value is read (default OPTIONS, the limiters').
+-- Sets option `word` from args[at + 1] into `opts` (a flag takes no
+-- value); the words it took, or false when `word` is not an option of
+-- `allowed`. `metakey`: the META hash given as a key. `readers`: how each
+-- value is read (default OPTIONS, the limiters').
 local function set_option(opts, word, args, at, allowed, metakey, readers)
   local name = OPTION_NAMES[word] or string.upper(word)
   if not allowed[name] then
@@ -305,20 +313,26 @@ local function set_option(opts, word, args, at, allowed, metakey, readers)
     end
     return false
   end
+  if FLAGS[name] then
+    if opts[name] ~= nil then fail('ERR ' .. name .. ' is given more than once') end
+    opts[name] = true
+    return 1
+  end
   local value = args[at + 1]
   if value == nil then fail('ERR ' .. name .. ' needs a value') end
   local parsed = (readers or OPTIONS)[name](value)
   if opts[name] ~= nil then fail('ERR ' .. name .. ' is given more than once') end
   opts[name] = parsed
-  return true
+  return 2
 end
 
 local function parse_options(args, allowed, metakey, readers)
   local opts = {}
   local at = 1
   while at <= #args do
-    if not set_option(opts, args[at], args, at, allowed, metakey, readers) then unknown(args[at]) end
-    at = at + 2
+    local took = set_option(opts, args[at], args, at, allowed, metakey, readers)
+    if not took then unknown(args[at]) end
+    at = at + took
   end
   return opts
 end
@@ -331,10 +345,10 @@ local NO_META = {}
 -- The META hash's fields as found (nil when absent); judged only when used.
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
-  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst')
+  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
-          algorithm = fields[3] or nil, burst = fields[4] or nil}
+          algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -345,6 +359,13 @@ local function meta_int(meta, name, min, must)
     fail('ERR META hash field \'' .. name .. '\' must be ' .. must)
   end
   return v
+end
+
+-- A flag's field (src/resolve.rs `Meta::flag_of`): absent or 0 is off, 1 on.
+local function meta_flag(meta, name)
+  local v = meta_int(meta, name, 0, ZERO_OR_ONE)
+  if v ~= nil and v > 1 then fail('ERR META hash field \'' .. name .. '\' must be ' .. ZERO_OR_ONE) end
+  return v == 1
 end
 
 ---------------------------------------------------------------- policy
@@ -380,6 +401,7 @@ local function resolve(opts, metakey)
   elseif USES_BURST[algo] then
     r.burst, r.burst_from_meta = meta_int(meta, 'burst', 0, BURST_RANGE), true
   end
+  r.shadow = opts.SHADOW or meta_flag(meta, 'shadow')
   return r
 end
 
@@ -1099,6 +1121,9 @@ end
 local function status(name) return {ok = name} end
 local DECISION_FIELDS = {status('admitted'), status('limit'), status('remaining'),
                          status('retry_after_ms'), status('reset_after_ms')}
+-- A shadow mode's would-be refusal: the decision's fields and `shadow` 1.
+local SHADOW_FIELDS = {status('admitted'), status('limit'), status('remaining'),
+                       status('retry_after_ms'), status('reset_after_ms'), status('shadow')}
 local THROTTLE_FIELDS = {status('limited'), status('limit'), status('remaining'),
                          status('retry_after'), status('reset_after')}
 local ADMITALL_FIELDS = {status('admitted'), status('refused_by'), status('retry_after_ms'),
@@ -1213,6 +1238,11 @@ local function limiter_function(command, refunds)
       call('SET', key, value, 'PXAT', at)
     elseif kind then
       store(key, kind, value, at)
+    end
+    if a == 0 and p.shadow then
+      -- Shadow mode: the refusal, answered as an admission.
+      a = 1
+      if p.format then return named(SHADOW_FIELDS, {a, limit, remaining, retry, reset, 1}, p.format) end
     end
     if p.format then return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset) end
     FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, limit, remaining, retry, reset
@@ -1414,8 +1444,7 @@ local function rl_admitall(keys, args)
     elseif POLICY_OPTIONS[upper] then
       local group = policies[#policies]
       if group == nil then fail('ERR policy options must follow a POLICY keyword') end
-      set_option(group, word, args, at, POLICY_OPTIONS)
-      at = at + 2
+      at = at + set_option(group, word, args, at, POLICY_OPTIONS)
     else
       if #policies == 0 then
         fail('ERR expected POLICY after the ' .. #keys .. ' keys numkeys counts, got \'' .. shown(word) .. '\'')
@@ -1462,15 +1491,22 @@ local function rl_admitall(keys, args)
     local a, l, r, t, s, kind, value, expiry = m.policy.admit(m.policy, m.key, cost, now_ms, now_sub)
     if a == nil then fail(l) end
     m.decision, m.write = {a, l, r, t, s}, {kind, value, expiry}
+    -- Shadow mode: a would-be refusal blocks nothing.
+    m.shadowed = a == 0 and m.policy.shadow
   end
   local all = true
-  for i = 1, n do if members[i].decision[1] == 0 then all = false end end
+  for i = 1, n do if members[i].decision[1] == 0 and not members[i].shadowed then all = false end end
   local refused_by, longest = 0, 0
   local decisions = {}
   for i = 1, n do
     local m = members[i]
     local wait = m.decision[4]
-    if all then
+    if m.shadowed then
+      -- As an enforced refusal: consumes nothing, makes its repair; its
+      -- wait is not the caller's. Answered as an admission.
+      if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
+      m.decision[1] = 1
+    elseif all then
       if wait > longest then longest = wait end
       if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
     elseif m.decision[1] == 0 then
@@ -1484,7 +1520,12 @@ local function rl_admitall(keys, args)
       local a, l, r, t, s = m.policy.admit(m.policy, m.key, 0, now_ms, now_sub)
       m.decision = {a, l, r, t, s}
     end
-    decisions[i] = named(DECISION_FIELDS, m.decision, format)
+    if m.shadowed and format == 'map' then
+      local d = m.decision
+      decisions[i] = named(SHADOW_FIELDS, {d[1], d[2], d[3], d[4], d[5], 1}, format)
+    else
+      decisions[i] = named(DECISION_FIELDS, m.decision, format)
+    end
   end
   return named(ADMITALL_FIELDS, {all and 1 or 0, refused_by, longest, decisions}, format)
 end

@@ -10,7 +10,7 @@ pub use admitall::{admit_all_keys, AdmitAll};
 use std::ffi::CStr;
 
 use crate::algo::{throttle, Algo};
-use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::keyword::{fold, text, Keyword};
 use crate::num::parse_i64;
 
@@ -27,6 +27,9 @@ pub enum Opt {
     Ttl,
     /// A lease's id (RL.ACQUIRE).
     Id,
+    /// Shadow mode: decide and keep state as enforced, but never refuse
+    /// (a flag: no value).
+    Shadow,
 }
 
 /// What an option's value is.
@@ -39,6 +42,8 @@ pub enum Value {
     Key,
     /// Any non-empty string: a lease id.
     Text,
+    /// None: the keyword alone (a flag), `1` or `0` in its META field.
+    Flag,
 }
 
 /// One option: its keyword, how COMMAND DOCS names its value, and the META
@@ -85,7 +90,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 8] = [
+pub const OPTIONS: [OptSpec; 9] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -129,6 +134,12 @@ pub const OPTIONS: [OptSpec; 8] = [
         (c"lease-id", Value::Text, 0, NON_EMPTY),
         None,
     ),
+    row(
+        Opt::Shadow,
+        c"SHADOW",
+        (c"shadow", Value::Flag, 0, ZERO_OR_ONE),
+        Some(c"shadow"),
+    ),
 ];
 
 impl Opt {
@@ -149,6 +160,11 @@ impl Opt {
 
     pub fn name(self) -> &'static str {
         self.spec().name
+    }
+
+    /// Whether the option is a flag: its keyword alone, no value.
+    pub const fn is_flag(self) -> bool {
+        matches!(self.spec().value, Value::Flag)
     }
 
     /// The META hash field that stands in for this option.
@@ -172,6 +188,7 @@ impl Opt {
         const COST: (usize, u64) = key(Opt::Cost);
         const TTL: (usize, u64) = key(Opt::Ttl);
         const ID: (usize, u64) = key(Opt::Id);
+        const SHADOW: (usize, u64) = key(Opt::Shadow);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -181,6 +198,7 @@ impl Opt {
             COST => Opt::Cost,
             TTL => Opt::Ttl,
             ID => Opt::Id,
+            SHADOW => Opt::Shadow,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -226,7 +244,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 }
 
 /// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 4] = meta_fields(POLICY);
+pub const META_FIELDS: [(Opt, &CStr); 5] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
 
@@ -240,7 +258,14 @@ const KEY_OPTION: &OptSpec = {
 };
 
 /// The policy options of every limiter command.
-pub const POLICY: &[Opt] = &[Opt::Algo, Opt::Limit, Opt::Window, Opt::Burst, Opt::Meta];
+pub const POLICY: &[Opt] = &[
+    Opt::Algo,
+    Opt::Limit,
+    Opt::Window,
+    Opt::Burst,
+    Opt::Meta,
+    Opt::Shadow,
+];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &[
     Opt::Algo,
@@ -248,6 +273,7 @@ pub const LIMITER: &[Opt] = &[
     Opt::Window,
     Opt::Burst,
     Opt::Meta,
+    Opt::Shadow,
     Opt::Cost,
 ];
 /// RL.ACQUIRE's options.
@@ -270,6 +296,8 @@ pub struct Options {
     pub ttl: Option<i64>,
     /// Where the lease id is in the argument slice.
     pub id: Option<usize>,
+    /// SHADOW was given.
+    pub shadow: bool,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -290,10 +318,10 @@ pub fn read_options(
         let Some(opt) = Opt::parse(args[at], allowed) else {
             return Err(unknown(args[at]));
         };
-        if let Err(problem) = opts.try_set(opt, args, at + 1) {
-            return Err(problem.about(opt));
+        match opts.try_set(opt, args, at + 1) {
+            Ok(words) => at += words,
+            Err(problem) => return Err(problem.about(opt)),
         }
-        at += 2;
     }
     Ok(())
 }
@@ -319,15 +347,22 @@ impl Problem {
 }
 
 impl Options {
-    /// Sets `opt` from the value at `args[at]`.
-    pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), RlError> {
+    /// Sets `opt` from the value at `args[at]` (a flag takes none); the
+    /// words the option took, its keyword included.
+    pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, RlError> {
         self.try_set(opt, args, at).map_err(|p| p.about(opt))
     }
 
     // Always inlined: in `parse_options` the keyword's match and this one
     // then become one dispatch.
     #[inline(always)]
-    fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), Problem> {
+    fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
+        if let Opt::Shadow = opt {
+            return match std::mem::replace(&mut self.shadow, true) {
+                true => Err(Problem::Repeated),
+                false => Ok(1),
+            };
+        }
         let value = *args.get(at).ok_or(Problem::Missing)?;
         let int = || {
             parse_i64(value)
@@ -347,10 +382,11 @@ impl Options {
             Opt::Ttl => self.ttl.replace(int()?).is_some(),
             Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
             Opt::Id => self.id.replace(at).is_some(),
+            Opt::Shadow => return Ok(1), // above
         };
         match repeated {
             true => Err(Problem::Repeated),
-            false => Ok(()),
+            false => Ok(2),
         }
     }
 }
@@ -417,7 +453,10 @@ pub fn limiter_keys(args: &[&[u8]], counter_read_only: bool, mut key: impl FnMut
         if KEY_OPTION.keyword.matches(args[at]) {
             key(at + 1, true);
         }
-        at += 2;
+        at += match Opt::parse(args[at], OptSet::ALL) {
+            Some(opt) if opt.is_flag() => 1,
+            _ => 2,
+        };
     }
 }
 

@@ -44,6 +44,8 @@ pub enum RlError {
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
 pub const POSITIVE: &str = "an integer from 1 to 9223372036854775807";
 pub const NON_EMPTY: &str = "a non-empty string";
+/// A flag's META field.
+pub const ZERO_OR_ONE: &str = "0 or 1";
 /// A leaky queue may be empty; a bucket must hold at least one request.
 pub const BURST_RANGE: &str = "an integer from 1 (0 for ALGO leaky) to 9223372036854775807";
 

@@ -6,7 +6,7 @@ use std::ffi::CStr;
 use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
-use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::ffi::{Ctx, Str};
 use crate::num::parse_i64;
 use crate::store::{Key, KeyKind};
@@ -19,6 +19,8 @@ pub struct Resolved {
     pub window: Option<(i64, &'static str)>,
     /// The burst, and whether it came from the META hash.
     burst: Option<(i64, bool)>,
+    /// Shadow mode: SHADOW, or META field `shadow` 1.
+    pub shadow: bool,
 }
 
 impl Resolved {
@@ -73,11 +75,13 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
         (None, true) => Meta::int_of(meta, Opt::Burst, 0, BURST_RANGE)?.map(|b| (b, true)),
         (None, false) => None,
     };
+    let shadow = opts.shadow || Meta::flag_of(meta, Opt::Shadow)?;
     Ok(Some(Resolved {
         algo,
         limit,
         window,
         burst,
+        shadow,
     }))
 }
 
@@ -127,7 +131,7 @@ struct Meta {
 }
 
 impl Meta {
-    /// Reads `fields` (at most four, see `Key::hash_fields`).
+    /// Reads `fields` (at most eight, see `Key::hash_fields`).
     fn read<const N: usize>(
         ctx: Ctx,
         name: Str,
@@ -166,6 +170,15 @@ impl Meta {
         must: &'static str,
     ) -> Result<Option<i64>, RlError> {
         meta.map_or(Ok(None), |meta| meta.int(opt, min, must))
+    }
+
+    /// A flag's field (see `Value::Flag`): absent or `0` is off, `1` on.
+    fn flag_of(meta: Option<&Meta>, opt: Opt) -> Result<bool, RlError> {
+        match Meta::int_of(meta, opt, 0, ZERO_OR_ONE)? {
+            None | Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            Some(_) => Err(RlError::BadMetaField(opt.meta_field(), ZERO_OR_ONE)),
+        }
     }
 
     fn algorithm(&self) -> Result<Option<Algo>, RlError> {

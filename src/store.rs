@@ -196,20 +196,20 @@ impl Key {
         None
     }
 
-    /// Reads up to four fields of a hash key in one lookup and hands each
-    /// present value to `each(index, bytes)`; fields past the fourth are
+    /// Reads up to eight fields of a hash key in one lookup and hands each
+    /// present value to `each(index, bytes)`; fields past the eighth are
     /// not read.
     pub fn hash_fields(&self, ctx: Ctx, fields: &[&CStr], mut each: impl FnMut(usize, &[u8])) {
         let Some(key) = self.live() else { return };
-        let mut names: [*const c_char; 4] = [ptr::null(); 4];
+        let mut names: [*const c_char; 8] = [ptr::null(); 8];
         for (name, field) in names.iter_mut().zip(fields) {
             *name = field.as_ptr();
         }
-        let mut values: [Str; 4] = [ptr::null_mut(); 4];
-        let [v0, v1, v2, v3] = &mut values;
+        let mut values: [Str; 8] = [ptr::null_mut(); 8];
+        let [v0, v1, v2, v3, v4, v5, v6, v7] = &mut values;
         // SAFETY: an open hash key; C-string field names, each with a slot
         // for its value; the list ends at the first NULL name (the
-        // server reads no further), at the latest the NULL after four.
+        // server reads no further), at the latest the NULL after eight.
         unsafe {
             api!(RedisModule_HashGet)(
                 key,
@@ -222,6 +222,14 @@ impl Key {
                 v2 as *mut Str,
                 names[3],
                 v3 as *mut Str,
+                names[4],
+                v4 as *mut Str,
+                names[5],
+                v5 as *mut Str,
+                names[6],
+                v6 as *mut Str,
+                names[7],
+                v7 as *mut Str,
                 ptr::null::<c_char>(),
             )
         };

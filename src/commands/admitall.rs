@@ -1,7 +1,9 @@
 //! RL.ADMITALL numkeys key [key ...] [COST n] POLICY [ALGO name] [LIMIT max]
-//! [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
+//! [WINDOW ms] [BURST n] [META metakey] [SHADOW] [POLICY ...]
 //!
-//! One POLICY per key, in order. All are admitted, or none is consumed.
+//! One POLICY per key, in order. All are admitted, or none is consumed. A
+//! POLICY in shadow mode never refuses: its would-be refusal consumes
+//! nothing (it makes only the repair a refusal makes) and blocks no other.
 
 use super::Call;
 use crate::algo::{self, Decision, Found, Outcome, Policy, Write};
@@ -19,17 +21,18 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
     let now = clock::now();
     let mut limiters = Vec::with_capacity(request.keys);
     for (i, opts) in request.policies.iter().enumerate() {
-        let policy = resolve(ctx, call.argv, opts)?
-            .map(|r| r.policy(now.ms))
-            .transpose()?;
-        limiters.push((call.argv[2 + i], policy));
+        let resolved = resolve(ctx, call.argv, opts)?;
+        let shadow = resolved.as_ref().is_some_and(|r| r.shadow);
+        let policy = resolved.map(|r| r.policy(now.ms)).transpose()?;
+        limiters.push((call.argv[2 + i], policy, shadow));
     }
     let mut members = Vec::with_capacity(limiters.len());
-    for &(name, policy) in &limiters {
+    for &(name, policy, shadow) in &limiters {
         let Some(policy) = policy else {
             members.push(Member {
                 name,
                 policy: None,
+                shadow,
                 found: None,
                 outcome: Outcome {
                     decision: Decision::UNLIMITED,
@@ -46,16 +49,24 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
         members.push(Member {
             name,
             policy: Some(policy),
+            shadow,
             found,
             outcome,
         });
     }
-    let all_admitted = members.iter().all(|m| m.outcome.decision.admitted);
+    let all_admitted = members
+        .iter()
+        .all(|m| m.outcome.decision.admitted || m.shadow);
     let (mut refused_by, mut longest) = (0, 0i64);
-    let mut hits = Vec::new();
+    let (mut hits, mut shadows) = (Vec::new(), Vec::new());
     for (i, m) in members.iter_mut().enumerate() {
         let wait = m.outcome.decision.retry_after_ms;
-        if all_admitted {
+        if m.shadow && !m.outcome.decision.admitted {
+            // A would-be refusal: as an enforced refusal, it consumes
+            // nothing but makes its repair; its wait is not the caller's.
+            m.apply(ctx);
+            shadows.push(m.name);
+        } else if all_admitted {
             // The caller proceeds after the longest wait (a leaky queue's delay).
             longest = longest.max(wait);
             m.apply(ctx);
@@ -74,18 +85,35 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             m.outcome = algo::admit(m.found, policy, 0, now);
         }
     }
-    let decisions: Vec<Decision> = members.iter().map(|m| m.outcome.decision).collect();
-    // The call counts once; its refusal's event is fired for every refusing
-    // member.
+    let decisions: Vec<(Decision, bool)> = members
+        .iter()
+        .map(|m| (m.outcome.decision, m.shadow))
+        .collect();
+    // The call counts once: refused, else shadow-refused if any member
+    // would have refused, else admitted. Each refusing member fires its
+    // refusal's event, each would-be refusal `rl.shadow`.
+    let verdict = (all_admitted && shadows.is_empty(), all_admitted);
     let (tally, event) = receipt::of_decision(
         Source::AdmitAll,
-        all_admitted,
+        verdict,
         longest,
         request.cost,
         config::hit_events(),
     );
     if let Some(event) = event {
         for name in hits {
+            store::notify(ctx, event, name);
+        }
+    }
+    let (_, shadow_event) = receipt::of_decision(
+        Source::AdmitAll,
+        (false, true),
+        0,
+        request.cost,
+        config::hit_events(),
+    );
+    if let Some(event) = shadow_event {
+        for name in shadows {
             store::notify(ctx, event, name);
         }
     }
@@ -99,6 +127,8 @@ struct Member {
     name: Str,
     /// `None` for an unlimited member.
     policy: Option<Policy>,
+    /// Shadow mode: a refusal is answered as an admission.
+    shadow: bool,
     found: Found,
     outcome: Outcome,
 }

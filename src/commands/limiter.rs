@@ -14,17 +14,18 @@ use crate::{clock, reply, stats};
 /// RL.ADMIT and RL.REFUND take every option.
 const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [COST n]
 pub fn admit(call: &Call) -> Result<(), RlError> {
     match update(call, algo::admit)? {
         None => {
             stats::count(Tally::Admitted(Source::Unlimited));
-            reply::decision(call.ctx, &Decision::UNLIMITED);
+            reply::decision(call.ctx, &Decision::UNLIMITED, false);
         }
         Some(Updated {
             algo,
             cost,
             decision: d,
+            shadow,
             ..
         }) => {
             let source = Source::Algo(algo);
@@ -32,25 +33,25 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
                 call.ctx,
                 call.key(),
                 source,
-                d.admitted,
+                (d.admitted, shadow),
                 d.retry_after_ms,
                 cost,
             );
-            reply::decision(call.ctx, &d);
+            reply::decision(call.ctx, &d, shadow);
         }
     }
     Ok(())
 }
 
-/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [COST n]
 pub fn refund(call: &Call) -> Result<(), RlError> {
     match update(call, algo::refund)? {
-        None => reply::decision(call.ctx, &Decision::UNLIMITED),
+        None => reply::decision(call.ctx, &Decision::UNLIMITED, false),
         Some(updated) => {
             if updated.wrote {
                 store::notify(call.ctx, Event::Refund, call.key());
             }
-            reply::decision(call.ctx, &updated.decision);
+            reply::decision(call.ctx, &updated.decision, updated.shadow);
         }
     }
     Ok(())
@@ -63,6 +64,8 @@ struct Updated {
     decision: Decision,
     /// Whether the key was written.
     wrote: bool,
+    /// Shadow mode: a refusal is answered as an admission.
+    shadow: bool,
 }
 
 /// The path RL.ADMIT and RL.REFUND share: options parsed, the policy
@@ -75,8 +78,8 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
     let now = clock::now();
-    let Some(policy) = resolve(call.ctx, call.argv, &opts)?
-        .map(|r| r.policy(now.ms))
+    let Some((policy, shadow)) = resolve(call.ctx, call.argv, &opts)?
+        .map(|r| r.policy(now.ms).map(|p| (p, r.shadow)))
         .transpose()?
     else {
         return Ok(None);
@@ -92,10 +95,12 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
         cost,
         decision: outcome.decision,
         wrote: outcome.write != Write::Nothing,
+        shadow,
     }))
 }
 
-/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
+/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW]
+/// (in shadow mode too, the wait a request would be told if enforced)
 pub fn ttl(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, POLICY_SET, &mut opts)?;

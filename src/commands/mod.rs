@@ -42,10 +42,11 @@ fn write(ctx: Ctx, key: &mut Key, name: Str, write: algo::Write, before: Found) 
     store::execute(ctx, key, name, plan::change(write, before, &mut buf));
 }
 
-/// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`.
-fn record(ctx: Ctx, name: Str, source: Source, admitted: bool, retry_after_ms: i64, cost: i64) {
+/// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`
+/// (`rl.shadow` in shadow mode). `verdict`: (admitted, shadow mode).
+fn record(ctx: Ctx, name: Str, source: Source, verdict: (bool, bool), retry_ms: i64, cost: i64) {
     let (tally, event) =
-        receipt::of_decision(source, admitted, retry_after_ms, cost, config::hit_events());
+        receipt::of_decision(source, verdict, retry_ms, cost, config::hit_events());
     stats::count(tally);
     if let Some(event) = event {
         store::notify(ctx, event, name);

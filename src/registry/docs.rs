@@ -128,8 +128,13 @@ pub const fn option_args<const N: usize>(opts: &[Opt], key_spec: i32) -> [Arg; N
             Value::Integer => ArgKind::Integer,
             Value::Key => ArgKind::Key(key_spec),
             Value::Text => ArgKind::String,
+            Value::Flag => ArgKind::PureToken,
         };
-        out[i] = Arg::option(spec.token, spec.value_name, kind);
+        out[i] = match kind {
+            // A flag: `[TOKEN]`, named as its META field.
+            ArgKind::PureToken => Arg::word(spec.token).optional(),
+            _ => Arg::option(spec.token, spec.value_name, kind),
+        };
         i += 1;
     }
     out

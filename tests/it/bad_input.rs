@@ -27,6 +27,9 @@ const KEYS: &[&str] = &[
     "a",
     "b",
     "t",
+    "badshadow",
+    "negshadow",
+    "wordshadow",
 ];
 
 /// The same keys on each server.
@@ -83,6 +86,36 @@ fn fixtures(con: &mut Connection) {
         &["SET", "text", "hello"],
         &["RPUSH", "list", "x"],
         &["SET", "sliding", "sliding:0:1:0"],
+        &[
+            "HSET",
+            "badshadow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "shadow",
+            "2",
+        ],
+        &[
+            "HSET",
+            "negshadow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "shadow",
+            "-1",
+        ],
+        &[
+            "HSET",
+            "wordshadow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "shadow",
+            "yes",
+        ],
     ];
     for cmd in setup {
         let r = common::cmd_raw(con, cmd);
@@ -389,6 +422,38 @@ const NAMED: &[(&str, &str)] = &[
     ("RL.TTL list LIMIT 3", "WRONGTYPE"),
     ("RL.LIMIT badmax", "'max'"),
     ("RL.LIMIT list", "WRONGTYPE"),
+    // SHADOW (issue 27): a flag, once; its META field 0 or 1.
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 SHADOW SHADOW",
+        "SHADOW is given more than once",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 shadow 1",
+        "unknown option '1'",
+    ),
+    ("RL.ADMIT c SHADOW LIMIT 5 WINDOW 10 SHADOW", "SHADOW"),
+    ("RL.ADMIT c SHADOW META m SHADOW", "SHADOW"),
+    (
+        "RL.ADMIT c META badshadow",
+        "META hash field 'shadow' must be 0 or 1",
+    ),
+    (
+        "RL.ADMIT c META negshadow",
+        "META hash field 'shadow' must be 0 or 1",
+    ),
+    (
+        "RL.ADMIT c META wordshadow",
+        "META hash field 'shadow' must be 0 or 1",
+    ),
+    ("RL.REFUND c META badshadow", "'shadow'"),
+    ("RL.TTL c META badshadow", "'shadow'"),
+    ("RL.TTL c SHADOW LIMIT 5 SHADOW", "SHADOW"),
+    ("RL.ADMITALL 1 a SHADOW POLICY LIMIT 5 WINDOW 10", "POLICY"),
+    (
+        "RL.ADMITALL 1 a POLICY SHADOW LIMIT 5 WINDOW 10 SHADOW",
+        "SHADOW",
+    ),
+    ("RL.ADMITALL 1 a POLICY META badshadow", "'shadow'"),
 ];
 
 /// A number with a leading space is not a number (its words hold a space).

@@ -194,7 +194,10 @@ fn command_docs_describe_every_command() {
         .unwrap();
     let args = items(&pairs(&items(&docs)[1])["arguments"]);
     let tokens: Vec<String> = args[1..].iter().map(|a| text(&pairs(a)["token"])).collect();
-    assert_eq!(tokens, ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST"]);
+    assert_eq!(
+        tokens,
+        ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "COST"]
+    );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
         .iter()
         .any(|f| text(f) == "optional")));
@@ -350,7 +353,18 @@ fn info_counts_each_call_under_what_decided_it() {
     for what in ["acquired", "refused", "released", "extended", "reclaimed"] {
         assert_eq!(stats[&format!("ratelimit_leases_{what}")], 0, "{what}");
     }
-    assert_eq!(stats.len(), 24, "{stats:?}");
+    // calls_shadow_refused, and <name>_shadow_refused for every algorithm
+    // and RL.ADMITALL (issue 27).
+    for name in [
+        "fixed", "sliding", "token", "gcra", "leaky", "admitall", "calls",
+    ] {
+        assert_eq!(
+            stats[&format!("ratelimit_{name}_shadow_refused")],
+            0,
+            "{name}"
+        );
+    }
+    assert_eq!(stats.len(), 31, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
@@ -1014,7 +1028,7 @@ fn valkey_cli_hints_show_every_commands_syntax() {
     let server = Server::start();
     let port = server.port.to_string();
     let policy = "[ALGO fixed|sliding|token|gcra|leaky] [LIMIT max] [WINDOW ms] [BURST n] \
-                  [META metakey]";
+                  [META metakey] [SHADOW]";
     let cases = [
         ("RL.ADMIT k ", format!("{policy} [COST n]")),
         (

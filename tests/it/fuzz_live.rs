@@ -52,7 +52,7 @@ fn counter_keys(c: &Call) -> &[Vec<u8>] {
 
 const OPTIONS: &[&str] = &[
     "ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "POLICY", "algo", "limit", "window",
-    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id",
+    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id", "SHADOW", "shadow",
 ];
 
 const UNKNOWN_OPTIONS: &[&str] = &[

@@ -740,13 +740,35 @@ fn meta_fixtures(con: &mut Connection) {
             "0",
         ],
         &["SET", "meta:string", "x"],
+        &[
+            "HSET",
+            "meta:shadow",
+            "max",
+            "2",
+            "duration",
+            "40",
+            "algorithm",
+            "gcra",
+            "shadow",
+            "1",
+        ],
+        &[
+            "HSET",
+            "meta:badshadow",
+            "max",
+            "2",
+            "duration",
+            "40",
+            "shadow",
+            "7",
+        ],
     ];
     for cmd in setup {
         let _: Value = redis::cmd(cmd[0]).arg(&cmd[1..]).query(con).unwrap();
     }
 }
 
-const METAS: [&str; 9] = [
+const METAS: [&str; 11] = [
     "meta:gcra",
     "meta:sliding",
     "meta:leaky",
@@ -756,6 +778,8 @@ const METAS: [&str; 9] = [
     "meta:badalgo",
     "meta:badburst",
     "meta:string",
+    "meta:shadow",
+    "meta:badshadow",
 ];
 
 /// Policy options for a random call: mostly a complete inline policy,
@@ -781,6 +805,11 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
         let burst = if rng.pct(5) { 0 } else { 1 + rng.below(6) };
         out.extend(words(&["BURST", &burst.to_string()]));
     }
+    if rng.pct(15) {
+        // Shadow mode (issue 27): a flag, anywhere among the options.
+        let at = 2 * rng.below(out.len() / 2 + 1);
+        out.insert(at, "SHADOW".to_string());
+    }
     if rng.pct(3) {
         // Malformed, in one of the ways the module names.
         let bad: &[&[&str]] = &[
@@ -792,6 +821,8 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
             &["COST"],
             &["window", "1.5"],
             &["LIMIT", "01"],
+            &["SHADOW", "LIMIT", "1", "SHADOW"],
+            &["SHADOW", "1"],
         ];
         out = words(rng.pick(bad));
     }
