@@ -273,6 +273,7 @@ local OPTIONS = {
   WINDOW = function(v) return int_arg(v, 'WINDOW', 1) end,
   BURST = read_burst,
   COST = function(v) return int_arg(v, 'COST', 0) end,
+  PENALTY = function(v) return int_arg(v, 'PENALTY', 1) end,
   -- The library's own: replies as a map (see `named`).
   FORMAT = read_format,
 }
@@ -287,13 +288,14 @@ local FLAGS = {SHADOW = true}
 local OPTION_NAMES = {
   ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
   algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
-  SHADOW = 'SHADOW', shadow = 'SHADOW',
+  SHADOW = 'SHADOW', shadow = 'SHADOW', PENALTY = 'PENALTY', penalty = 'PENALTY',
 }
 
 -- The options each function takes, beyond which an option is unknown.
-local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true}
-local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true, COST = true,
-                       FORMAT = true}
+local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
+                        PENALTY = true}
+local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
+                       PENALTY = true, COST = true, FORMAT = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
@@ -345,10 +347,11 @@ local NO_META = {}
 -- The META hash's fields as found (nil when absent); judged only when used.
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
-  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow')
+  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
-          algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil}
+          algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil,
+          penalty = fields[6] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -402,6 +405,11 @@ local function resolve(opts, metakey)
     r.burst, r.burst_from_meta = meta_int(meta, 'burst', 0, BURST_RANGE), true
   end
   r.shadow = opts.SHADOW or meta_flag(meta, 'shadow')
+  if opts.PENALTY ~= nil then
+    r.penalty, r.penalty_source = opts.PENALTY, 'PENALTY'
+  else
+    r.penalty, r.penalty_source = meta_int(meta, 'penalty', 1, POSITIVE), 'META field \'penalty\''
+  end
   return r
 end
 
@@ -468,8 +476,19 @@ local function exact_policy(p, now)
   if not ok then fail(BEYOND_DOUBLES) end
 end
 
+-- The penalty's checks at the ms `now` (src/resolve.rs `Resolved::penalty`),
+-- then the library's range: its end is exact.
+local function penalty_checks(p, now)
+  if p.penalty > I64_LIMIT - now then
+    fail('ERR ' .. p.penalty_source .. ' is too large: the penalty end overflows')
+  end
+  if now + p.penalty > EXACT then fail(BEYOND_DOUBLES) end
+end
+
 -- The deciders (below), by algorithm; bound once they are defined.
 local ADMIT, REFUND = {}, {}
+-- A decider in a penalty's key (`penalised`, below the deciders).
+local penalised
 
 -- GCRA's and the leaky queue's state as it is written: 19 digits (a time
 -- from 2001 to 2286), the ms and the ns into it apart.
@@ -510,9 +529,17 @@ local function policy_of(r, now_ms)
   -- The policy's decider, a closure over its numbers; the refund is the
   -- same with the amount where the cost goes (the fixed window's apart).
   local decide = ADMIT[p.algo](p)
-  p.admit = decide
+  p.admit, p.own = decide, decide
   p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
     return decide(q, key, 0, ms, sub, amount)
+  end
+  if p.penalty then
+    -- The penalty box reads the clock, whose checks it has too.
+    local now = now_ms or clock()
+    penalty_checks(p, now)
+    p.clock = true
+    p.now_hi = math.min(p.now_hi, EXACT - p.penalty)
+    p.admit, p.refund = penalised(p.admit, false), penalised(p.refund, true)
   end
   return p
 end
@@ -521,6 +548,7 @@ end
 local function check_at(p, now_ms)
   module_policy_checks(p, now_ms)
   exact_policy(p, now_ms)
+  if p.penalty then penalty_checks(p, now_ms) end
 end
 
 ---------------------------------------------------------------- memo
@@ -1108,6 +1136,153 @@ ADMIT.gcra, ADMIT.leaky = schedule_of, schedule_of
 
 -- A refund of nothing is a peek: the decision, and no write, even where a
 -- real call would normalise the state.
+---------------------------------------------------------------- penalty
+
+--[[
+The penalty box (src/algo/penalty.rs): a refusal under PENALTY ms refuses
+every call for ms from it, with retry_after_ms what is left of it (never
+less than the algorithm's own wait); refusals in it do not extend it. It
+lives in the limiter's own key, around the algorithm's state:
+
+  penalty:<until_ms>:<state_expires_at_ms>:<state>
+
+<state> as the algorithm stores it, or empty (then the expiry is 0); the
+key expires at the later of the two times. An ended penalty reads as its
+state alone, written plainly again by the next write.
+]]
+local PENALTY_FORM = '^penalty:([^:]*):([^:]*):(.*)$'
+local CORRUPT_PENALTY = 'ERR limiter key holds a corrupt penalty'
+
+-- A penalty's form: its end, its state's expiry (nil: no state) and its
+-- state (nil: none, or expired at `now`); or nil and the error.
+local function unwrap(raw, now)
+  local until_, expiry, state = match(raw, PENALTY_FORM)
+  until_, expiry = parse_i64(until_ or ''), parse_i64(expiry or '')
+  if until_ == nil or expiry == nil or until_ < 0 or expiry < 0 then return nil, CORRUPT_PENALTY end
+  if state == '' or expiry <= now then return until_, nil, nil end
+  return until_, expiry, state
+end
+
+local function is_wrapped(raw)
+  return typeof(raw) == 'string' and find(raw, '^penalty:') ~= nil
+end
+
+-- The state after a decider's write (kind, value, at) on `state` expiring
+-- at `expiry` (ms; nil: no TTL), the clock at `now`.
+local function after(kind, value, at, state, expiry, now)
+  if kind == nil then return state, expiry end
+  if kind == SET_AT then return value, at end
+  if kind == ADD then return fmt('%d', counter_of(state) + value), expiry end
+  if kind == SET_IN then return value, now + at end
+  if kind == EXPIRE_AT then return state, at end
+  if kind == EXPIRE_IN then return state, now + at end
+  if kind == KEEP_TTL then return value, expiry end
+  return nil, nil -- DELETE
+end
+
+-- The penalty's form for its end and a state: the write that stores it.
+local function wrap(until_, state, expiry)
+  if state == nil then return SET_AT, fmt('penalty:%d:0:', until_), until_ end
+  expiry = expiry or until_
+  local at = until_
+  if expiry > at then at = expiry end
+  return SET_AT, fmt('penalty:%d:%d:%s', until_, expiry, state), at
+end
+
+-- A decision refused by a penalty `left` ms from its end.
+local function boxed(a, limit, retry, reset, left)
+  local wait = left
+  if a == 0 then
+    wait = retry
+    if retry ~= -1 and left > retry then wait = left end
+  end
+  if left > reset then reset = left end
+  return 0, limit, 0, wait, reset
+end
+
+-- Runs `decide` on the state inside a penalty's form at `key` (given as
+-- `state` and `expiry`): the decider reads the key as if it held that
+-- state alone (GET, PTTL and PEXPIRETIME of `key` answered from it).
+local function decide_inside(decide, q, key, cost, now_ms, now_sub, state, expiry)
+  local real_call, real_pcall = call, server_pcall
+  server_pcall = function(cmd, k, ...)
+    if cmd == 'GET' and k == key then return state or false end
+    return real_pcall(cmd, k, ...)
+  end
+  call = function(cmd, k, ...)
+    if k == key and (cmd == 'PTTL' or cmd == 'PEXPIRETIME') then
+      if state == nil then return -2 end
+      if expiry == nil then return -1 end
+      if cmd == 'PTTL' then return expiry - now_ms end
+      return expiry
+    end
+    return real_call(cmd, k, ...)
+  end
+  local ok, a, l, r, t, s, kind, value, at = pcall(decide, q, key, cost, now_ms, now_sub)
+  call, server_pcall = real_call, real_pcall
+  if not ok then error(a, 0) end
+  return a, l, r, t, s, kind, value, at
+end
+
+-- `decide` (an admit, or a refund: `refund`) as a decider of a key that
+-- may hold or start a penalty (src/algo/penalty.rs `decide`). The
+-- policy's PENALTY is `q.penalty` (nil: none, for a policy without one
+-- that found a penalty's form).
+function penalised(decide, refund)
+  return function(q, key, cost, now_ms, now_sub)
+    if now_ms == nil then now_ms, now_sub = clock() end
+    local raw = server_pcall('GET', key)
+    if raw and raw.err then return nil, WRONGTYPE end
+    local wrapped, until_, state, expiry = is_wrapped(raw), nil, nil, nil
+    local a, l, r, t, s, kind, value, at
+    if wrapped then
+      until_, expiry, state = unwrap(raw, now_ms)
+      if until_ == nil then return nil, expiry end
+      a, l, r, t, s, kind, value, at = decide_inside(decide, q, key, cost, now_ms, now_sub, state, expiry)
+    else
+      if raw then
+        state = raw
+        expiry = call('PEXPIRETIME', key)
+        if expiry < 0 then expiry = nil end
+      end
+      a, l, r, t, s, kind, value, at = decide(q, key, cost, now_ms, now_sub)
+    end
+    if a == nil then return nil, l end
+    local left = 0
+    if until_ ~= nil and until_ > now_ms then left = until_ - now_ms end
+    if left > 0 then
+      -- In the penalty: refused, consuming nothing; a refund gives back to
+      -- the state, but does not lift the penalty.
+      a, l, r, t, s = boxed(a, l, t, s, left)
+      if refund and kind then
+        return a, l, r, t, s, wrap(until_, after(kind, value, at, state, expiry, now_ms))
+      end
+      return a, l, r, t, s
+    end
+    local penalty = q.penalty
+    if not refund and a == 0 and cost > 0 and penalty then
+      -- A refusal starts the penalty; the state as the refusal leaves it.
+      local st, ex = after(kind, value, at, state, expiry, now_ms)
+      a, l, r, t, s = boxed(a, l, t, s, penalty)
+      return a, l, r, t, s, wrap(now_ms + penalty, st, ex)
+    end
+    if wrapped and kind then
+      -- An ended penalty: the state written plainly again.
+      local st, ex = after(kind, value, at, state, expiry, now_ms)
+      if st == nil then return a, l, r, t, s, DELETE end
+      return a, l, r, t, s, SET_AT, st, ex
+    end
+    if wrapped then return a, l, r, t, s end
+    return a, l, r, t, s, kind, value, at
+  end
+end
+
+-- A decider's error on a key that holds a penalty's form, for a policy
+-- without PENALTY: the penalty still holds (nil: not a penalty's form).
+local function penalty_held(key)
+  return is_wrapped(server_pcall('GET', key))
+end
+
 local function peek(p, key, _, now_ms, now_sub)
   local a, l, r, t, s = p.admit(p, key, 0, now_ms, now_sub)
   return a, l, r, t, s
@@ -1233,6 +1408,13 @@ local function limiter_function(command, refunds)
       if p.cost == 0 then decide = peek end
     end
     local a, limit, remaining, retry, reset, kind, value, at = decide(p, key, p.cost, now_ms, now_sub)
+    if a == nil and penalty_held(key) then
+      -- A penalty's form, found by a policy without PENALTY: it holds.
+      local ok
+      ok, a, limit, remaining, retry, reset, kind, value, at =
+        pcall(penalised(decide, refunds and decide ~= peek), p, key, p.cost, now_ms, now_sub)
+      if not ok then return failed(a) end
+    end
     if a == nil then return server.error_reply(limit) end
     if kind == SET_AT then
       call('SET', key, value, 'PXAT', at)
@@ -1262,9 +1444,25 @@ local function rl_ttl(keys, args)
   if r.algo == 'fixed' and r.window == nil then
     -- The fixed window's back-off is the counter's PTTL: no window needed.
     if r.limit > EXACT then fail(BEYOND_DOUBLES) end
+    if r.penalty then penalty_checks(r, (clock())) end
     local raw = server_pcall('GET', key)
     if not raw then return 0 end
     if typeof(raw) ~= 'string' then fail(WRONGTYPE) end
+    if is_wrapped(raw) then
+      -- Inside a penalty's form: its state's wait, or the penalty's.
+      local now = clock()
+      local until_, expiry, state = unwrap(raw, now)
+      if until_ == nil then fail(expiry) end
+      local left, own = until_ - now, 0
+      if state ~= nil then
+        local count = counter_of(state)
+        if count == nil then fail(NOT_A_COUNTER) end
+        if count >= r.limit then own = expiry - now end
+      end
+      if own > left then left = own end
+      if left < 0 then return 0 end
+      return left
+    end
     local count = counter_of(raw)
     if count == nil then fail(NOT_A_COUNTER) end
     local left = call('PTTL', key) -- -1: no TTL
@@ -1275,7 +1473,19 @@ local function rl_ttl(keys, args)
   local now_ms, now_sub
   if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
   local p = policy_of(r, now_ms)
-  local admitted, problem, _, retry = p.admit(p, key, 1, now_ms, now_sub)
+  local raw = server_pcall('GET', key)
+  if is_wrapped(raw) then
+    -- The algorithm's own wait inside a penalty's form, or the penalty's.
+    now_ms, now_sub = clock()
+    local until_, expiry, state = unwrap(raw, now_ms)
+    if until_ == nil then fail(expiry) end
+    local admitted, problem, _, retry = decide_inside(p.own, p, key, 1, now_ms, now_sub, state, expiry)
+    if admitted == nil then fail(problem) end
+    if retry < 0 then retry = 0 end
+    if until_ - now_ms > retry then retry = until_ - now_ms end
+    return retry
+  end
+  local admitted, problem, _, retry = p.own(p, key, 1, now_ms, now_sub)
   if admitted == nil then fail(problem) end
   if retry < 0 then return 0 end
   return retry
@@ -1488,7 +1698,13 @@ local function rl_admitall(keys, args)
   end
   for i = 1, n do
     local m = members[i]
-    local a, l, r, t, s, kind, value, expiry = m.policy.admit(m.policy, m.key, cost, now_ms, now_sub)
+    m.admit = m.policy.admit
+    local a, l, r, t, s, kind, value, expiry = m.admit(m.policy, m.key, cost, now_ms, now_sub)
+    if a == nil and penalty_held(m.key) then
+      -- A penalty's form, found by a policy without PENALTY: it holds.
+      m.admit = penalised(m.admit, false)
+      a, l, r, t, s, kind, value, expiry = m.admit(m.policy, m.key, cost, now_ms, now_sub)
+    end
     if a == nil then fail(l) end
     m.decision, m.write = {a, l, r, t, s}, {kind, value, expiry}
     -- Shadow mode: a would-be refusal blocks nothing.
@@ -1517,7 +1733,7 @@ local function rl_admitall(keys, args)
       end
     else
       -- Nothing was consumed: this member as it stands.
-      local a, l, r, t, s = m.policy.admit(m.policy, m.key, 0, now_ms, now_sub)
+      local a, l, r, t, s = m.admit(m.policy, m.key, 0, now_ms, now_sub)
       m.decision = {a, l, r, t, s}
     end
     if m.shadowed and format == 'map' then

@@ -30,6 +30,8 @@ pub enum Opt {
     /// Shadow mode: decide and keep state as enforced, but never refuse
     /// (a flag: no value).
     Shadow,
+    /// The penalty box: a refusal refuses everything for this many ms.
+    Penalty,
 }
 
 /// What an option's value is.
@@ -90,7 +92,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 9] = [
+pub const OPTIONS: [OptSpec; 10] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -139,6 +141,12 @@ pub const OPTIONS: [OptSpec; 9] = [
         c"SHADOW",
         (c"shadow", Value::Flag, 0, ZERO_OR_ONE),
         Some(c"shadow"),
+    ),
+    row(
+        Opt::Penalty,
+        c"PENALTY",
+        (c"ms", Value::Integer, 1, POSITIVE),
+        Some(c"penalty"),
     ),
 ];
 
@@ -189,6 +197,7 @@ impl Opt {
         const TTL: (usize, u64) = key(Opt::Ttl);
         const ID: (usize, u64) = key(Opt::Id);
         const SHADOW: (usize, u64) = key(Opt::Shadow);
+        const PENALTY: (usize, u64) = key(Opt::Penalty);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -199,6 +208,7 @@ impl Opt {
             TTL => Opt::Ttl,
             ID => Opt::Id,
             SHADOW => Opt::Shadow,
+            PENALTY => Opt::Penalty,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -244,7 +254,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 }
 
 /// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 5] = meta_fields(POLICY);
+pub const META_FIELDS: [(Opt, &CStr); 6] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
 
@@ -265,6 +275,7 @@ pub const POLICY: &[Opt] = &[
     Opt::Burst,
     Opt::Meta,
     Opt::Shadow,
+    Opt::Penalty,
 ];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &[
@@ -274,6 +285,7 @@ pub const LIMITER: &[Opt] = &[
     Opt::Burst,
     Opt::Meta,
     Opt::Shadow,
+    Opt::Penalty,
     Opt::Cost,
 ];
 /// RL.ACQUIRE's options.
@@ -298,6 +310,7 @@ pub struct Options {
     pub id: Option<usize>,
     /// SHADOW was given.
     pub shadow: bool,
+    pub penalty: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -378,6 +391,7 @@ impl Options {
             Opt::Window => self.window.replace(int()?).is_some(),
             Opt::Burst => self.burst.replace(int()?).is_some(),
             Opt::Cost => self.cost.replace(int()?).is_some(),
+            Opt::Penalty => self.penalty.replace(int()?).is_some(),
             Opt::Meta => self.meta.replace(at).is_some(),
             Opt::Ttl => self.ttl.replace(int()?).is_some(),
             Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),

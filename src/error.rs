@@ -13,6 +13,10 @@ pub enum RlError {
     TooManyArguments,
     /// `now + window` does not fit the clock.
     WindowOverflow(&'static str),
+    /// `now + penalty` does not fit the clock: what gave the penalty.
+    PenaltyOverflow(&'static str),
+    /// A `penalty:` value that is not the penalty's form.
+    BadPenalty,
     NoWindow,
     /// A field of the META hash is not usable: (field, what it must be).
     BadMetaField(&'static str, &'static str),
@@ -60,6 +64,10 @@ impl fmt::Display for RlError {
             UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
             TooManyArguments => write!(f, "ERR too many arguments"),
             WindowOverflow(what) => write!(f, "ERR {what} is too large: the window end overflows"),
+            PenaltyOverflow(what) => {
+                write!(f, "ERR {what} is too large: the penalty end overflows")
+            }
+            BadPenalty => write!(f, "ERR limiter key holds a corrupt penalty"),
             NoWindow => write!(
                 f,
                 "ERR a limit is set but no window: give WINDOW or set field 'duration' in the META hash"

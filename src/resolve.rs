@@ -21,6 +21,8 @@ pub struct Resolved {
     burst: Option<(i64, bool)>,
     /// Shadow mode: SHADOW, or META field `shadow` 1.
     pub shadow: bool,
+    /// The penalty (ms, 0: none), and what gave it (for the overflow error).
+    penalty: (i64, &'static str),
 }
 
 impl Resolved {
@@ -38,6 +40,15 @@ impl Resolved {
         }
         let burst = self.burst.map(|(b, _)| b);
         Policy::new(self.algo, self.limit, window, burst, now)
+    }
+
+    /// The penalty in ms (0: none), checked against the clock `now`.
+    pub fn penalty(&self, now: i64) -> Result<i64, RlError> {
+        let (ms, source) = self.penalty;
+        match now.checked_add(ms) {
+            Some(_) => Ok(ms),
+            None => Err(RlError::PenaltyOverflow(source)),
+        }
     }
 }
 
@@ -76,12 +87,18 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
         (None, false) => None,
     };
     let shadow = opts.shadow || Meta::flag_of(meta, Opt::Shadow)?;
+    let penalty = match opts.penalty {
+        Some(p) => (p, Opt::Penalty.name()),
+        None => Meta::int_of(meta, Opt::Penalty, 1, POSITIVE)?
+            .map_or((0, ""), |p| (p, "META field 'penalty'")),
+    };
     Ok(Some(Resolved {
         algo,
         limit,
         window,
         burst,
         shadow,
+        penalty,
     }))
 }
 

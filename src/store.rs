@@ -10,7 +10,7 @@ use std::ptr;
 
 use redis_module::raw;
 
-use crate::algo::{Algo, State};
+use crate::algo::{penalty, Algo};
 use crate::error::RlError;
 use crate::ffi::{api, str_bytes, Ctx, Str};
 use crate::plan::{Change, Replicate};
@@ -124,14 +124,12 @@ impl Key {
         unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), len) }
     }
 
-    /// Reads `algo`'s state and the key's expiry: `Ok(None)` when empty.
-    pub fn read_state(&self, algo: Algo) -> Result<Option<(State, Option<i64>)>, RlError> {
+    /// Reads a limiter key for `algo` at `now_ms`: its state, plain or
+    /// inside a penalty's form (`algo::penalty`).
+    pub fn read_limiter(&self, algo: Algo, now_ms: i64) -> Result<penalty::Read, RlError> {
         match self.kind() {
-            KeyKind::Empty => Ok(None),
-            KeyKind::String => Ok(Some((
-                State::decode(algo, self.string_bytes())?,
-                self.expires_at(),
-            ))),
+            KeyKind::Empty => Ok(penalty::Read::plain(None)),
+            KeyKind::String => penalty::read(algo, self.string_bytes(), self.expires_at(), now_ms),
             _ => Err(RlError::WrongType),
         }
     }

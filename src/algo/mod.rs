@@ -10,6 +10,7 @@ pub mod fixed;
 pub mod gcra;
 pub mod leaky;
 pub mod lease;
+pub mod penalty;
 pub mod policy;
 pub mod sliding;
 pub mod state;

@@ -6,7 +6,8 @@
 //! nothing (it makes only the repair a refusal makes) and blocks no other.
 
 use super::Call;
-use crate::algo::{self, Decision, Found, Outcome, Policy, Write};
+use crate::algo::penalty::{self, Plan, Read};
+use crate::algo::{self, Decision, Policy, Write};
 use crate::args::AdmitAll;
 use crate::error::RlError;
 use crate::ffi::{Ctx, Str};
@@ -21,47 +22,56 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
     let now = clock::now();
     let mut limiters = Vec::with_capacity(request.keys);
     for (i, opts) in request.policies.iter().enumerate() {
-        let resolved = resolve(ctx, call.argv, opts)?;
-        let shadow = resolved.as_ref().is_some_and(|r| r.shadow);
-        let policy = resolved.map(|r| r.policy(now.ms)).transpose()?;
-        limiters.push((call.argv[2 + i], policy, shadow));
+        let (policy, shadow, penalty_ms) = match resolve(ctx, call.argv, opts)? {
+            Some(r) => (Some(r.policy(now.ms)?), r.shadow, r.penalty(now.ms)?),
+            None => (None, false, 0),
+        };
+        limiters.push((call.argv[2 + i], policy, shadow, penalty_ms));
     }
     let mut members = Vec::with_capacity(limiters.len());
-    for &(name, policy, shadow) in &limiters {
+    for &(name, policy, shadow, penalty_ms) in &limiters {
         let Some(policy) = policy else {
             members.push(Member {
                 name,
                 policy: None,
                 shadow,
-                found: None,
-                outcome: Outcome {
-                    decision: Decision::UNLIMITED,
-                    write: Write::Nothing,
-                    reset_at: now.ms,
-                },
+                penalty_ms,
+                now_ms: now.ms,
+                read: Read::plain(None),
+                decision: Decision::UNLIMITED,
+                plan: Plan::Plain(Write::Nothing),
             });
             continue;
         };
         // Each key is closed as soon as it is read: opening the next may
         // fire an event (`expired`) whose subscriber writes to any of them.
-        let found = Key::write(ctx, name).read_state(policy.algo)?;
-        let outcome = algo::admit(found, &policy, request.cost, now);
+        let read = Key::write(ctx, name).read_limiter(policy.algo, now.ms)?;
+        let (decision, plan) = penalty::decide(
+            algo::admit,
+            read,
+            &policy,
+            penalty_ms,
+            request.cost,
+            now,
+            false,
+        );
         members.push(Member {
             name,
             policy: Some(policy),
             shadow,
-            found,
-            outcome,
+            penalty_ms,
+            now_ms: now.ms,
+            read,
+            decision,
+            plan,
         });
     }
-    let all_admitted = members
-        .iter()
-        .all(|m| m.outcome.decision.admitted || m.shadow);
+    let all_admitted = members.iter().all(|m| m.decision.admitted || m.shadow);
     let (mut refused_by, mut longest) = (0, 0i64);
     let (mut hits, mut shadows) = (Vec::new(), Vec::new());
     for (i, m) in members.iter_mut().enumerate() {
-        let wait = m.outcome.decision.retry_after_ms;
-        if m.shadow && !m.outcome.decision.admitted {
+        let wait = m.decision.retry_after_ms;
+        if m.shadow && !m.decision.admitted {
             // A would-be refusal: as an enforced refusal, it consumes
             // nothing but makes its repair; its wait is not the caller's.
             m.apply(ctx);
@@ -70,7 +80,7 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             // The caller proceeds after the longest wait (a leaky queue's delay).
             longest = longest.max(wait);
             m.apply(ctx);
-        } else if !m.outcome.decision.admitted {
+        } else if !m.decision.admitted {
             // A refusal consumes nothing, but still makes the one repair
             // RL.ADMIT would (an expiry for a TTL-less counter, a stored
             // time pulled back), or a corrupt state would block for good.
@@ -82,13 +92,11 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             }
         } else if let Some(policy) = &m.policy {
             // Nothing was consumed: report this member as it stands.
-            m.outcome = algo::admit(m.found, policy, 0, now);
+            let peek = penalty::decide(algo::admit, m.read, policy, m.penalty_ms, 0, now, false);
+            m.decision = peek.0;
         }
     }
-    let decisions: Vec<(Decision, bool)> = members
-        .iter()
-        .map(|m| (m.outcome.decision, m.shadow))
-        .collect();
+    let decisions: Vec<(Decision, bool)> = members.iter().map(|m| (m.decision, m.shadow)).collect();
     // The call counts once: refused, else shadow-refused if any member
     // would have refused, else admitted. Each refusing member fires its
     // refusal's event, each would-be refusal `rl.shadow`.
@@ -129,8 +137,13 @@ struct Member {
     policy: Option<Policy>,
     /// Shadow mode: a refusal is answered as an admission.
     shadow: bool,
-    found: Found,
-    outcome: Outcome,
+    /// The policy's penalty (ms, 0: none).
+    penalty_ms: i64,
+    /// The call's clock (ms), to read the key again by.
+    now_ms: i64,
+    read: Read,
+    decision: Decision,
+    plan: Plan,
 }
 
 impl Member {
@@ -141,12 +154,12 @@ impl Member {
     /// and nothing is written or propagated for it.
     fn apply(&self, ctx: Ctx) {
         let Some(policy) = &self.policy else { return };
-        if self.outcome.write == Write::Nothing {
+        if self.plan == Plan::Plain(Write::Nothing) {
             return;
         }
         let mut key = Key::write(ctx, self.name);
-        if key.read_state(policy.algo).ok() == Some(self.found) {
-            super::write(ctx, &mut key, self.name, self.outcome.write, self.found);
+        if key.read_limiter(policy.algo, self.now_ms).ok() == Some(self.read) {
+            super::write_penalised(ctx, &mut key, self.name, self.plan, &self.read);
         }
     }
 }

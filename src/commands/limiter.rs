@@ -3,6 +3,7 @@
 //! exact count), so only the options are checked here.
 
 use super::Call;
+use crate::algo::penalty::{self, Plan};
 use crate::algo::{self, fixed, Algo, Decide, Decision, Write};
 use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
 use crate::error::RlError;
@@ -16,7 +17,7 @@ const ADMIT_OPTIONS: OptSet = args::LIMITER_SET;
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [COST n]
 pub fn admit(call: &Call) -> Result<(), RlError> {
-    match update(call, algo::admit)? {
+    match update(call, algo::admit, false)? {
         None => {
             stats::count(Tally::Admitted(Source::Unlimited));
             reply::decision(call.ctx, &Decision::UNLIMITED, false);
@@ -45,7 +46,7 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
 
 /// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [COST n]
 pub fn refund(call: &Call) -> Result<(), RlError> {
-    match update(call, algo::refund)? {
+    match update(call, algo::refund, true)? {
         None => reply::decision(call.ctx, &Decision::UNLIMITED, false),
         Some(updated) => {
             if updated.wrote {
@@ -74,20 +75,33 @@ struct Updated {
 // Always inlined into its two callers: its large result then is not
 // copied out, and `decide` is a direct call.
 #[inline(always)]
-fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
+fn update(call: &Call, decide: Decide, refund: bool) -> Result<Option<Updated>, RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
     let now = clock::now();
-    let Some((policy, shadow)) = resolve(call.ctx, call.argv, &opts)?
-        .map(|r| r.policy(now.ms).map(|p| (p, r.shadow)))
-        .transpose()?
-    else {
+    let Some(resolved) = resolve(call.ctx, call.argv, &opts)? else {
         return Ok(None);
     };
+    let policy = resolved.policy(now.ms)?;
+    let penalty_ms = resolved.penalty(now.ms)?;
     let name = call.key();
     let mut key = Key::write(call.ctx, name);
-    let found = key.read_state(policy.algo)?;
+    let read = key.read_limiter(policy.algo, now.ms)?;
     let cost = opts.cost.unwrap_or(1);
+    if penalty_ms != 0 || read.wrapped() {
+        // The penalty box (`algo::penalty`), held or to start.
+        let (decision, plan) =
+            penalty::decide(decide, read, &policy, penalty_ms, cost, now, refund);
+        super::write_penalised(call.ctx, &mut key, name, plan, &read);
+        return Ok(Some(Updated {
+            algo: policy.algo,
+            cost,
+            decision,
+            wrote: plan != Plan::Plain(Write::Nothing),
+            shadow: resolved.shadow,
+        }));
+    }
+    let found = read.found;
     let outcome = decide(found, &policy, cost, now);
     super::write(call.ctx, &mut key, name, outcome.write, found);
     Ok(Some(Updated {
@@ -95,7 +109,7 @@ fn update(call: &Call, decide: Decide) -> Result<Option<Updated>, RlError> {
         cost,
         decision: outcome.decision,
         wrote: outcome.write != Write::Nothing,
-        shadow,
+        shadow: resolved.shadow,
     }))
 }
 
@@ -115,9 +129,13 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
         (Algo::Fixed, None) => None,
         _ => Some(resolved.policy(now.ms)?),
     };
+    // PENALTY is judged as RL.ADMIT judges it; a held penalty counts
+    // whatever the policy says.
+    resolved.penalty(now.ms)?;
     let key = Key::read(call.ctx, call.key());
-    let found = key.read_state(resolved.algo)?;
-    let backoff = match policy {
+    let read = key.read_limiter(resolved.algo, now.ms)?;
+    let found = read.found;
+    let own = match policy {
         None => fixed::backoff(fixed::counter_of(found, now.ms), resolved.limit, now.ms),
         // The wait a request of cost 1 would be told now (a leaky queue's
         // delay included).
@@ -126,7 +144,8 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
             .retry_after_ms
             .max(0),
     };
-    reply::int(call.ctx, backoff);
+    // What is left of a penalty, if longer.
+    reply::int(call.ctx, penalty::backoff(&read, own, now.ms));
     Ok(())
 }
 

@@ -8,6 +8,7 @@ pub mod lease;
 pub mod limiter;
 pub mod throttle;
 
+use crate::algo::penalty::{self, Plan, Read};
 use crate::algo::{state, Found};
 use crate::config;
 use crate::ffi::{Ctx, Str};
@@ -40,6 +41,12 @@ impl Call<'_> {
 fn write(ctx: Ctx, key: &mut Key, name: Str, write: algo::Write, before: Found) {
     let mut buf = [0u8; state::MAX_LEN];
     store::execute(ctx, key, name, plan::change(write, before, &mut buf));
+}
+
+/// Plans and carries out a penalty's plan (`algo::penalty`) on an open key.
+fn write_penalised(ctx: Ctx, key: &mut Key, name: Str, plan: Plan, read: &Read) {
+    let mut buf = [0u8; penalty::MAX_LEN];
+    store::execute(ctx, key, name, plan::penalised(plan, read, &mut buf));
 }
 
 /// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`

@@ -30,6 +30,9 @@ const KEYS: &[&str] = &[
     "badshadow",
     "negshadow",
     "wordshadow",
+    "badpenalty",
+    "zeropenalty",
+    "corrupt",
 ];
 
 /// The same keys on each server.
@@ -116,6 +119,27 @@ fn fixtures(con: &mut Connection) {
             "shadow",
             "yes",
         ],
+        &[
+            "HSET",
+            "badpenalty",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "penalty",
+            "soon",
+        ],
+        &[
+            "HSET",
+            "zeropenalty",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "penalty",
+            "0",
+        ],
+        &["SET", "corrupt", "penalty:1:x:", "PX", "60000"],
     ];
     for cmd in setup {
         let r = common::cmd_raw(con, cmd);
@@ -454,6 +478,67 @@ const NAMED: &[(&str, &str)] = &[
         "SHADOW",
     ),
     ("RL.ADMITALL 1 a POLICY META badshadow", "'shadow'"),
+    // PENALTY (issue 27): a positive integer of ms, whose end fits the clock.
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY",
+        "PENALTY needs a value",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 0",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY -100",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 1.5",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY soon",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 5 penalty 6",
+        "PENALTY is given more than once",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 9223372036854775807",
+        "PENALTY is too large: the penalty end overflows",
+    ),
+    (
+        "RL.ADMIT c META badpenalty",
+        "META hash field 'penalty' must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c META zeropenalty",
+        "META hash field 'penalty' must be an integer from 1",
+    ),
+    ("RL.TTL c LIMIT 5 PENALTY 0", "PENALTY"),
+    (
+        "RL.TTL c LIMIT 5 WINDOW 10 PENALTY 9223372036854775807",
+        "penalty end overflows",
+    ),
+    ("RL.REFUND c LIMIT 5 WINDOW 10 PENALTY -1", "PENALTY"),
+    (
+        "RL.ADMITALL 1 a POLICY LIMIT 5 WINDOW 10 PENALTY x",
+        "PENALTY",
+    ),
+    (
+        "RL.ADMITALL 1 a PENALTY 5 POLICY LIMIT 5 WINDOW 10",
+        "POLICY",
+    ),
+    ("RL.ADMIT corrupt LIMIT 5 WINDOW 10", "corrupt penalty"),
+    (
+        "RL.ADMIT corrupt LIMIT 5 WINDOW 10 PENALTY 100",
+        "corrupt penalty",
+    ),
+    ("RL.TTL corrupt LIMIT 5 WINDOW 10", "corrupt penalty"),
+    (
+        "RL.ADMITALL 1 corrupt POLICY LIMIT 5 WINDOW 10",
+        "corrupt penalty",
+    ),
 ];
 
 /// A number with a leading space is not a number (its words hold a space).

@@ -52,7 +52,7 @@ fn counter_keys(c: &Call) -> &[Vec<u8>] {
 
 const OPTIONS: &[&str] = &[
     "ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "POLICY", "algo", "limit", "window",
-    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id", "SHADOW", "shadow",
+    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id", "SHADOW", "shadow", "PENALTY",
 ];
 
 const UNKNOWN_OPTIONS: &[&str] = &[

@@ -762,13 +762,33 @@ fn meta_fixtures(con: &mut Connection) {
             "shadow",
             "7",
         ],
+        &[
+            "HSET",
+            "meta:penalty",
+            "max",
+            "2",
+            "duration",
+            "13",
+            "penalty",
+            "97",
+        ],
+        &[
+            "HSET",
+            "meta:badpenalty",
+            "max",
+            "2",
+            "duration",
+            "13",
+            "penalty",
+            "-4",
+        ],
     ];
     for cmd in setup {
         let _: Value = redis::cmd(cmd[0]).arg(&cmd[1..]).query(con).unwrap();
     }
 }
 
-const METAS: [&str; 11] = [
+const METAS: [&str; 13] = [
     "meta:gcra",
     "meta:sliding",
     "meta:leaky",
@@ -780,6 +800,8 @@ const METAS: [&str; 11] = [
     "meta:string",
     "meta:shadow",
     "meta:badshadow",
+    "meta:penalty",
+    "meta:badpenalty",
 ];
 
 /// Policy options for a random call: mostly a complete inline policy,
@@ -805,6 +827,10 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
         let burst = if rng.pct(5) { 0 } else { 1 + rng.below(6) };
         out.extend(words(&["BURST", &burst.to_string()]));
     }
+    if rng.pct(10) {
+        // The penalty box (issue 27).
+        out.extend(words(&["PENALTY", &rng.pick(&WINDOWS).to_string()]));
+    }
     if rng.pct(15) {
         // Shadow mode (issue 27): a flag, anywhere among the options.
         let at = 2 * rng.below(out.len() / 2 + 1);
@@ -823,6 +849,8 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
             &["LIMIT", "01"],
             &["SHADOW", "LIMIT", "1", "SHADOW"],
             &["SHADOW", "1"],
+            &["PENALTY", "0"],
+            &["PENALTY"],
         ];
         out = words(rng.pick(bad));
     }

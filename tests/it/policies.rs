@@ -336,3 +336,274 @@ fn module_only_shadow_is_a_pure_token_in_the_docs_and_getkeys_steps_over_it() {
     ));
     assert_eq!(keys, r#"["k", "m"]"#);
 }
+
+// PENALTY ---------------------------------------------------------------
+
+use crate::common::backend::{preset, run_scenario, Step};
+use crate::common::wait_replica_offset;
+use std::thread::sleep;
+use std::time::Duration;
+
+/// A scenario: its name, steps, the module's replies and keys' state.
+type Scenario = (
+    &'static str,
+    Vec<Step>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+);
+
+/// Scenarios on a frozen clock, the same transcript from both backends:
+/// a refusal starts the penalty (the key takes the penalty's form and its
+/// expiry); in it every call is refused with what is left of it, even after
+/// the window turned, and its refusals do not extend it; RL.TTL tells it;
+/// a refund gives back to the state but leaves it; a policy without
+/// PENALTY still meets it; once it ended the state is written plainly.
+#[test]
+fn penalty_scenarios_agree_and_hold() {
+    let fixed = ["LIMIT", "1", "WINDOW", "1000", "PENALTY", "5000"];
+    let call = |head: &[&str], tail: &[&str]| -> Step {
+        Step::Call(head.iter().chain(tail).map(|w| w.to_string()).collect())
+    };
+    let scenarios: Vec<Scenario> = vec![
+        (
+            "a refusal starts it",
+            vec![
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.TTL", "k"], &fixed),
+            ],
+            vec![
+                "[1, 1, 0, 0, 1000]",
+                "[0, 1, 0, 5000, 5000]",
+                "[0, 1, 0, 5000, 5000]",
+                "5000",
+            ],
+            vec!["k +string penalty:ms+5000:ms+1000:1 now+5000"],
+        ),
+        (
+            "after the window turned, still refused, not extended",
+            vec![
+                preset("k", "penalty:{ms+3000}:{ms-5}:1", Some(3000)),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "1000"], &[]),
+                call(&["RL.TTL", "k", "LIMIT", "1"], &[]),
+                call(&["RL.REFUND", "k"], &fixed),
+                call(&["RL.ADMITALL", "1", "k", "POLICY"], &fixed),
+            ],
+            vec![
+                "[0, 1, 0, 3000, 3000]",
+                "[0, 1, 0, 3000, 3000]",
+                "3000",
+                "[0, 1, 0, 3000, 3000]",
+                "[0, 1, 3000, [[0, 1, 0, 3000, 3000]]]",
+            ],
+            vec!["k +string penalty:ms+3000:ms-5:1 now+3000"],
+        ),
+        (
+            "a refund gives back to the state, the penalty stays",
+            vec![
+                preset("k", "penalty:{ms+3000}:{ms+800}:2", Some(3000)),
+                call(
+                    &[
+                        "RL.REFUND",
+                        "k",
+                        "LIMIT",
+                        "2",
+                        "WINDOW",
+                        "1000",
+                        "PENALTY",
+                        "5000",
+                    ],
+                    &[],
+                ),
+            ],
+            vec!["[0, 2, 0, 3000, 3000]"],
+            vec!["k +string penalty:ms+3000:ms+800:1 now+3000"],
+        ),
+        (
+            "at its end, admitted and written plainly",
+            vec![
+                preset("k", "penalty:{ms+0}:{ms+500}:1", Some(500)),
+                call(
+                    &[
+                        "RL.ADMIT", "k", "LIMIT", "2", "WINDOW", "1000", "PENALTY", "5000",
+                    ],
+                    &[],
+                ),
+            ],
+            vec!["[1, 2, 0, 0, 500]"],
+            vec!["k +string 2 now+500"],
+        ),
+        (
+            "RL.RESET lifts it",
+            vec![
+                preset("k", "penalty:{ms+3000}:{ms+800}:1", Some(3000)),
+                call(&["RL.RESET", "k"], &[]),
+                call(&["RL.ADMIT", "k"], &fixed),
+            ],
+            vec!["1", "[1, 1, 0, 0, 1000]"],
+            vec!["k +string 1 now+1000"],
+        ),
+        (
+            "sliding, and a penalty shorter than the algorithm's wait",
+            vec![
+                call(
+                    &[
+                        "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "1", "WINDOW", "1000",
+                        "PENALTY", "10",
+                    ],
+                    &[],
+                ),
+                call(
+                    &[
+                        "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "1", "WINDOW", "1000",
+                        "PENALTY", "10",
+                    ],
+                    &[],
+                ),
+            ],
+            vec!["[1, 1, 0, 0, 2000]", "[0, 1, 0, 2000, 2000]"],
+            vec![],
+        ),
+        (
+            "in shadow mode it evolves, and nothing is refused",
+            vec![
+                call(&["RL.ADMIT", "k", "SHADOW"], &fixed),
+                call(&["RL.ADMIT", "k", "SHADOW"], &fixed),
+                call(&["RL.ADMIT", "k", "SHADOW"], &fixed),
+            ],
+            vec![
+                "[1, 1, 0, 0, 1000]",
+                "[1, 1, 0, 5000, 5000]",
+                "[1, 1, 0, 5000, 5000]",
+            ],
+            vec!["k +string penalty:ms+5000:ms+1000:1 now+5000"],
+        ),
+        (
+            "a corrupt penalty is an error, for a policy with or without PENALTY",
+            vec![
+                preset("k", "penalty:x:1:", None),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "1000"], &[]),
+            ],
+            vec![
+                "!ERR limiter key holds a corrupt penalty",
+                "!ERR limiter key holds a corrupt penalty",
+            ],
+            vec!["k +string penalty:x:1: -1"],
+        ),
+    ];
+    let servers: Vec<(Backend, Server)> = BOTH.iter().map(|&b| (b, b.start())).collect();
+    for (name, steps, replies, state) in &scenarios {
+        let keys: Vec<&str> = match name.starts_with("sliding") {
+            true => vec!["s"],
+            false => vec!["k"],
+        };
+        let mut transcripts = Vec::new();
+        for (backend, server) in &servers {
+            let mut con = server.client();
+            // The sliding window's numbers depend on the clock's phase.
+            let pin = name.starts_with("sliding").then_some((1000, 0));
+            transcripts.push(run_scenario(*backend, &mut con, steps, &keys, pin));
+        }
+        let module = &transcripts[0];
+        assert_eq!(&module.replies, replies, "{name}");
+        if !state.is_empty() {
+            assert_eq!(&module.state, state, "{name}");
+        }
+        assert_eq!(module, &transcripts[1], "{name}: the library differs");
+    }
+}
+
+/// Every algorithm starts a penalty and holds it past its own wait, on
+/// both backends; at its end a call is admitted.
+#[test]
+fn penalty_holds_for_every_algorithm_in_real_time() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        for algo in ALGOS {
+            let key = format!("p-{algo}");
+            let burst = if algo == "leaky" { "0" } else { "1" };
+            let mut call = vec![
+                "RL.ADMIT", &key, "ALGO", algo, "LIMIT", "1", "WINDOW", "100", "PENALTY", "600",
+            ];
+            if algo != "fixed" && algo != "sliding" {
+                call.extend(["BURST", burst]);
+            }
+            let admit = |con: &mut Connection| -> Vec<i64> {
+                common::ints(&common::run(con, &backend.call(&call)))
+            };
+            assert_eq!(admit(&mut con)[0], 1, "{backend:?} {algo}");
+            let refused = admit(&mut con);
+            assert_eq!(
+                (refused[0], refused[3]),
+                (0, 600),
+                "{backend:?} {algo}: {refused:?}"
+            );
+            let value: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+            assert!(value.starts_with("penalty:"), "{backend:?} {algo}: {value}");
+            // Past the algorithm's own wait (the window, one interval).
+            sleep(Duration::from_millis(250));
+            let held = admit(&mut con);
+            assert_eq!(held[0], 0, "{backend:?} {algo}: {held:?}");
+            assert!(
+                held[3] > 0 && held[3] <= 350,
+                "{backend:?} {algo}: {held:?}"
+            );
+            sleep(Duration::from_millis(400));
+            let after = admit(&mut con);
+            assert_eq!(after[0], 1, "{backend:?} {algo}: {after:?}");
+            let value: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+            assert!(
+                !value.starts_with("penalty:"),
+                "{backend:?} {algo}: {value}"
+            );
+        }
+    }
+}
+
+/// A replica holds the penalty's form with the same absolute expiry, and a
+/// restart from the AOF keeps it: refused there still.
+#[test]
+fn penalty_survives_a_replica_and_an_aof_restart() {
+    for backend in BOTH {
+        let mut primary = backend.start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let replica = backend.start();
+        replica.replica_of(&primary);
+        let mut con = primary.client();
+        let call = [
+            "RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "500", "PENALTY", "60000",
+        ];
+        let admit = |con: &mut Connection| -> Vec<i64> {
+            common::ints(&common::run(con, &backend.call(&call)))
+        };
+        admit(&mut con);
+        assert_eq!(admit(&mut con)[..4], [0, 1, 0, 60000], "{backend:?}");
+        let value: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        let at = pexpiretime(&mut con, "k");
+        wait_replica_offset(&primary, &replica);
+        let mut rcon = replica.client();
+        let on_replica: String = redis::cmd("GET").arg("k").query(&mut rcon).unwrap();
+        assert_eq!(on_replica, value, "{backend:?}");
+        assert_eq!(pexpiretime(&mut rcon, "k"), at, "{backend:?}");
+        drop(con);
+        drop(rcon);
+        drop(replica);
+
+        primary.stop();
+        sleep(Duration::from_millis(600)); // the window turns meanwhile
+        backend.restart(&mut primary);
+        let mut con = primary.client();
+        let after: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        assert_eq!(after, value, "{backend:?}");
+        assert_eq!(pexpiretime(&mut con, "k"), at, "{backend:?}");
+        let held = admit(&mut con);
+        assert_eq!(held[0], 0, "{backend:?}: {held:?}");
+        assert!(
+            held[3] > 50_000 && held[3] < 60_000,
+            "{backend:?}: {held:?}"
+        );
+    }
+}
