@@ -280,7 +280,7 @@ local OPTIONS = {
 
 -- The options that are a keyword alone, with no value (src/args.rs
 -- `Value::Flag`).
-local FLAGS = {SHADOW = true}
+local FLAGS = {SHADOW = true, ALIGN = true}
 
 -- Option names in their usual spellings, to skip string.upper for them
 -- (spelled out: the standard libraries are not reachable while the library
@@ -289,13 +289,14 @@ local OPTION_NAMES = {
   ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
   algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
   SHADOW = 'SHADOW', shadow = 'SHADOW', PENALTY = 'PENALTY', penalty = 'PENALTY',
+  ALIGN = 'ALIGN', align = 'ALIGN',
 }
 
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
-                        PENALTY = true}
+                        PENALTY = true, ALIGN = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
-                       PENALTY = true, COST = true, FORMAT = true}
+                       PENALTY = true, ALIGN = true, COST = true, FORMAT = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
@@ -347,11 +348,12 @@ local NO_META = {}
 -- The META hash's fields as found (nil when absent); judged only when used.
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
-  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty')
+  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty',
+                              'align')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
           algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil,
-          penalty = fields[6] or nil}
+          penalty = fields[6] or nil, align = fields[7] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -410,6 +412,17 @@ local function resolve(opts, metakey)
   else
     r.penalty, r.penalty_source = meta_int(meta, 'penalty', 1, POSITIVE), 'META field \'penalty\''
   end
+  local align = nil
+  if opts.ALIGN then
+    align = 'ALIGN'
+  elseif meta_flag(meta, 'align') then
+    align = 'META field \'align\''
+  end
+  if align and USES_BURST[algo] then
+    fail('ERR ' .. align .. ' applies only to the windows (ALGO fixed or sliding), not to ALGO ' .. algo)
+  end
+  -- The sliding window's are always aligned: only the fixed window's change.
+  r.align = align ~= nil and algo == 'fixed'
   return r
 end
 
@@ -485,6 +498,12 @@ local function penalty_checks(p, now)
   if now + p.penalty > EXACT then fail(BEYOND_DOUBLES) end
 end
 
+-- `...`, once `q.window` is `w` again.
+local function restore_window(q, w, ...)
+  q.window = w
+  return ...
+end
+
 -- The deciders (below), by algorithm; bound once they are defined.
 local ADMIT, REFUND = {}, {}
 -- A decider in a penalty's key (`penalised`, below the deciders).
@@ -510,7 +529,7 @@ local function policy_of(r, now_ms)
     -- at the call's clock name the error.
     if r.window == nil or r.window > EXACT then module_policy_checks(r, now_ms or (clock())) end
     exact_policy(p)
-    p.clock, p.now_hi = false, math.huge
+    p.clock, p.now_hi = p.align, math.huge
   else
     module_policy_checks(r, now_ms)
     if USES_BURST[p.algo] then
@@ -532,6 +551,15 @@ local function policy_of(r, now_ms)
   p.admit, p.own = decide, decide
   p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
     return decide(q, key, 0, ms, sub, amount)
+  end
+  if p.align then
+    -- The fixed window's refund reads `p.window`: for this call, from now
+    -- to the next multiple of WINDOW (its decider does the same itself).
+    local refund, w = p.refund, p.window
+    p.refund = function(q, key, amount, ms, sub)
+      q.window = w - ms % w
+      return restore_window(q, w, refund(q, key, amount, ms, sub))
+    end
   end
   if p.penalty then
     -- The penalty box reads the clock, whose checks it has too.
@@ -696,7 +724,7 @@ end
 -- upvalue is cheaper to read than a field).
 local function fixed_of(p)
   local limit, window = p.limit, p.window
-  return function(_, key, cost)
+  local decide = function(_, key, cost)
     local count, left, adopted = 0, nil, false
     local raw = server_pcall('GET', key)
     if raw then
@@ -727,6 +755,16 @@ local function fixed_of(p)
     if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
     return 0, limit, room, retry, left or 0
   end
+  if p.align then
+    -- ALIGN: the window, for each call, from now to the next multiple of
+    -- WINDOW (`decide` reads the upvalue `window`, set here per call).
+    local w = window
+    return function(q, key, cost, now_ms, now_sub)
+      window = w - now_ms % w
+      return decide(q, key, cost, now_ms, now_sub)
+    end
+  end
+  return decide
 end
 
 local function fixed_refund(p, key, amount)
@@ -1471,7 +1509,7 @@ local function rl_ttl(keys, args)
     return left
   end
   local now_ms, now_sub
-  if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
+  if r.algo ~= 'fixed' or r.align then now_ms, now_sub = clock() end
   local p = policy_of(r, now_ms)
   local raw = server_pcall('GET', key)
   if is_wrapped(raw) then

@@ -32,6 +32,8 @@ pub enum Opt {
     Shadow,
     /// The penalty box: a refusal refuses everything for this many ms.
     Penalty,
+    /// Windows start at multiples of WINDOW since the epoch (a flag).
+    Align,
 }
 
 /// What an option's value is.
@@ -92,7 +94,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 10] = [
+pub const OPTIONS: [OptSpec; 11] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -148,6 +150,12 @@ pub const OPTIONS: [OptSpec; 10] = [
         (c"ms", Value::Integer, 1, POSITIVE),
         Some(c"penalty"),
     ),
+    row(
+        Opt::Align,
+        c"ALIGN",
+        (c"align", Value::Flag, 0, ZERO_OR_ONE),
+        Some(c"align"),
+    ),
 ];
 
 impl Opt {
@@ -198,6 +206,7 @@ impl Opt {
         const ID: (usize, u64) = key(Opt::Id);
         const SHADOW: (usize, u64) = key(Opt::Shadow);
         const PENALTY: (usize, u64) = key(Opt::Penalty);
+        const ALIGN: (usize, u64) = key(Opt::Align);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -209,6 +218,7 @@ impl Opt {
             ID => Opt::Id,
             SHADOW => Opt::Shadow,
             PENALTY => Opt::Penalty,
+            ALIGN => Opt::Align,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -254,7 +264,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 }
 
 /// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 6] = meta_fields(POLICY);
+pub const META_FIELDS: [(Opt, &CStr); 7] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
 
@@ -276,6 +286,7 @@ pub const POLICY: &[Opt] = &[
     Opt::Meta,
     Opt::Shadow,
     Opt::Penalty,
+    Opt::Align,
 ];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &[
@@ -286,6 +297,7 @@ pub const LIMITER: &[Opt] = &[
     Opt::Meta,
     Opt::Shadow,
     Opt::Penalty,
+    Opt::Align,
     Opt::Cost,
 ];
 /// RL.ACQUIRE's options.
@@ -310,6 +322,8 @@ pub struct Options {
     pub id: Option<usize>,
     /// SHADOW was given.
     pub shadow: bool,
+    /// ALIGN was given.
+    pub align: bool,
     pub penalty: Option<i64>,
 }
 
@@ -370,8 +384,13 @@ impl Options {
     // then become one dispatch.
     #[inline(always)]
     fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
-        if let Opt::Shadow = opt {
-            return match std::mem::replace(&mut self.shadow, true) {
+        let flag = match opt {
+            Opt::Shadow => Some(&mut self.shadow),
+            Opt::Align => Some(&mut self.align),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            return match std::mem::replace(flag, true) {
                 true => Err(Problem::Repeated),
                 false => Ok(1),
             };
@@ -396,7 +415,7 @@ impl Options {
             Opt::Ttl => self.ttl.replace(int()?).is_some(),
             Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
             Opt::Id => self.id.replace(at).is_some(),
-            Opt::Shadow => return Ok(1), // above
+            Opt::Shadow | Opt::Align => return Ok(1), // above
         };
         match repeated {
             true => Err(Problem::Repeated),

@@ -29,6 +29,8 @@ pub enum RlError {
     TooLarge(&'static str, &'static str),
     /// An option the chosen algorithm does not use: (option, algorithm).
     NotForAlgo(&'static str, &'static str),
+    /// ALIGN (as given: the option or its META field) with a bucket.
+    OnlyWindows(&'static str, &'static str),
     DuplicateKeys,
     /// An option before the first POLICY of RL.ADMITALL.
     PolicyFirst,
@@ -81,6 +83,10 @@ impl fmt::Display for RlError {
             PolicyTooLarge => write!(f, "ERR the policy is too large: its times overflow the clock"),
             TooLarge(arg, why) => write!(f, "ERR {arg} is too large: {why}"),
             NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
+            OnlyWindows(what, algo) => write!(
+                f,
+                "ERR {what} applies only to the windows (ALGO fixed or sliding), not to ALGO {algo}"
+            ),
             DuplicateKeys => write!(f, "ERR every key must be distinct"),
             PolicyFirst => write!(f, "ERR policy options must follow a POLICY keyword"),
             NoPolicyAfterKeys(numkeys, word) => write!(

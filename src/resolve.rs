@@ -23,6 +23,9 @@ pub struct Resolved {
     pub shadow: bool,
     /// The penalty (ms, 0: none), and what gave it (for the overflow error).
     penalty: (i64, &'static str),
+    /// ALIGN, or META field `align` 1: windows start at multiples of the
+    /// window since the epoch.
+    align: bool,
 }
 
 impl Resolved {
@@ -39,7 +42,16 @@ impl Resolved {
             });
         }
         let burst = self.burst.map(|(b, _)| b);
-        Policy::new(self.algo, self.limit, window, burst, now)
+        let policy = Policy::new(self.algo, self.limit, window, burst, now)?;
+        Ok(match (self.align, self.algo) {
+            // An aligned fixed window is, for this call, the window from
+            // now to its next multiple (the sliding window's always are).
+            (true, Algo::Fixed) => Policy {
+                window_ms: window - now.rem_euclid(window),
+                ..policy
+            },
+            _ => policy,
+        })
     }
 
     /// The penalty in ms (0: none), checked against the clock `now`.
@@ -92,6 +104,16 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
         None => Meta::int_of(meta, Opt::Penalty, 1, POSITIVE)?
             .map_or((0, ""), |p| (p, "META field 'penalty'")),
     };
+    let align = if opts.align {
+        Some(Opt::Align.name())
+    } else if Meta::flag_of(meta, Opt::Align)? {
+        Some("META field 'align'")
+    } else {
+        None
+    };
+    if let Some(what) = align.filter(|_| !algo.is_window()) {
+        return Err(RlError::OnlyWindows(what, algo.name()));
+    }
     Ok(Some(Resolved {
         algo,
         limit,
@@ -99,6 +121,7 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
         burst,
         shadow,
         penalty,
+        align: align.is_some(),
     }))
 }
 

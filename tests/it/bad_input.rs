@@ -33,6 +33,8 @@ const KEYS: &[&str] = &[
     "badpenalty",
     "zeropenalty",
     "corrupt",
+    "alignedtoken",
+    "badalign",
 ];
 
 /// The same keys on each server.
@@ -140,6 +142,21 @@ fn fixtures(con: &mut Connection) {
             "0",
         ],
         &["SET", "corrupt", "penalty:1:x:", "PX", "60000"],
+        &[
+            "HSET",
+            "alignedtoken",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "algorithm",
+            "token",
+            "align",
+            "1",
+        ],
+        &[
+            "HSET", "badalign", "max", "3", "duration", "1000", "align", "yes",
+        ],
     ];
     for cmd in setup {
         let r = common::cmd_raw(con, cmd);
@@ -539,6 +556,24 @@ const NAMED: &[(&str, &str)] = &[
         "RL.ADMITALL 1 corrupt POLICY LIMIT 5 WINDOW 10",
         "corrupt penalty",
     ),
+    // ALIGN (issue 27): a flag, once, for the windows only.
+    ("RL.ADMIT c LIMIT 5 WINDOW 10 ALIGN ALIGN", "ALIGN is given more than once"),
+    ("RL.ADMIT c LIMIT 5 WINDOW 10 ALIGN 1", "unknown option '1'"),
+    (
+        "RL.ADMIT new ALGO token LIMIT 5 WINDOW 10 ALIGN",
+        "ERR ALIGN applies only to the windows (ALGO fixed or sliding), not to ALGO token",
+    ),
+    ("RL.ADMIT new ALGO gcra LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    ("RL.ADMIT new ALGO leaky LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    (
+        "RL.ADMIT new META alignedtoken",
+        "ERR META field 'align' applies only to the windows (ALGO fixed or sliding), not to ALGO token",
+    ),
+    ("RL.ADMIT c META badalign", "META hash field 'align' must be 0 or 1"),
+    ("RL.TTL new ALGO token LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    ("RL.REFUND c LIMIT 5 WINDOW 10 ALIGN ALIGN", "ALIGN"),
+    ("RL.ADMITALL 1 a POLICY ALGO gcra LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    ("RL.ADMITALL 1 a ALIGN POLICY LIMIT 5 WINDOW 10", "POLICY"),
 ];
 
 /// A number with a leading space is not a number (its words hold a space).

@@ -831,10 +831,13 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
         // The penalty box (issue 27).
         out.extend(words(&["PENALTY", &rng.pick(&WINDOWS).to_string()]));
     }
-    if rng.pct(15) {
-        // Shadow mode (issue 27): a flag, anywhere among the options.
-        let at = 2 * rng.below(out.len() / 2 + 1);
-        out.insert(at, "SHADOW".to_string());
+    for flag in ["SHADOW", "ALIGN"] {
+        if rng.pct(15) {
+            // Shadow mode, aligned windows (issue 27): a flag, anywhere
+            // among the options (ALIGN with a bucket is an error).
+            let at = 2 * rng.below(out.len() / 2 + 1);
+            out.insert(at, flag.to_string());
+        }
     }
     if rng.pct(3) {
         // Malformed, in one of the ways the module names.

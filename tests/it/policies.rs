@@ -607,3 +607,111 @@ fn penalty_survives_a_replica_and_an_aof_restart() {
         );
     }
 }
+
+// ALIGN -----------------------------------------------------------------
+
+/// `calls` in one MULTI/EXEC after TIME: the server's ms, and the replies.
+fn timed(backend: Backend, con: &mut Connection, calls: &[&[&str]]) -> (i64, Vec<Value>) {
+    let mut all = vec![vec!["TIME".to_string()]];
+    all.extend(
+        calls
+            .iter()
+            .map(|c| c.iter().map(|w| w.to_string()).collect()),
+    );
+    let mut replies = exec(backend, con, &all);
+    let now = common::time_ms(&replies.remove(0));
+    (now, replies)
+}
+
+/// Two keys first hit at different moments of one window expire at the
+/// same multiple of WINDOW since the epoch, the window's end; the META
+/// field does as the flag.
+#[test]
+fn aligned_windows_end_at_the_same_multiple_of_the_window() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        common::cmd_raw(
+            &mut con,
+            &["HSET", "m", "max", "5", "duration", "1000", "align", "1"],
+        );
+        let w = 1000;
+        let mut seen = 0;
+        for _ in 0..20 {
+            common::cmd_raw(&mut con, &["DEL", "a", "b"]);
+            let a = ["RL.ADMIT", "a", "LIMIT", "5", "WINDOW", "1000", "ALIGN"];
+            let (t1, r1) = timed(backend, &mut con, &[&a, &["PEXPIRETIME", "a"]]);
+            sleep(Duration::from_millis(120));
+            let b = ["RL.ADMIT", "b", "META", "m"];
+            let (t2, r2) = timed(backend, &mut con, &[&b, &["PEXPIRETIME", "b"]]);
+            let (at_a, at_b) = (common::int(&r1[1]), common::int(&r2[1]));
+            let end = |t: i64| t - t % w + w;
+            assert_eq!(at_a, end(t1), "{backend:?}");
+            assert_eq!(at_b, end(t2), "{backend:?}");
+            assert_eq!(
+                common::ints(&r1[0])[4],
+                end(t1) - t1,
+                "{backend:?}: reset_after_ms"
+            );
+            if t1 / w == t2 / w {
+                assert_eq!(at_a, at_b, "{backend:?}");
+                assert_eq!(at_a % w, 0, "{backend:?}");
+                seen += 1;
+                if seen == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(seen, 2, "{backend:?}: two calls never fell in one window");
+    }
+}
+
+/// A request just before the boundary and one just after it land in
+/// different windows: with LIMIT 1 both are admitted, while without
+/// ALIGN the second would be refused.
+#[test]
+fn aligned_windows_turn_at_the_boundary() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let w = 1000;
+        let mut done = false;
+        for _ in 0..40 {
+            common::cmd_raw(&mut con, &["DEL", "k", "plain"]);
+            let now = common::server_time_ms(&mut con);
+            // Wait for the last 60 ms of a window.
+            let wait = (w - 60 - now % w).rem_euclid(w);
+            sleep(Duration::from_millis(wait as u64));
+            let aligned = ["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "1000", "ALIGN"];
+            let plain = ["RL.ADMIT", "plain", "LIMIT", "1", "WINDOW", "1000"];
+            let (t1, before) = timed(backend, &mut con, &[&aligned, &plain]);
+            if t1 % w < 900 {
+                continue; // the machine stalled: try again
+            }
+            sleep(Duration::from_millis((w - t1 % w + 20) as u64));
+            let (t2, after) = timed(
+                backend,
+                &mut con,
+                &[&aligned, &plain, &["PEXPIRETIME", "k"]],
+            );
+            if t2 / w != t1 / w + 1 || t2 - t1 >= w {
+                continue;
+            }
+            assert_eq!(common::ints(&before[0])[0], 1, "{backend:?}");
+            assert_eq!(
+                common::ints(&after[0])[..3],
+                [1, 1, 0],
+                "{backend:?}: a new window"
+            );
+            assert_eq!(
+                common::ints(&after[1])[0],
+                0,
+                "{backend:?}: the first-hit window holds"
+            );
+            assert_eq!(common::int(&after[2]), t2 - t2 % w + w, "{backend:?}");
+            done = true;
+            break;
+        }
+        assert!(done, "{backend:?}: never caught a boundary");
+    }
+}
