@@ -169,6 +169,8 @@ local NON_NEGATIVE = 'an integer from 0 to 9223372036854775807'
 local POSITIVE = 'an integer from 1 to 9223372036854775807'
 local BURST_RANGE = 'an integer from 1 (0 for ALGO leaky) to 9223372036854775807'
 local ALGO_NAMES = 'one of fixed, sliding, token, gcra, leaky'
+local PERIOD_NAMES = 'one of day, week, month, year'
+local OFFSET_FORM = 'a fixed offset from UTC such as +05:30 or -08:00 (zone names are not supported)'
 local ZERO_OR_ONE = '0 or 1'
 local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
@@ -264,6 +266,71 @@ local function read_burst(v)
   return b
 end
 
+---------------------------------------------------------------- calendar
+
+-- Calendar periods (src/algo/calendar.rs): where the period that holds an
+-- instant ends, in a zone given as a fixed offset from UTC. Weeks start on
+-- Monday; months and years have their real lengths.
+local PERIODS = {day = 'day', week = 'week', month = 'month', year = 'year'}
+local MS_PER_DAY = 86400000
+
+-- A TZ offset, +HH:MM or -HH:MM, in ms east of UTC; or nil.
+local function parse_offset(v)
+  local sign, h, m = string.match(v, '^([+-])(%d%d):(%d%d)$')
+  if sign == nil then return nil end
+  h, m = tonumber(h), tonumber(m)
+  if h > 23 or m > 59 then return nil end
+  local ms = (h * 60 + m) * 60000
+  if sign == '-' then return -ms end
+  return ms
+end
+
+-- Days since 1970-01-01 of a civil date, and back (H. Hinnant's).
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = fdiv(y, 400)
+  local yoe = y - era * 400
+  local mp = m + 9
+  if m > 2 then mp = m - 3 end
+  local doy = fdiv(153 * mp + 2, 5) + d - 1
+  local doe = yoe * 365 + fdiv(yoe, 4) - fdiv(yoe, 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+  z = z + 719468
+  local era = fdiv(z, 146097)
+  local doe = z - era * 146097
+  local yoe = fdiv(doe - fdiv(doe, 1460) + fdiv(doe, 36524) - fdiv(doe, 146096), 365)
+  local doy = doe - (365 * yoe + fdiv(yoe, 4) - fdiv(yoe, 100))
+  local mp = fdiv(5 * doy + 2, 153)
+  local d = doy - fdiv(153 * mp + 2, 5) + 1
+  local m = mp - 9
+  if mp < 10 then m = mp + 3 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m, d
+end
+
+-- The end (absolute ms) of the `period` that holds `now`, `offset` ms east
+-- of UTC: the next boundary after now.
+local function period_end(period, offset, now)
+  local day = fdiv(now + offset, MS_PER_DAY)
+  local end_day
+  if period == 'day' then
+    end_day = day + 1
+  elseif period == 'week' then
+    end_day = day - (day + 3) % 7 + 7
+  elseif period == 'month' then
+    local y, m = civil_from_days(day)
+    if m == 12 then end_day = days_from_civil(y + 1, 1, 1) else end_day = days_from_civil(y, m + 1, 1) end
+  else
+    local y = civil_from_days(day)
+    end_day = days_from_civil(y + 1, 1, 1)
+  end
+  return end_day * MS_PER_DAY - offset
+end
+
 -- Option name -> how its value is read (src/args.rs `Options::set`).
 local OPTIONS = {
   ALGO = function(v)
@@ -274,6 +341,8 @@ local OPTIONS = {
   BURST = read_burst,
   COST = function(v) return int_arg(v, 'COST', 0) end,
   PENALTY = function(v) return int_arg(v, 'PENALTY', 1) end,
+  CALENDAR = function(v) return PERIODS[string.lower(v)] or bad_value('CALENDAR', PERIOD_NAMES) end,
+  TZ = function(v) return parse_offset(v) or bad_value('TZ', OFFSET_FORM) end,
   -- The library's own: replies as a map (see `named`).
   FORMAT = read_format,
 }
@@ -289,14 +358,14 @@ local OPTION_NAMES = {
   ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
   algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
   SHADOW = 'SHADOW', shadow = 'SHADOW', PENALTY = 'PENALTY', penalty = 'PENALTY',
-  ALIGN = 'ALIGN', align = 'ALIGN',
+  ALIGN = 'ALIGN', align = 'ALIGN', CALENDAR = 'CALENDAR', calendar = 'CALENDAR', TZ = 'TZ', tz = 'TZ',
 }
 
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
-                        PENALTY = true, ALIGN = true}
+                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
-                       PENALTY = true, ALIGN = true, COST = true, FORMAT = true}
+                       PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, COST = true, FORMAT = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
@@ -349,11 +418,12 @@ local NO_META = {}
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
   local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty',
-                              'align')
+                              'align', 'calendar', 'tz')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
           algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil,
-          penalty = fields[6] or nil, align = fields[7] or nil}
+          penalty = fields[6] or nil, align = fields[7] or nil, calendar = fields[8] or nil,
+          tz = fields[9] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -395,9 +465,34 @@ local function resolve(opts, metakey)
   if limit == nil then limit = meta_int(meta, 'max', 0, NON_NEGATIVE) or 0 end
   if limit == 0 then return nil end
   local r = {algo = algo, limit = limit}
+  -- CALENDAR and TZ (src/resolve.rs `calendar_of`).
+  local period, what = opts.CALENDAR, 'CALENDAR'
+  if period == nil and meta.calendar ~= nil then
+    period, what = PERIODS[string.lower(meta.calendar)], 'META field \'calendar\''
+    if period == nil then fail('ERR META hash field \'calendar\' must be ' .. PERIOD_NAMES) end
+  end
+  if period == nil then
+    if opts.TZ ~= nil then fail('ERR TZ applies only with CALENDAR') end
+  else
+    if USES_BURST[algo] then
+      fail('ERR ' .. what .. ' applies only to the windows (ALGO fixed or sliding), not to ALGO ' .. algo)
+    end
+    if algo ~= 'fixed' then fail('ERR ' .. what .. ' does not apply to ALGO ' .. algo) end
+    if opts.WINDOW ~= nil then
+      fail('ERR WINDOW and CALENDAR exclude each other: a calendar period is the window')
+    end
+    local offset = opts.TZ
+    if offset == nil and meta.tz ~= nil then
+      offset = parse_offset(meta.tz)
+      if offset == nil then fail('ERR META hash field \'tz\' must be ' .. OFFSET_FORM) end
+    end
+    offset = offset or 0
+    r.calendar = period
+    r.window_at = function(now) return period_end(period, offset, now) - now end
+  end
   if opts.WINDOW ~= nil then
     r.window, r.window_source = opts.WINDOW, 'WINDOW'
-  else
+  elseif period == nil then
     r.window = meta_int(meta, 'duration', 1, POSITIVE)
     r.window_source = 'META field \'duration\''
   end
@@ -421,8 +516,16 @@ local function resolve(opts, metakey)
   if align and USES_BURST[algo] then
     fail('ERR ' .. align .. ' applies only to the windows (ALGO fixed or sliding), not to ALGO ' .. algo)
   end
+  if align and period then
+    fail('ERR ' .. align .. ' and CALENDAR exclude each other: calendar periods are aligned')
+  end
   -- The sliding window's are always aligned: only the fixed window's change.
-  r.align = align ~= nil and algo == 'fixed'
+  if align ~= nil and algo == 'fixed' then
+    local w = r.window
+    r.align = true
+    -- (nil without a window: then the checks name that error first)
+    r.window_at = w and function(now) return w - now % w end
+  end
   return r
 end
 
@@ -524,12 +627,17 @@ local function policy_of(r, now_ms)
   local p = r
   p.burst = r.burst or r.limit
   if p.algo == 'fixed' then
+    if p.calendar then
+      -- The period's end from now: this call's window (set per call).
+      now_ms = now_ms or clock()
+      p.window, p.window_source = p.window_at(now_ms), 'CALENDAR'
+    end
     -- Nothing of it depends on the clock while the window is below 2^53
     -- (the clock is far below 2^63 - 2^53); beyond, the module's checks
     -- at the call's clock name the error.
     if r.window == nil or r.window > EXACT then module_policy_checks(r, now_ms or (clock())) end
     exact_policy(p)
-    p.clock, p.now_hi = p.align, math.huge
+    p.clock, p.now_hi = p.window_at ~= nil, math.huge
   else
     module_policy_checks(r, now_ms)
     if USES_BURST[p.algo] then
@@ -552,12 +660,13 @@ local function policy_of(r, now_ms)
   p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
     return decide(q, key, 0, ms, sub, amount)
   end
-  if p.align then
+  if p.window_at then
     -- The fixed window's refund reads `p.window`: for this call, from now
-    -- to the next multiple of WINDOW (its decider does the same itself).
-    local refund, w = p.refund, p.window
+    -- to the window's end, aligned or the calendar period's (its decider
+    -- does the same itself).
+    local refund, w, window_at = p.refund, p.window, p.window_at
     p.refund = function(q, key, amount, ms, sub)
-      q.window = w - ms % w
+      q.window = window_at(ms)
       return restore_window(q, w, refund(q, key, amount, ms, sub))
     end
   end
@@ -755,12 +864,12 @@ local function fixed_of(p)
     if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
     return 0, limit, room, retry, left or 0
   end
-  if p.align then
-    -- ALIGN: the window, for each call, from now to the next multiple of
-    -- WINDOW (`decide` reads the upvalue `window`, set here per call).
-    local w = window
+  if p.window_at then
+    -- ALIGN or CALENDAR: the window, for each call, from now to its end
+    -- (`decide` reads the upvalue `window`, set here per call).
+    local window_at = p.window_at
     return function(q, key, cost, now_ms, now_sub)
-      window = w - now_ms % w
+      window = window_at(now_ms)
       return decide(q, key, cost, now_ms, now_sub)
     end
   end
@@ -1509,7 +1618,7 @@ local function rl_ttl(keys, args)
     return left
   end
   local now_ms, now_sub
-  if r.algo ~= 'fixed' or r.align then now_ms, now_sub = clock() end
+  if r.algo ~= 'fixed' or r.window_at then now_ms, now_sub = clock() end
   local p = policy_of(r, now_ms)
   local raw = server_pcall('GET', key)
   if is_wrapped(raw) then

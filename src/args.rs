@@ -9,6 +9,7 @@ pub use admitall::{admit_all_keys, AdmitAll};
 
 use std::ffi::CStr;
 
+use crate::algo::calendar::{self, Period, OFFSET_FORM, PERIOD_NAMES};
 use crate::algo::{throttle, Algo};
 use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::keyword::{fold, text, Keyword};
@@ -34,6 +35,10 @@ pub enum Opt {
     Penalty,
     /// Windows start at multiples of WINDOW since the epoch (a flag).
     Align,
+    /// Calendar periods: day, week, month or year.
+    Calendar,
+    /// The zone of CALENDAR's boundaries: a fixed offset from UTC.
+    Tz,
 }
 
 /// What an option's value is.
@@ -48,6 +53,10 @@ pub enum Value {
     Text,
     /// None: the keyword alone (a flag), `1` or `0` in its META field.
     Flag,
+    /// A calendar period's name (see `calendar::PERIODS`).
+    Period,
+    /// A fixed offset from UTC, `+HH:MM` or `-HH:MM`.
+    Offset,
 }
 
 /// One option: its keyword, how COMMAND DOCS names its value, and the META
@@ -94,7 +103,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 11] = [
+pub const OPTIONS: [OptSpec; 13] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -156,6 +165,18 @@ pub const OPTIONS: [OptSpec; 11] = [
         (c"align", Value::Flag, 0, ZERO_OR_ONE),
         Some(c"align"),
     ),
+    row(
+        Opt::Calendar,
+        c"CALENDAR",
+        (c"period", Value::Period, 0, PERIOD_NAMES),
+        Some(c"calendar"),
+    ),
+    row(
+        Opt::Tz,
+        c"TZ",
+        (c"offset", Value::Offset, 0, OFFSET_FORM),
+        Some(c"tz"),
+    ),
 ];
 
 impl Opt {
@@ -207,6 +228,8 @@ impl Opt {
         const SHADOW: (usize, u64) = key(Opt::Shadow);
         const PENALTY: (usize, u64) = key(Opt::Penalty);
         const ALIGN: (usize, u64) = key(Opt::Align);
+        const CALENDAR: (usize, u64) = key(Opt::Calendar);
+        const TZ: (usize, u64) = key(Opt::Tz);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -219,6 +242,8 @@ impl Opt {
             SHADOW => Opt::Shadow,
             PENALTY => Opt::Penalty,
             ALIGN => Opt::Align,
+            CALENDAR => Opt::Calendar,
+            TZ => Opt::Tz,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -264,7 +289,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 }
 
 /// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 7] = meta_fields(POLICY);
+pub const META_FIELDS: [(Opt, &CStr); 9] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
 
@@ -287,6 +312,8 @@ pub const POLICY: &[Opt] = &[
     Opt::Shadow,
     Opt::Penalty,
     Opt::Align,
+    Opt::Calendar,
+    Opt::Tz,
 ];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &[
@@ -298,6 +325,8 @@ pub const LIMITER: &[Opt] = &[
     Opt::Shadow,
     Opt::Penalty,
     Opt::Align,
+    Opt::Calendar,
+    Opt::Tz,
     Opt::Cost,
 ];
 /// RL.ACQUIRE's options.
@@ -324,6 +353,9 @@ pub struct Options {
     pub shadow: bool,
     /// ALIGN was given.
     pub align: bool,
+    pub calendar: Option<Period>,
+    /// TZ's offset, ms east of UTC.
+    pub tz: Option<i64>,
     pub penalty: Option<i64>,
 }
 
@@ -411,6 +443,14 @@ impl Options {
             Opt::Burst => self.burst.replace(int()?).is_some(),
             Opt::Cost => self.cost.replace(int()?).is_some(),
             Opt::Penalty => self.penalty.replace(int()?).is_some(),
+            Opt::Calendar => {
+                let period = Period::parse(value).ok_or(Problem::OutOfRange)?;
+                self.calendar.replace(period).is_some()
+            }
+            Opt::Tz => {
+                let offset = calendar::parse_offset(value).ok_or(Problem::OutOfRange)?;
+                self.tz.replace(offset).is_some()
+            }
             Opt::Meta => self.meta.replace(at).is_some(),
             Opt::Ttl => self.ttl.replace(int()?).is_some(),
             Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),

@@ -31,6 +31,10 @@ pub enum RlError {
     NotForAlgo(&'static str, &'static str),
     /// ALIGN (as given: the option or its META field) with a bucket.
     OnlyWindows(&'static str, &'static str),
+    /// Two options that exclude each other, and why.
+    Conflict(&'static str, &'static str, &'static str),
+    /// TZ (as given) without CALENDAR.
+    TzWithoutCalendar(&'static str),
     DuplicateKeys,
     /// An option before the first POLICY of RL.ADMITALL.
     PolicyFirst,
@@ -83,6 +87,8 @@ impl fmt::Display for RlError {
             PolicyTooLarge => write!(f, "ERR the policy is too large: its times overflow the clock"),
             TooLarge(arg, why) => write!(f, "ERR {arg} is too large: {why}"),
             NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
+            Conflict(a, b, why) => write!(f, "ERR {a} and {b} exclude each other: {why}"),
+            TzWithoutCalendar(what) => write!(f, "ERR {what} applies only with CALENDAR"),
             OnlyWindows(what, algo) => write!(
                 f,
                 "ERR {what} applies only to the windows (ALGO fixed or sliding), not to ALGO {algo}"

@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 
+use crate::algo::calendar::{self, Period, OFFSET_FORM, PERIOD_NAMES};
 use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
@@ -26,11 +27,21 @@ pub struct Resolved {
     /// ALIGN, or META field `align` 1: windows start at multiples of the
     /// window since the epoch.
     align: bool,
+    /// CALENDAR's period and TZ's offset (ms east of UTC, 0 without TZ).
+    calendar: Option<(Period, i64)>,
 }
 
 impl Resolved {
     pub fn policy(&self, now: i64) -> Result<Policy, RlError> {
-        let (window, source) = self.window.ok_or(RlError::NoWindow)?;
+        let window = match self.calendar {
+            // The period's end, from now: this call's window.
+            Some((period, offset)) => Some((
+                calendar::period_end(period, offset, now).saturating_sub(now),
+                Opt::Calendar.name(),
+            )),
+            None => self.window,
+        };
+        let (window, source) = window.ok_or(RlError::NoWindow)?;
         if now.checked_add(window).is_none() {
             return Err(RlError::WindowOverflow(source));
         }
@@ -89,9 +100,14 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
     if limit == 0 {
         return Ok(None);
     }
-    let window = match opts.window {
-        Some(w) => Some((w, Opt::Window.name())),
-        None => Meta::int_of(meta, Opt::Window, 1, POSITIVE)?.map(|d| (d, "META field 'duration'")),
+    let calendar = calendar_of(opts, meta, algo)?;
+    let window = match (opts.window, calendar) {
+        (Some(w), _) => Some((w, Opt::Window.name())),
+        // A calendar period is the window: field `duration` is not read.
+        (None, Some(_)) => None,
+        (None, None) => {
+            Meta::int_of(meta, Opt::Window, 1, POSITIVE)?.map(|d| (d, "META field 'duration'"))
+        }
     };
     let burst = match (opts.burst, algo.uses_burst()) {
         (Some(b), _) => Some((b, false)),
@@ -114,6 +130,10 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
     if let Some(what) = align.filter(|_| !algo.is_window()) {
         return Err(RlError::OnlyWindows(what, algo.name()));
     }
+    if let (Some(what), Some(_)) = (align, calendar) {
+        let why = "calendar periods are aligned";
+        return Err(RlError::Conflict(what, Opt::Calendar.name(), why));
+    }
     Ok(Some(Resolved {
         algo,
         limit,
@@ -122,7 +142,46 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
         shadow,
         penalty,
         align: align.is_some(),
+        calendar,
     }))
+}
+
+/// CALENDAR and TZ, inline or from the META hash (inline wins), checked
+/// against the algorithm and WINDOW. TZ's field is read only with a period.
+fn calendar_of(
+    opts: &Options,
+    meta: Option<&Meta>,
+    algo: Algo,
+) -> Result<Option<(Period, i64)>, RlError> {
+    let period = match opts.calendar {
+        Some(p) => Some((p, Opt::Calendar.name())),
+        None => Meta::word_of(meta, Opt::Calendar)?.map(|p| (p, "META field 'calendar'")),
+    };
+    let Some((period, what)) = period else {
+        return match opts.tz {
+            Some(_) => Err(RlError::TzWithoutCalendar(Opt::Tz.name())),
+            None => Ok(None),
+        };
+    };
+    if !algo.is_window() {
+        return Err(RlError::OnlyWindows(what, algo.name()));
+    }
+    if algo != Algo::Fixed {
+        return Err(RlError::NotForAlgo(what, algo.name()));
+    }
+    if opts.window.is_some() {
+        let why = "a calendar period is the window";
+        return Err(RlError::Conflict(
+            Opt::Window.name(),
+            Opt::Calendar.name(),
+            why,
+        ));
+    }
+    let offset = match opts.tz {
+        Some(offset) => offset,
+        None => Meta::offset_of(meta)?.unwrap_or(0),
+    };
+    Ok(Some((period, offset)))
 }
 
 /// A lease policy: at most `limit` leases, each for `ttl_ms`.
@@ -168,10 +227,12 @@ pub fn meta_limit(ctx: Ctx, name: Str) -> Result<i64, RlError> {
 struct Meta {
     ints: [Option<Option<i64>>; OPTIONS.len()],
     algorithm: Option<Option<Algo>>,
+    calendar: Option<Option<Period>>,
+    tz: Option<Option<i64>>,
 }
 
 impl Meta {
-    /// Reads `fields` (at most eight, see `Key::hash_fields`).
+    /// Reads `fields` (at most twelve, see `Key::hash_fields`).
     fn read<const N: usize>(
         ctx: Ctx,
         name: Str,
@@ -187,6 +248,8 @@ impl Meta {
         let names = fields.map(|(_, field)| field);
         key.hash_fields(ctx, &names, |i, bytes| match fields[i].0 {
             Opt::Algo => meta.algorithm = Some(Algo::parse(bytes)),
+            Opt::Calendar => meta.calendar = Some(Period::parse(bytes)),
+            Opt::Tz => meta.tz = Some(calendar::parse_offset(bytes)),
             opt => meta.ints[opt as usize] = Some(parse_i64(bytes)),
         });
         Ok(meta)
@@ -218,6 +281,24 @@ impl Meta {
             None | Some(0) => Ok(false),
             Some(1) => Ok(true),
             Some(_) => Err(RlError::BadMetaField(opt.meta_field(), ZERO_OR_ONE)),
+        }
+    }
+
+    /// Field `calendar`: absent, or a period.
+    fn word_of(meta: Option<&Meta>, opt: Opt) -> Result<Option<Period>, RlError> {
+        match meta.and_then(|m| m.calendar) {
+            None => Ok(None),
+            Some(Some(p)) => Ok(Some(p)),
+            Some(None) => Err(RlError::BadMetaField(opt.meta_field(), PERIOD_NAMES)),
+        }
+    }
+
+    /// Field `tz`: absent, or a fixed offset (ms east of UTC).
+    fn offset_of(meta: Option<&Meta>) -> Result<Option<i64>, RlError> {
+        match meta.and_then(|m| m.tz) {
+            None => Ok(None),
+            Some(Some(offset)) => Ok(Some(offset)),
+            Some(None) => Err(RlError::BadMetaField(Opt::Tz.meta_field(), OFFSET_FORM)),
         }
     }
 

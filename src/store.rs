@@ -194,20 +194,20 @@ impl Key {
         None
     }
 
-    /// Reads up to eight fields of a hash key in one lookup and hands each
-    /// present value to `each(index, bytes)`; fields past the eighth are
+    /// Reads up to twelve fields of a hash key in one lookup and hands each
+    /// present value to `each(index, bytes)`; fields past the twelfth are
     /// not read.
     pub fn hash_fields(&self, ctx: Ctx, fields: &[&CStr], mut each: impl FnMut(usize, &[u8])) {
         let Some(key) = self.live() else { return };
-        let mut names: [*const c_char; 8] = [ptr::null(); 8];
+        let mut names: [*const c_char; 12] = [ptr::null(); 12];
         for (name, field) in names.iter_mut().zip(fields) {
             *name = field.as_ptr();
         }
-        let mut values: [Str; 8] = [ptr::null_mut(); 8];
-        let [v0, v1, v2, v3, v4, v5, v6, v7] = &mut values;
+        let mut values: [Str; 12] = [ptr::null_mut(); 12];
+        let [v0, v1, v2, v3, v4, v5, v6, v7, v8, v9, v10, v11] = &mut values;
         // SAFETY: an open hash key; C-string field names, each with a slot
         // for its value; the list ends at the first NULL name (the
-        // server reads no further), at the latest the NULL after eight.
+        // server reads no further), at the latest the NULL after twelve.
         unsafe {
             api!(RedisModule_HashGet)(
                 key,
@@ -228,6 +228,14 @@ impl Key {
                 v6 as *mut Str,
                 names[7],
                 v7 as *mut Str,
+                names[8],
+                v8 as *mut Str,
+                names[9],
+                v9 as *mut Str,
+                names[10],
+                v10 as *mut Str,
+                names[11],
+                v11 as *mut Str,
                 ptr::null::<c_char>(),
             )
         };

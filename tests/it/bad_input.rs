@@ -35,6 +35,9 @@ const KEYS: &[&str] = &[
     "corrupt",
     "alignedtoken",
     "badalign",
+    "badcalendar",
+    "badtz",
+    "calendarwindowalign",
 ];
 
 /// The same keys on each server.
@@ -156,6 +159,20 @@ fn fixtures(con: &mut Connection) {
         ],
         &[
             "HSET", "badalign", "max", "3", "duration", "1000", "align", "yes",
+        ],
+        &["HSET", "badcalendar", "max", "3", "calendar", "hour"],
+        &["HSET", "badtz", "max", "3", "calendar", "day", "tz", "CET"],
+        &[
+            "HSET",
+            "calendarwindowalign",
+            "max",
+            "3",
+            "duration",
+            "10",
+            "calendar",
+            "day",
+            "align",
+            "1",
         ],
     ];
     for cmd in setup {
@@ -574,6 +591,37 @@ const NAMED: &[(&str, &str)] = &[
     ("RL.REFUND c LIMIT 5 WINDOW 10 ALIGN ALIGN", "ALIGN"),
     ("RL.ADMITALL 1 a POLICY ALGO gcra LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
     ("RL.ADMITALL 1 a ALIGN POLICY LIMIT 5 WINDOW 10", "POLICY"),
+    // CALENDAR and TZ (issue 27): a period, a fixed offset, and what
+    // excludes them.
+    ("RL.ADMIT new LIMIT 5 CALENDAR", "CALENDAR needs a value"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR hour", "CALENDAR must be one of day, week, month, year"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR -1", "CALENDAR must be one of"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day calendar week", "CALENDAR is given more than once"),
+    (
+        "RL.ADMIT new LIMIT 5 CALENDAR day WINDOW 10",
+        "ERR WINDOW and CALENDAR exclude each other: a calendar period is the window",
+    ),
+    (
+        "RL.ADMIT new LIMIT 5 CALENDAR day ALIGN",
+        "ERR ALIGN and CALENDAR exclude each other: calendar periods are aligned",
+    ),
+    (
+        "RL.ADMIT new ALGO token LIMIT 5 CALENDAR day",
+        "ERR CALENDAR applies only to the windows (ALGO fixed or sliding), not to ALGO token",
+    ),
+    ("RL.ADMIT new ALGO sliding LIMIT 5 CALENDAR day", "ERR CALENDAR does not apply to ALGO sliding"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ", "TZ needs a value"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ Europe/Berlin", "zone names are not supported"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +5:30", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +24:00", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ -01:60", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +01:00 TZ +02:00", "TZ is given more than once"),
+    ("RL.ADMIT new LIMIT 5 WINDOW 10 TZ +01:00", "ERR TZ applies only with CALENDAR"),
+    ("RL.ADMIT new META badcalendar", "META hash field 'calendar' must be one of"),
+    ("RL.ADMIT new META badtz", "META hash field 'tz' must be a fixed offset"),
+    ("RL.ADMIT new META calendarwindowalign", "and CALENDAR exclude each other: calendar periods"),
+    ("RL.TTL new LIMIT 5 CALENDAR fortnight", "CALENDAR"),
+    ("RL.ADMITALL 1 a POLICY LIMIT 5 CALENDAR day WINDOW 10", "exclude each other"),
 ];
 
 /// A number with a leading space is not a number (its words hold a space).

@@ -196,7 +196,10 @@ fn command_docs_describe_every_command() {
     let tokens: Vec<String> = args[1..].iter().map(|a| text(&pairs(a)["token"])).collect();
     assert_eq!(
         tokens,
-        ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "PENALTY", "ALIGN", "COST"]
+        [
+            "ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "PENALTY", "ALIGN", "CALENDAR",
+            "TZ", "COST"
+        ]
     );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
         .iter()
@@ -1028,7 +1031,8 @@ fn valkey_cli_hints_show_every_commands_syntax() {
     let server = Server::start();
     let port = server.port.to_string();
     let policy = "[ALGO fixed|sliding|token|gcra|leaky] [LIMIT max] [WINDOW ms] [BURST n] \
-                  [META metakey] [SHADOW] [PENALTY ms] [ALIGN]";
+                  [META metakey] [SHADOW] [PENALTY ms] [ALIGN] \
+                  [CALENDAR day|week|month|year] [TZ offset]";
     let cases = [
         ("RL.ADMIT k ", format!("{policy} [COST n]")),
         (

@@ -827,6 +827,16 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
         let burst = if rng.pct(5) { 0 } else { 1 + rng.below(6) };
         out.extend(words(&["BURST", &burst.to_string()]));
     }
+    if rng.pct(4) {
+        // Calendar periods (issue 27): with WINDOW, an error.
+        out.extend(words(&[
+            "CALENDAR",
+            rng.pick(&["day", "week", "month", "year"]),
+        ]));
+        if rng.pct(50) {
+            out.extend(words(&["TZ", rng.pick(&["+05:30", "-08:00", "+00:00"])]));
+        }
+    }
     if rng.pct(10) {
         // The penalty box (issue 27).
         out.extend(words(&["PENALTY", &rng.pick(&WINDOWS).to_string()]));

@@ -715,3 +715,96 @@ fn aligned_windows_turn_at_the_boundary() {
         assert!(done, "{backend:?}: never caught a boundary");
     }
 }
+
+// CALENDAR --------------------------------------------------------------
+
+/// Chosen instants (UTC), their ms, and the next boundary (PEXPIRETIME)
+/// for day, week, month, year: in UTC, at +05:30 and at -08:00. Computed
+/// apart, with Python's datetime.
+const INSTANTS: &[(&str, i64, [[i64; 4]; 3])] = &[
+    // The last ms of February in a leap year (a Thursday).
+    (
+        "2024-02-29 23:59:59.999",
+        1709251199999,
+        [
+            [1709251200000, 1709510400000, 1709251200000, 1735689600000],
+            [1709317800000, 1709490600000, 1711909800000, 1735669800000],
+            [1709280000000, 1709539200000, 1709280000000, 1735718400000],
+        ],
+    ),
+    // The last ms of December (a Wednesday).
+    (
+        "2025-12-31 23:59:59.999",
+        1767225599999,
+        [
+            [1767225600000, 1767571200000, 1767225600000, 1767225600000],
+            [1767292200000, 1767551400000, 1769884200000, 1798741800000],
+            [1767254400000, 1767600000000, 1767254400000, 1767254400000],
+        ],
+    ),
+    // A Sunday 23:59:59.999.
+    (
+        "2025-03-16 23:59:59.999",
+        1742169599999,
+        [
+            [1742169600000, 1742169600000, 1743465600000, 1767225600000],
+            [1742236200000, 1742754600000, 1743445800000, 1767205800000],
+            [1742198400000, 1742198400000, 1743494400000, 1767254400000],
+        ],
+    ),
+];
+
+/// Under a clock frozen at each chosen instant, a calendar limiter's key
+/// expires at exactly the next boundary of its period, in UTC and with
+/// offsets of both signs, inline and from the META hash, on both backends;
+/// `reset_after_ms` counts to it, and RL.TTL too once it is full.
+#[test]
+fn calendar_periods_end_at_the_exact_next_boundary() {
+    const PERIODS: [&str; 4] = ["day", "week", "month", "year"];
+    const ZONES: [Option<&str>; 3] = [None, Some("+05:30"), Some("-08:00")];
+    for backend in BOTH {
+        for &(at, now, ends) in INSTANTS {
+            let Some(server) = backend.start_frozen_at(at) else {
+                return;
+            };
+            let mut con = server.client();
+            assert_eq!(
+                common::server_time_ms(&mut con),
+                now,
+                "{backend:?}: the frozen clock"
+            );
+            for (z, zone) in ZONES.iter().enumerate() {
+                for (p, period) in PERIODS.iter().enumerate() {
+                    let key = format!("k:{period}:{z}");
+                    let mut call = vec!["RL.ADMIT", &key, "LIMIT", "1", "CALENDAR", period];
+                    if let Some(zone) = zone {
+                        call.extend(["TZ", zone]);
+                    }
+                    let d = common::ints(&common::run(&mut con, &backend.call(&call)));
+                    let want = ends[z][p];
+                    let what = format!("{backend:?} {at} {period} {zone:?}");
+                    assert_eq!(d[..4], [1, 1, 0, 0], "{what}");
+                    assert_eq!(d[4], want - now, "{what}: reset_after_ms");
+                    assert_eq!(pexpiretime(&mut con, &key), want, "{what}");
+                    // Full: refused until the boundary; RL.TTL says so.
+                    let d = common::ints(&common::run(&mut con, &backend.call(&call)));
+                    assert_eq!((d[0], d[3]), (0, want - now), "{what}");
+                    let ttl = [&["RL.TTL"], &call[1..]].concat();
+                    let ttl = common::int(&common::run(&mut con, &backend.call(&ttl)));
+                    assert_eq!(ttl, want - now, "{what}: RL.TTL");
+                    // The same from the META hash.
+                    let meta = format!("m:{period}:{z}");
+                    let mut fields = vec!["HSET", &meta, "max", "1", "calendar", period];
+                    if let Some(zone) = zone {
+                        fields.extend(["tz", zone]);
+                    }
+                    common::cmd_raw(&mut con, &fields);
+                    let by_meta = format!("{key}:meta");
+                    let call = ["RL.ADMIT", &by_meta, "META", &meta];
+                    common::run(&mut con, &backend.call(&call));
+                    assert_eq!(pexpiretime(&mut con, &by_meta), want, "{what}: META");
+                }
+            }
+        }
+    }
+}

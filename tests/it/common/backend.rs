@@ -53,6 +53,20 @@ impl Backend {
         }
     }
 
+    /// A server for this backend whose clock stands still at `at` (UTC,
+    /// `YYYY-MM-DD hh:mm:ss[.fff]`, see `Server::start_frozen_at`); `None`
+    /// when libfaketime is missing and the test may skip.
+    pub fn start_frozen_at(self, at: &str) -> Option<Server> {
+        match self {
+            Backend::Module => Server::start_frozen_at(at, &[], true),
+            Backend::Functions => {
+                let server = Server::start_frozen_at(at, NO_MODULES, false)?;
+                load_library(&mut server.client());
+                Some(server)
+            }
+        }
+    }
+
     /// Graceful stop and start again with the same port, dir and arguments,
     /// without loading anything: what survives is what the server persisted
     /// (the library included).
