@@ -355,7 +355,10 @@ pub struct Options {
     pub align: bool,
     pub calendar: Option<Period>,
     /// TZ's offset, ms east of UTC.
-    pub tz: Option<i64>,
+    pub tz: Option<i32>,
+    /// Any of issue 27's options (SHADOW, PENALTY, ALIGN, CALENDAR, TZ) was
+    /// given: the plain call's resolution skips them all without it.
+    pub extended: bool,
     pub penalty: Option<i64>,
 }
 
@@ -416,16 +419,10 @@ impl Options {
     // then become one dispatch.
     #[inline(always)]
     fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
-        let flag = match opt {
-            Opt::Shadow => Some(&mut self.shadow),
-            Opt::Align => Some(&mut self.align),
-            _ => None,
-        };
-        if let Some(flag) = flag {
-            return match std::mem::replace(flag, true) {
-                true => Err(Problem::Repeated),
-                false => Ok(1),
-            };
+        // Issue 27's options (the last rows of OPTIONS) out of the plain
+        // call's way: one compare here.
+        if opt as usize >= Opt::Shadow as usize {
+            return self.set_policy(opt, args, at);
         }
         let value = *args.get(at).ok_or(Problem::Missing)?;
         let int = || {
@@ -442,7 +439,43 @@ impl Options {
             Opt::Window => self.window.replace(int()?).is_some(),
             Opt::Burst => self.burst.replace(int()?).is_some(),
             Opt::Cost => self.cost.replace(int()?).is_some(),
-            Opt::Penalty => self.penalty.replace(int()?).is_some(),
+            Opt::Meta => self.meta.replace(at).is_some(),
+            Opt::Ttl => self.ttl.replace(int()?).is_some(),
+            Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
+            Opt::Id => self.id.replace(at).is_some(),
+            // set_policy's
+            Opt::Shadow | Opt::Penalty | Opt::Align | Opt::Calendar | Opt::Tz => false,
+        };
+        match repeated {
+            true => Err(Problem::Repeated),
+            false => Ok(2),
+        }
+    }
+
+    /// SHADOW, PENALTY, ALIGN, CALENDAR and TZ (see `try_set`).
+    #[cold]
+    #[inline(never)]
+    fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
+        self.extended = true;
+        let flag = match opt {
+            Opt::Shadow => Some(&mut self.shadow),
+            Opt::Align => Some(&mut self.align),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            return match std::mem::replace(flag, true) {
+                true => Err(Problem::Repeated),
+                false => Ok(1),
+            };
+        }
+        let value = *args.get(at).ok_or(Problem::Missing)?;
+        let repeated = match opt {
+            Opt::Penalty => {
+                let ms = parse_i64(value)
+                    .filter(|&v| v >= opt.spec().min)
+                    .ok_or(Problem::OutOfRange)?;
+                self.penalty.replace(ms).is_some()
+            }
             Opt::Calendar => {
                 let period = Period::parse(value).ok_or(Problem::OutOfRange)?;
                 self.calendar.replace(period).is_some()
@@ -451,11 +484,7 @@ impl Options {
                 let offset = calendar::parse_offset(value).ok_or(Problem::OutOfRange)?;
                 self.tz.replace(offset).is_some()
             }
-            Opt::Meta => self.meta.replace(at).is_some(),
-            Opt::Ttl => self.ttl.replace(int()?).is_some(),
-            Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
-            Opt::Id => self.id.replace(at).is_some(),
-            Opt::Shadow | Opt::Align => return Ok(1), // above
+            _ => false,
         };
         match repeated {
             true => Err(Problem::Repeated),

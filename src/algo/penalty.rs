@@ -205,6 +205,7 @@ pub fn backoff(read: &Read, own: i64, now_ms: i64) -> i64 {
 
 /// Decodes a key's value for `algo` at `now`: a plain state, or the
 /// penalty form around one.
+#[cold]
 pub fn read(
     algo: super::Algo,
     bytes: &[u8],

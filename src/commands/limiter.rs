@@ -86,31 +86,55 @@ fn update(call: &Call, decide: Decide, refund: bool) -> Result<Option<Updated>, 
     let penalty_ms = resolved.penalty(now.ms)?;
     let name = call.key();
     let mut key = Key::write(call.ctx, name);
-    let read = key.read_limiter(policy.algo, now.ms)?;
     let cost = opts.cost.unwrap_or(1);
-    if penalty_ms != 0 || read.wrapped() {
-        // The penalty box (`algo::penalty`), held or to start.
-        let (decision, plan) =
-            penalty::decide(decide, read, &policy, penalty_ms, cost, now, refund);
-        super::write_penalised(call.ctx, &mut key, name, plan, &read);
-        return Ok(Some(Updated {
-            algo: policy.algo,
-            cost,
-            decision,
-            wrote: plan != Plan::Plain(Write::Nothing),
-            shadow: resolved.shadow,
-        }));
-    }
-    let found = read.found;
+    // A penalty's form is no state: it comes back as an error, read again
+    // by `boxed`, as is any key under a policy with PENALTY.
+    let found = match key.read_state(policy.algo) {
+        Ok(found) if penalty_ms == 0 => found,
+        _ => {
+            let (decision, wrote) = boxed(
+                call, &mut key, decide, &policy, penalty_ms, cost, now, refund,
+            )?;
+            return Ok(Some(Updated {
+                algo: policy.algo,
+                cost,
+                decision,
+                wrote,
+                shadow: resolved.shadow,
+            }));
+        }
+    };
     let outcome = decide(found, &policy, cost, now);
     super::write(call.ctx, &mut key, name, outcome.write, found);
     Ok(Some(Updated {
         algo: policy.algo,
         cost,
         decision: outcome.decision,
-        wrote: outcome.write != Write::Nothing,
+        wrote: !matches!(outcome.write, Write::Nothing),
         shadow: resolved.shadow,
     }))
+}
+
+/// `update`'s path for a limiter that holds or may start a penalty, out
+/// of the plain call's way: the decision, and whether the key was written.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn boxed(
+    call: &Call,
+    key: &mut Key,
+    decide: Decide,
+    policy: &algo::Policy,
+    penalty_ms: i64,
+    cost: i64,
+    now: algo::Now,
+    refund: bool,
+) -> Result<(Decision, bool), RlError> {
+    // The key read again, its penalty's form included (`algo::penalty`).
+    let read = key.read_limiter(policy.algo, now.ms)?;
+    let (decision, plan) = penalty::decide(decide, read, policy, penalty_ms, cost, now, refund);
+    super::write_penalised(call.ctx, key, call.key(), plan, &read);
+    Ok((decision, plan != Plan::Plain(Write::Nothing)))
 }
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW]
