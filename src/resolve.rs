@@ -114,13 +114,34 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
     if limit == 0 {
         return Ok(None);
     }
-    // Issue 27's policies, inline or from META: the plain call (none of
-    // them, no META hash) skips their resolution.
-    let plain = meta.is_none() && !opts.extended;
-    let calendar = match plain {
-        true => None,
-        false => calendar_of(opts, meta, algo)?,
-    };
+    // The plain call (no META hash, none of issue 27's options): only
+    // what was given inline.
+    if meta.is_none() && !opts.extended {
+        return Ok(Some(Resolved {
+            algo,
+            limit,
+            window: opts.window.map(|w| (w, Opt::Window.name())),
+            burst: opts.burst.map(|b| (b, false)),
+            shadow: false,
+            penalty: (0, false),
+            align: false,
+            calendar: None,
+        }));
+    }
+    resolve_rest(opts, meta, algo, limit).map(Some)
+}
+
+/// `resolve` past the limit, for a call with a META hash or issue 27's
+/// options: CALENDAR (before the window it replaces), the window, the
+/// burst, then SHADOW, PENALTY and ALIGN.
+#[inline(never)]
+fn resolve_rest(
+    opts: &Options,
+    meta: Option<&Meta>,
+    algo: Algo,
+    limit: i64,
+) -> Result<Resolved, RlError> {
+    let calendar = calendar_of(opts, meta, algo)?;
     let window = match (opts.window, calendar) {
         (Some(w), _) => Some((w, Opt::Window.name())),
         // A calendar period is the window: field `duration` is not read.
@@ -144,10 +165,8 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
         align: false,
         calendar,
     };
-    if !plain {
-        policies(&mut resolved, opts, meta)?;
-    }
-    Ok(Some(resolved))
+    policies(&mut resolved, opts, meta)?;
+    Ok(resolved)
 }
 
 /// SHADOW, PENALTY and ALIGN, inline or from META, into `r`.
