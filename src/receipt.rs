@@ -60,12 +60,18 @@ pub fn of_decision(
     cost: i64,
     hit_events: bool,
 ) -> (Tally, Option<Event>) {
-    let event = |event| (hit_events && cost > 0).then_some(event);
-    match (admitted, shadow) {
-        (true, _) => (Tally::Admitted(source), None),
-        (false, false) => (Tally::Refused(source, retry_after_ms), event(Event::Hit)),
-        (false, true) => (Tally::ShadowRefused(source), event(Event::Shadow)),
+    let event = (hit_events && cost > 0).then_some(Event::Hit);
+    match admitted {
+        true => (Tally::Admitted(source), None),
+        false if shadow => shadow_refused(source, event),
+        false => (Tally::Refused(source, retry_after_ms), event),
     }
+}
+
+/// A shadow refusal's receipt: its own counter, `rl.shadow` for `rl.hit`.
+#[cold]
+fn shadow_refused(source: Source, hit: Option<Event>) -> (Tally, Option<Event>) {
+    (Tally::ShadowRefused(source), hit.map(|_| Event::Shadow))
 }
 
 /// What a lease call did, for its receipt.

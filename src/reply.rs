@@ -68,16 +68,25 @@ fn named_ints(ctx: Ctx, names: &[&CStr; 5], values: &[i64; 5]) {
 /// mode (`shadow`) a refusal is answered as admitted, with its would-be
 /// wait, and a RESP3 map adds `shadow 1`.
 pub fn decision(ctx: Ctx, d: &Decision, shadow: bool) {
-    let shadowed = shadow && !d.admitted;
+    if shadow && !d.admitted {
+        return shadowed(ctx, d);
+    }
     let values = [
-        i64::from(d.admitted || shadowed),
+        i64::from(d.admitted),
         d.limit,
         d.remaining,
         d.retry_after_ms,
         d.reset_after_ms,
     ];
-    if !shadowed || !speaks_resp3(ctx) {
-        return named_ints(ctx, &DECISION_FIELDS, &values);
+    named_ints(ctx, &DECISION_FIELDS, &values);
+}
+
+/// A shadow refusal: admitted, with the refusal's numbers (`decision`).
+#[cold]
+fn shadowed(ctx: Ctx, d: &Decision) {
+    let values = [1, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms];
+    if !speaks_resp3(ctx) {
+        return ints(ctx, &values);
     }
     // SAFETY: the running call's context; a map of exactly as many pairs as
     // announced, each a C-string name and an integer.
