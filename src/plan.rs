@@ -4,6 +4,7 @@
 //! What a call reports besides (its event, its INFO counters) is
 //! `receipt`'s.
 
+use crate::algo::penalty::{self, Plan, Read};
 use crate::algo::{state, Found, Write};
 
 /// What happens to the key, and what replicas are told.
@@ -66,6 +67,59 @@ pub fn change(write: Write, before: Found, buf: &mut [u8; state::MAX_LEN]) -> Ch
     }
 }
 
+/// Plans a penalty's `plan` on a key read as `read` (`algo::penalty`):
+/// the penalty form, or the state written plainly over it, always with its
+/// absolute expiry (`SET ... PXAT`: the key's value is not the state's).
+pub fn penalised<'a>(plan: Plan, read: &Read, buf: &'a mut [u8; penalty::MAX_LEN]) -> Change<'a> {
+    let new_key = !read.wrapped() && read.found.is_none();
+    match plan {
+        Plan::Plain(Write::State { state, expires_at }) if read.wrapped() => {
+            let mut state_buf = [0u8; state::MAX_LEN];
+            let bytes = state.encode(&mut state_buf);
+            let len = bytes.len();
+            buf[..len].copy_from_slice(bytes);
+            Change::Value {
+                bytes: &buf[..len],
+                new_key,
+                expires_at: Some(expires_at),
+                replicate: Replicate::SetPxat(expires_at),
+            }
+        }
+        Plan::Plain(write) => {
+            let mut state_buf = [0u8; state::MAX_LEN];
+            match change(write, read.found, &mut state_buf) {
+                Change::Value {
+                    bytes,
+                    new_key,
+                    expires_at,
+                    replicate,
+                } => {
+                    let len = bytes.len();
+                    buf[..len].copy_from_slice(bytes);
+                    Change::Value {
+                        bytes: &buf[..len],
+                        new_key,
+                        expires_at,
+                        replicate,
+                    }
+                }
+                Change::Nothing => Change::Nothing,
+                Change::Expiry(at) => Change::Expiry(at),
+                Change::Delete => Change::Delete,
+            }
+        }
+        Plan::Wrap { until, state } => {
+            let at = penalty::expires_at(until, state);
+            Change::Value {
+                bytes: penalty::wrap(until, state, buf),
+                new_key,
+                expires_at: Some(at),
+                replicate: Replicate::SetPxat(at),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +139,55 @@ mod tests {
             state: Count(count).stored(),
             expires_at,
         }
+    }
+
+    #[test]
+    fn a_penalty_is_stored_and_left_with_absolute_expiries() {
+        let penalised = |plan: Plan, read: Read| -> String {
+            let mut buf = [0u8; penalty::MAX_LEN];
+            match penalised(plan, &read, &mut buf) {
+                Change::Value {
+                    bytes,
+                    new_key,
+                    expires_at,
+                    replicate,
+                } => format!(
+                    "{} new={new_key} at={expires_at:?} {replicate:?}",
+                    String::from_utf8_lossy(bytes)
+                ),
+                other => format!("{other:?}"),
+            }
+        };
+        let found = Some((Count(1).stored(), Some(900)));
+        // A penalty starts on a plain key: its form, until the later end.
+        let start = Plan::Wrap {
+            until: 5_000,
+            state: found,
+        };
+        assert_eq!(
+            penalised(start, Read::plain(found)),
+            "penalty:5000:900:1 new=false at=Some(5000) SetPxat(5000)"
+        );
+        assert_eq!(
+            penalised(start, Read::plain(None)),
+            "penalty:5000:900:1 new=true at=Some(5000) SetPxat(5000)"
+        );
+        // An ended penalty: the state written plainly, by SET ... PXAT,
+        // never INCRBY (the key's value is the form, not the counter).
+        let boxed = Read {
+            found,
+            until: Some(100),
+        };
+        let next = Plan::Plain(counter(2, 900));
+        assert_eq!(
+            penalised(next, boxed),
+            "2 new=false at=Some(900) SetPxat(900)"
+        );
+        assert_eq!(
+            penalised(next, Read::plain(found)),
+            "2 new=false at=None IncrBy(1)"
+        );
+        assert_eq!(penalised(Plan::Plain(Write::Delete), boxed), "Delete");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Receipts: pure. What a call reports besides its reply and its writes:
-//! the keyspace event it fires (`rl.hit` for a refusal, `rl.refund`,
-//! `rl.reset`) and the INFO counters it bumps.
+//! the keyspace event it fires (`rl.hit` for a refusal, `rl.shadow` for a
+//! shadow mode's would-be refusal, `rl.refund`, `rl.reset`) and the INFO
+//! counters it bumps.
 
 use std::ffi::CStr;
 
@@ -11,6 +12,8 @@ use crate::algo::Algo;
 pub enum Event {
     /// A refusal.
     Hit,
+    /// A refusal in shadow mode: admitted all the same.
+    Shadow,
     Refund,
     Reset,
 }
@@ -19,6 +22,7 @@ impl Event {
     pub fn name(self) -> &'static CStr {
         match self {
             Event::Hit => c"rl.hit",
+            Event::Shadow => c"rl.shadow",
             Event::Refund => c"rl.refund",
             Event::Reset => c"rl.reset",
         }
@@ -41,24 +45,33 @@ pub enum Tally {
     Admitted(Source),
     /// Refused, with the back-off told (-1: never).
     Refused(Source, i64),
+    /// Would have been refused, but admitted in shadow mode: counted
+    /// apart from both.
+    ShadowRefused(Source),
 }
 
 /// The receipt of a decision: its counters, and `rl.hit` for a refusal
-/// when hit events are on. A peek (`cost` 0) refuses nobody: no event.
+/// when hit events are on (`rl.shadow` for one in shadow mode, which the
+/// caller answers as admitted). A peek (`cost` 0) refuses nobody: no event.
 pub fn of_decision(
     source: Source,
-    admitted: bool,
+    (admitted, shadow): (bool, bool),
     retry_after_ms: i64,
     cost: i64,
     hit_events: bool,
 ) -> (Tally, Option<Event>) {
+    let event = (hit_events && cost > 0).then_some(Event::Hit);
     match admitted {
         true => (Tally::Admitted(source), None),
-        false => (
-            Tally::Refused(source, retry_after_ms),
-            (hit_events && cost > 0).then_some(Event::Hit),
-        ),
+        false if shadow => shadow_refused(source, event),
+        false => (Tally::Refused(source, retry_after_ms), event),
     }
+}
+
+/// A shadow refusal's receipt: its own counter, `rl.shadow` for `rl.hit`.
+#[cold]
+fn shadow_refused(source: Source, hit: Option<Event>) -> (Tally, Option<Event>) {
+    (Tally::ShadowRefused(source), hit.map(|_| Event::Shadow))
 }
 
 /// What a lease call did, for its receipt.
@@ -117,18 +130,43 @@ mod tests {
     #[test]
     fn only_a_real_refusal_fires_a_hit() {
         let s = Source::Algo(Algo::Token);
-        assert_eq!(of_decision(s, true, 0, 1, true), (Tally::Admitted(s), None));
+        let (admitted, refused) = ((true, false), (false, false));
         assert_eq!(
-            of_decision(s, false, 40, 2, true),
+            of_decision(s, admitted, 0, 1, true),
+            (Tally::Admitted(s), None)
+        );
+        assert_eq!(
+            of_decision(s, refused, 40, 2, true),
             (Tally::Refused(s, 40), Some(Event::Hit))
         );
         assert_eq!(
-            of_decision(s, false, 40, 0, true),
+            of_decision(s, refused, 40, 0, true),
             (Tally::Refused(s, 40), None)
         );
         assert_eq!(
-            of_decision(s, false, -1, 1, false),
+            of_decision(s, refused, -1, 1, false),
             (Tally::Refused(s, -1), None)
+        );
+    }
+
+    #[test]
+    fn a_shadow_refusal_is_counted_apart_and_fires_rl_shadow() {
+        let s = Source::Algo(Algo::Fixed);
+        assert_eq!(
+            of_decision(s, (false, true), 40, 1, true),
+            (Tally::ShadowRefused(s), Some(Event::Shadow))
+        );
+        assert_eq!(
+            of_decision(s, (false, true), 40, 0, true),
+            (Tally::ShadowRefused(s), None)
+        );
+        assert_eq!(
+            of_decision(s, (false, true), 40, 1, false),
+            (Tally::ShadowRefused(s), None)
+        );
+        assert_eq!(
+            of_decision(s, (true, true), 0, 1, true),
+            (Tally::Admitted(s), None)
         );
     }
 }

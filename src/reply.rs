@@ -64,8 +64,13 @@ fn named_ints(ctx: Ctx, names: &[&CStr; 5], values: &[i64; 5]) {
     }
 }
 
-/// RL.ADMIT and RL.REFUND: the five integers of a decision.
-pub fn decision(ctx: Ctx, d: &Decision) {
+/// RL.ADMIT and RL.REFUND: the five integers of a decision. In shadow
+/// mode (`shadow`) a refusal is answered as admitted, with its would-be
+/// wait, and a RESP3 map adds `shadow 1`.
+pub fn decision(ctx: Ctx, d: &Decision, shadow: bool) {
+    if shadow && !d.admitted {
+        return shadowed(ctx, d);
+    }
     let values = [
         i64::from(d.admitted),
         d.limit,
@@ -74,6 +79,26 @@ pub fn decision(ctx: Ctx, d: &Decision) {
         d.reset_after_ms,
     ];
     named_ints(ctx, &DECISION_FIELDS, &values);
+}
+
+/// A shadow refusal: admitted, with the refusal's numbers (`decision`).
+#[cold]
+fn shadowed(ctx: Ctx, d: &Decision) {
+    let values = [1, d.limit, d.remaining, d.retry_after_ms, d.reset_after_ms];
+    if !speaks_resp3(ctx) {
+        return ints(ctx, &values);
+    }
+    // SAFETY: the running call's context; a map of exactly as many pairs as
+    // announced, each a C-string name and an integer.
+    unsafe {
+        api!(RedisModule_ReplyWithMap)(ctx, (values.len() + 1) as _);
+        for (name, &v) in DECISION_FIELDS.iter().zip(&values) {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+        api!(RedisModule_ReplyWithSimpleString)(ctx, c"shadow".as_ptr());
+        api!(RedisModule_ReplyWithLongLong)(ctx, 1);
+    }
 }
 
 /// RL.THROTTLE: CL.THROTTLE's five integers.
@@ -89,13 +114,14 @@ pub fn throttle(ctx: Ctx, answer: &throttle::Reply) {
 }
 
 /// RL.ADMITALL: admitted, which limiter refused (1-based, 0: none), the
-/// longest back-off, then every limiter's own five integers.
+/// longest back-off, then every limiter's own five integers (each with
+/// whether its policy is in shadow mode).
 pub fn admit_all(
     ctx: Ctx,
     admitted: bool,
     refused_by: i64,
     retry_after_ms: i64,
-    each: &[Decision],
+    each: &[(Decision, bool)],
 ) {
     let resp3 = speaks_resp3(ctx);
     let values = [i64::from(admitted), refused_by, retry_after_ms];
@@ -119,8 +145,8 @@ pub fn admit_all(
         }
         api!(RedisModule_ReplyWithArray)(ctx, each.len() as _);
     }
-    for d in each {
-        decision(ctx, d);
+    for (d, shadow) in each {
+        decision(ctx, d, *shadow);
     }
 }
 

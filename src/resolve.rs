@@ -3,10 +3,11 @@
 
 use std::ffi::CStr;
 
+use crate::algo::calendar::{self, Period, OFFSET_FORM, PERIOD_NAMES};
 use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
-use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
+use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::ffi::{Ctx, Str};
 use crate::num::parse_i64;
 use crate::store::{Key, KeyKind};
@@ -19,11 +20,29 @@ pub struct Resolved {
     pub window: Option<(i64, &'static str)>,
     /// The burst, and whether it came from the META hash.
     burst: Option<(i64, bool)>,
+    /// Shadow mode: SHADOW, or META field `shadow` 1.
+    pub shadow: bool,
+    /// The penalty (ms, 0: none), and whether META gave it (for the
+    /// overflow error).
+    penalty: (i64, bool),
+    /// ALIGN, or META field `align` 1: windows start at multiples of the
+    /// window since the epoch.
+    align: bool,
+    /// CALENDAR's period and TZ's offset (ms east of UTC, 0 without TZ).
+    calendar: Option<(Period, i32)>,
 }
 
 impl Resolved {
+    #[inline(always)]
     pub fn policy(&self, now: i64) -> Result<Policy, RlError> {
-        let (window, source) = self.window.ok_or(RlError::NoWindow)?;
+        let window = match self.calendar {
+            // The period's end, from now: this call's window.
+            Some((period, offset)) => {
+                Some((period_window(period, offset, now), Opt::Calendar.name()))
+            }
+            None => self.window,
+        };
+        let (window, source) = window.ok_or(RlError::NoWindow)?;
         if now.checked_add(window).is_none() {
             return Err(RlError::WindowOverflow(source));
         }
@@ -35,13 +54,44 @@ impl Resolved {
             });
         }
         let burst = self.burst.map(|(b, _)| b);
-        Policy::new(self.algo, self.limit, window, burst, now)
+        let policy = Policy::new(self.algo, self.limit, window, burst, now)?;
+        Ok(match (self.align, self.algo) {
+            // An aligned fixed window is, for this call, the window from
+            // now to its next multiple (the sliding window's always are).
+            (true, Algo::Fixed) => Policy {
+                window_ms: window - now.rem_euclid(window),
+                ..policy
+            },
+            _ => policy,
+        })
     }
+
+    /// The penalty in ms (0: none), checked against the clock `now`.
+    #[inline(always)]
+    pub fn penalty(&self, now: i64) -> Result<i64, RlError> {
+        let (ms, from_meta) = self.penalty;
+        match now.checked_add(ms) {
+            Some(_) => Ok(ms),
+            None => Err(RlError::PenaltyOverflow(match from_meta {
+                true => "META field 'penalty'",
+                false => Opt::Penalty.name(),
+            })),
+        }
+    }
+}
+
+/// The window a calendar period leaves from `now`: to its end.
+#[cold]
+fn period_window(period: Period, offset: i32, now: i64) -> i64 {
+    calendar::period_end(period, offset, now).saturating_sub(now)
 }
 
 /// Inline options win over the META hash; a limit of 0 (or none) means no
 /// limit at all. Fields the policy does not use are never read or judged.
 /// `argv` holds the META key at `opts.meta`.
+// Always inlined: its large result is then built in place, not copied out
+// (make budget, issue 27: fixd 5,956 -> 5,917 instructions a call).
+#[inline(always)]
 pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved>, RlError> {
     // No META key: nothing to read, and no empty hash to build per call.
     let meta = match opts.meta {
@@ -64,21 +114,122 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
     if limit == 0 {
         return Ok(None);
     }
-    let window = match opts.window {
-        Some(w) => Some((w, Opt::Window.name())),
-        None => Meta::int_of(meta, Opt::Window, 1, POSITIVE)?.map(|d| (d, "META field 'duration'")),
+    // The plain call (no META hash, none of issue 27's options): only
+    // what was given inline.
+    if meta.is_none() && !opts.extended {
+        return Ok(Some(Resolved {
+            algo,
+            limit,
+            window: opts.window.map(|w| (w, Opt::Window.name())),
+            burst: opts.burst.map(|b| (b, false)),
+            shadow: false,
+            penalty: (0, false),
+            align: false,
+            calendar: None,
+        }));
+    }
+    resolve_rest(opts, meta, algo, limit).map(Some)
+}
+
+/// `resolve` past the limit, for a call with a META hash or issue 27's
+/// options: CALENDAR (before the window it replaces), the window, the
+/// burst, then SHADOW, PENALTY and ALIGN.
+#[inline(never)]
+fn resolve_rest(
+    opts: &Options,
+    meta: Option<&Meta>,
+    algo: Algo,
+    limit: i64,
+) -> Result<Resolved, RlError> {
+    let calendar = calendar_of(opts, meta, algo)?;
+    let window = match (opts.window, calendar) {
+        (Some(w), _) => Some((w, Opt::Window.name())),
+        // A calendar period is the window: field `duration` is not read.
+        (None, Some(_)) => None,
+        (None, None) => {
+            Meta::int_of(meta, Opt::Window, 1, POSITIVE)?.map(|d| (d, "META field 'duration'"))
+        }
     };
     let burst = match (opts.burst, algo.uses_burst()) {
         (Some(b), _) => Some((b, false)),
         (None, true) => Meta::int_of(meta, Opt::Burst, 0, BURST_RANGE)?.map(|b| (b, true)),
         (None, false) => None,
     };
-    Ok(Some(Resolved {
+    let mut resolved = Resolved {
         algo,
         limit,
         window,
         burst,
-    }))
+        shadow: false,
+        penalty: (0, false),
+        align: false,
+        calendar,
+    };
+    policies(&mut resolved, opts, meta)?;
+    Ok(resolved)
+}
+
+/// SHADOW, PENALTY and ALIGN, inline or from META, into `r`.
+fn policies(r: &mut Resolved, opts: &Options, meta: Option<&Meta>) -> Result<(), RlError> {
+    r.shadow = opts.shadow || Meta::flag_of(meta, Opt::Shadow)?;
+    r.penalty = match opts.penalty {
+        Some(p) => (p, false),
+        None => Meta::int_of(meta, Opt::Penalty, 1, POSITIVE)?.map_or((0, false), |p| (p, true)),
+    };
+    let align = if opts.align {
+        Some(Opt::Align.name())
+    } else if Meta::flag_of(meta, Opt::Align)? {
+        Some("META field 'align'")
+    } else {
+        None
+    };
+    if let Some(what) = align.filter(|_| !r.algo.is_window()) {
+        return Err(RlError::OnlyWindows(what, r.algo.name()));
+    }
+    if let (Some(what), Some(_)) = (align, r.calendar) {
+        let why = "calendar periods are aligned";
+        return Err(RlError::Conflict(what, Opt::Calendar.name(), why));
+    }
+    r.align = align.is_some();
+    Ok(())
+}
+
+/// CALENDAR and TZ, inline or from the META hash (inline wins), checked
+/// against the algorithm and WINDOW. TZ's field is read only with a period.
+fn calendar_of(
+    opts: &Options,
+    meta: Option<&Meta>,
+    algo: Algo,
+) -> Result<Option<(Period, i32)>, RlError> {
+    let period = match opts.calendar {
+        Some(p) => Some((p, Opt::Calendar.name())),
+        None => Meta::word_of(meta, Opt::Calendar)?.map(|p| (p, "META field 'calendar'")),
+    };
+    let Some((period, what)) = period else {
+        return match opts.tz {
+            Some(_) => Err(RlError::TzWithoutCalendar(Opt::Tz.name())),
+            None => Ok(None),
+        };
+    };
+    if !algo.is_window() {
+        return Err(RlError::OnlyWindows(what, algo.name()));
+    }
+    if algo != Algo::Fixed {
+        return Err(RlError::NotForAlgo(what, algo.name()));
+    }
+    if opts.window.is_some() {
+        let why = "a calendar period is the window";
+        return Err(RlError::Conflict(
+            Opt::Window.name(),
+            Opt::Calendar.name(),
+            why,
+        ));
+    }
+    let offset = match opts.tz {
+        Some(offset) => offset,
+        None => Meta::offset_of(meta)?.unwrap_or(0),
+    };
+    Ok(Some((period, offset)))
 }
 
 /// A lease policy: at most `limit` leases, each for `ttl_ms`.
@@ -124,10 +275,12 @@ pub fn meta_limit(ctx: Ctx, name: Str) -> Result<i64, RlError> {
 struct Meta {
     ints: [Option<Option<i64>>; OPTIONS.len()],
     algorithm: Option<Option<Algo>>,
+    calendar: Option<Option<Period>>,
+    tz: Option<Option<i32>>,
 }
 
 impl Meta {
-    /// Reads `fields` (at most four, see `Key::hash_fields`).
+    /// Reads `fields` (at most twelve, see `Key::hash_fields`).
     fn read<const N: usize>(
         ctx: Ctx,
         name: Str,
@@ -143,6 +296,8 @@ impl Meta {
         let names = fields.map(|(_, field)| field);
         key.hash_fields(ctx, &names, |i, bytes| match fields[i].0 {
             Opt::Algo => meta.algorithm = Some(Algo::parse(bytes)),
+            Opt::Calendar => meta.calendar = Some(Period::parse(bytes)),
+            Opt::Tz => meta.tz = Some(calendar::parse_offset(bytes)),
             opt => meta.ints[opt as usize] = Some(parse_i64(bytes)),
         });
         Ok(meta)
@@ -166,6 +321,33 @@ impl Meta {
         must: &'static str,
     ) -> Result<Option<i64>, RlError> {
         meta.map_or(Ok(None), |meta| meta.int(opt, min, must))
+    }
+
+    /// A flag's field (see `Value::Flag`): absent or `0` is off, `1` on.
+    fn flag_of(meta: Option<&Meta>, opt: Opt) -> Result<bool, RlError> {
+        match Meta::int_of(meta, opt, 0, ZERO_OR_ONE)? {
+            None | Some(0) => Ok(false),
+            Some(1) => Ok(true),
+            Some(_) => Err(RlError::BadMetaField(opt.meta_field(), ZERO_OR_ONE)),
+        }
+    }
+
+    /// Field `calendar`: absent, or a period.
+    fn word_of(meta: Option<&Meta>, opt: Opt) -> Result<Option<Period>, RlError> {
+        match meta.and_then(|m| m.calendar) {
+            None => Ok(None),
+            Some(Some(p)) => Ok(Some(p)),
+            Some(None) => Err(RlError::BadMetaField(opt.meta_field(), PERIOD_NAMES)),
+        }
+    }
+
+    /// Field `tz`: absent, or a fixed offset (ms east of UTC).
+    fn offset_of(meta: Option<&Meta>) -> Result<Option<i32>, RlError> {
+        match meta.and_then(|m| m.tz) {
+            None => Ok(None),
+            Some(Some(offset)) => Ok(Some(offset)),
+            Some(None) => Err(RlError::BadMetaField(Opt::Tz.meta_field(), OFFSET_FORM)),
+        }
     }
 
     fn algorithm(&self) -> Result<Option<Algo>, RlError> {

@@ -37,6 +37,8 @@ fn slot_name(slot: usize) -> &'static str {
 struct Counters {
     admitted: [AtomicU64; SLOTS],
     refused: [AtomicU64; SLOTS],
+    /// Would-be refusals admitted in shadow mode.
+    shadow_refused: [AtomicU64; SLOTS],
     backoff_ms: AtomicU64,
     errors: AtomicU64,
     /// By `LEASE_FIELDS`.
@@ -66,6 +68,7 @@ const ZERO: AtomicU64 = AtomicU64::new(0);
 static COUNTERS: Counters = Counters {
     admitted: [ZERO; SLOTS],
     refused: [ZERO; SLOTS],
+    shadow_refused: [ZERO; SLOTS],
     backoff_ms: ZERO,
     errors: ZERO,
     leases: [ZERO; LEASE_FIELDS.len()],
@@ -89,6 +92,7 @@ pub fn count(tally: Tally) {
             bump(&COUNTERS.refused[slot(source)], 1);
             bump(&COUNTERS.backoff_ms, backoff_ms.max(0) as u64);
         }
+        Tally::ShadowRefused(source) => bump(&COUNTERS.shadow_refused[slot(source)], 1),
     }
 }
 
@@ -134,6 +138,7 @@ pub fn error() {
 /// unload starts over, as the server's own stats of its commands do).
 pub fn init() {
     let all = COUNTERS.admitted.iter().chain(&COUNTERS.refused);
+    let all = all.chain(&COUNTERS.shadow_refused);
     for c in all.chain(&COUNTERS.leases) {
         c.store(0, Relaxed);
     }
@@ -158,6 +163,7 @@ pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
         .add_section("stats")
         .field("calls_admitted", total(&COUNTERS.admitted))?
         .field("calls_refused", total(&COUNTERS.refused))?
+        .field("calls_shadow_refused", total(&COUNTERS.shadow_refused))?
         .field("backoff_ms_total", COUNTERS.backoff_ms.load(Relaxed))?
         .field("errors", COUNTERS.errors.load(Relaxed))?;
     for (name, counter) in LEASE_FIELDS.iter().zip(&COUNTERS.leases) {
@@ -179,6 +185,13 @@ pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
             section = section.field(
                 &format!("{name}_refused"),
                 COUNTERS.refused[at].load(Relaxed),
+            )?;
+        }
+        // RL.THROTTLE has no shadow mode.
+        if at != slot(Source::Unlimited) && at != slot(Source::Throttle) {
+            section = section.field(
+                &format!("{name}_shadow_refused"),
+                COUNTERS.shadow_refused[at].load(Relaxed),
             )?;
         }
     }

@@ -6,10 +6,12 @@
 //! sub-millisecond precision), so replicas, AOF and RDB agree. The clock is
 //! read in µs (`Now`): the windows see its ms, the buckets its µs.
 
+pub mod calendar;
 pub mod fixed;
 pub mod gcra;
 pub mod leaky;
 pub mod lease;
+pub mod penalty;
 pub mod policy;
 pub mod sliding;
 pub mod state;

@@ -117,6 +117,11 @@ impl Algo {
         !matches!(self.spec().reach, Reach::Windows(_))
     }
 
+    /// Whether it counts in windows (`fixed`, `sliding`): ALIGN applies.
+    pub fn is_window(self) -> bool {
+        !self.uses_burst()
+    }
+
     /// The least BURST: a queue may be empty, a bucket holds one.
     pub fn min_burst(self) -> i64 {
         match self.spec().reach {

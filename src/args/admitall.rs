@@ -58,8 +58,7 @@ impl AdmitAll {
                 Opt::Cost => &mut cost,
                 _ => policies.last_mut().ok_or(RlError::PolicyFirst)?,
             };
-            group.set(opt, args, at + 1)?;
-            at += 2;
+            at += group.set(opt, args, at + 1)?;
         }
         if policies.len() != keys.len() {
             return Err(RlError::PolicyCount(keys.len(), policies.len()));

@@ -1,10 +1,13 @@
 //! RL.ADMITALL numkeys key [key ...] [COST n] POLICY [ALGO name] [LIMIT max]
-//! [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
+//! [WINDOW ms] [BURST n] [META metakey] [SHADOW] [POLICY ...]
 //!
-//! One POLICY per key, in order. All are admitted, or none is consumed.
+//! One POLICY per key, in order. All are admitted, or none is consumed. A
+//! POLICY in shadow mode never refuses: its would-be refusal consumes
+//! nothing (it makes only the repair a refusal makes) and blocks no other.
 
 use super::Call;
-use crate::algo::{self, Decision, Found, Outcome, Policy, Write};
+use crate::algo::penalty::{self, Plan, Read};
+use crate::algo::{self, Decision, Policy, Write};
 use crate::args::AdmitAll;
 use crate::error::RlError;
 use crate::ffi::{Ctx, Str};
@@ -19,47 +22,65 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
     let now = clock::now();
     let mut limiters = Vec::with_capacity(request.keys);
     for (i, opts) in request.policies.iter().enumerate() {
-        let policy = resolve(ctx, call.argv, opts)?
-            .map(|r| r.policy(now.ms))
-            .transpose()?;
-        limiters.push((call.argv[2 + i], policy));
+        let (policy, shadow, penalty_ms) = match resolve(ctx, call.argv, opts)? {
+            Some(r) => (Some(r.policy(now.ms)?), r.shadow, r.penalty(now.ms)?),
+            None => (None, false, 0),
+        };
+        limiters.push((call.argv[2 + i], policy, shadow, penalty_ms));
     }
     let mut members = Vec::with_capacity(limiters.len());
-    for &(name, policy) in &limiters {
+    for &(name, policy, shadow, penalty_ms) in &limiters {
         let Some(policy) = policy else {
             members.push(Member {
                 name,
                 policy: None,
-                found: None,
-                outcome: Outcome {
-                    decision: Decision::UNLIMITED,
-                    write: Write::Nothing,
-                    reset_at: now.ms,
-                },
+                shadow,
+                penalty_ms,
+                now_ms: now.ms,
+                read: Read::plain(None),
+                decision: Decision::UNLIMITED,
+                plan: Plan::Plain(Write::Nothing),
             });
             continue;
         };
         // Each key is closed as soon as it is read: opening the next may
         // fire an event (`expired`) whose subscriber writes to any of them.
-        let found = Key::write(ctx, name).read_state(policy.algo)?;
-        let outcome = algo::admit(found, &policy, request.cost, now);
+        let read = Key::write(ctx, name).read_limiter(policy.algo, now.ms)?;
+        let (decision, plan) = penalty::decide(
+            algo::admit,
+            read,
+            &policy,
+            penalty_ms,
+            request.cost,
+            now,
+            false,
+        );
         members.push(Member {
             name,
             policy: Some(policy),
-            found,
-            outcome,
+            shadow,
+            penalty_ms,
+            now_ms: now.ms,
+            read,
+            decision,
+            plan,
         });
     }
-    let all_admitted = members.iter().all(|m| m.outcome.decision.admitted);
+    let all_admitted = members.iter().all(|m| m.decision.admitted || m.shadow);
     let (mut refused_by, mut longest) = (0, 0i64);
-    let mut hits = Vec::new();
+    let (mut hits, mut shadows) = (Vec::new(), Vec::new());
     for (i, m) in members.iter_mut().enumerate() {
-        let wait = m.outcome.decision.retry_after_ms;
-        if all_admitted {
+        let wait = m.decision.retry_after_ms;
+        if m.shadow && !m.decision.admitted {
+            // A would-be refusal: as an enforced refusal, it consumes
+            // nothing but makes its repair; its wait is not the caller's.
+            m.apply(ctx);
+            shadows.push(m.name);
+        } else if all_admitted {
             // The caller proceeds after the longest wait (a leaky queue's delay).
             longest = longest.max(wait);
             m.apply(ctx);
-        } else if !m.outcome.decision.admitted {
+        } else if !m.decision.admitted {
             // A refusal consumes nothing, but still makes the one repair
             // RL.ADMIT would (an expiry for a TTL-less counter, a stored
             // time pulled back), or a corrupt state would block for good.
@@ -71,21 +92,36 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             }
         } else if let Some(policy) = &m.policy {
             // Nothing was consumed: report this member as it stands.
-            m.outcome = algo::admit(m.found, policy, 0, now);
+            let peek = penalty::decide(algo::admit, m.read, policy, m.penalty_ms, 0, now, false);
+            m.decision = peek.0;
         }
     }
-    let decisions: Vec<Decision> = members.iter().map(|m| m.outcome.decision).collect();
-    // The call counts once; its refusal's event is fired for every refusing
-    // member.
+    let decisions: Vec<(Decision, bool)> = members.iter().map(|m| (m.decision, m.shadow)).collect();
+    // The call counts once: refused, else shadow-refused if any member
+    // would have refused, else admitted. Each refusing member fires its
+    // refusal's event, each would-be refusal `rl.shadow`.
+    let verdict = (all_admitted && shadows.is_empty(), all_admitted);
     let (tally, event) = receipt::of_decision(
         Source::AdmitAll,
-        all_admitted,
+        verdict,
         longest,
         request.cost,
         config::hit_events(),
     );
     if let Some(event) = event {
         for name in hits {
+            store::notify(ctx, event, name);
+        }
+    }
+    let (_, shadow_event) = receipt::of_decision(
+        Source::AdmitAll,
+        (false, true),
+        0,
+        request.cost,
+        config::hit_events(),
+    );
+    if let Some(event) = shadow_event {
+        for name in shadows {
             store::notify(ctx, event, name);
         }
     }
@@ -99,8 +135,15 @@ struct Member {
     name: Str,
     /// `None` for an unlimited member.
     policy: Option<Policy>,
-    found: Found,
-    outcome: Outcome,
+    /// Shadow mode: a refusal is answered as an admission.
+    shadow: bool,
+    /// The policy's penalty (ms, 0: none).
+    penalty_ms: i64,
+    /// The call's clock (ms), to read the key again by.
+    now_ms: i64,
+    read: Read,
+    decision: Decision,
+    plan: Plan,
 }
 
 impl Member {
@@ -111,12 +154,12 @@ impl Member {
     /// and nothing is written or propagated for it.
     fn apply(&self, ctx: Ctx) {
         let Some(policy) = &self.policy else { return };
-        if self.outcome.write == Write::Nothing {
+        if self.plan == Plan::Plain(Write::Nothing) {
             return;
         }
         let mut key = Key::write(ctx, self.name);
-        if key.read_state(policy.algo).ok() == Some(self.found) {
-            super::write(ctx, &mut key, self.name, self.outcome.write, self.found);
+        if key.read_limiter(policy.algo, self.now_ms).ok() == Some(self.read) {
+            super::write_penalised(ctx, &mut key, self.name, self.plan, &self.read);
         }
     }
 }

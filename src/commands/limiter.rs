@@ -3,6 +3,7 @@
 //! exact count), so only the options are checked here.
 
 use super::Call;
+use crate::algo::penalty::{self, Plan};
 use crate::algo::Now;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Found, Outcome, Policy, Write};
 use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
@@ -17,7 +18,9 @@ use crate::{clock, reply, stats};
 const ADMIT_OPTIONS: OptSet = args::ADMIT_SET;
 const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n] [BLOCK timeout_ms]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms]
+/// [ALIGN] [CALENDAR period] [TZ offset] [COST n] [BLOCK timeout_ms]
+/// (a shadow refusal is answered as an admission, so it never waits)
 pub fn admit(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
@@ -26,8 +29,16 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
     if block::anyone_waits() {
         return admit_in_turn(call, &opts);
     }
-    let updated = update(call, &opts, clock::now(), algo::admit)?;
-    if let (Some(timeout), Some(Updated { decision: d, .. })) = (opts.block, &updated) {
+    let updated = update(call, &opts, clock::now(), algo::admit, false)?;
+    if let (
+        Some(timeout),
+        Some(Updated {
+            decision: d,
+            shadow: false,
+            ..
+        }),
+    ) = (opts.block, &updated)
+    {
         if !d.admitted && d.retry_after_ms >= 0 && block::may_block(call.ctx) {
             return wait_for_turn(call, timeout, d.retry_after_ms);
         }
@@ -52,7 +63,7 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
         Mode::Woken(ticket) => return admit_woken(call, opts, ticket),
         Mode::TimedOut(ticket) => {
             block::timed_out(call.ctx, ticket);
-            return answer(call, update(call, opts, clock::now(), peek)?);
+            return answer(call, update(call, opts, clock::now(), peek, true)?);
         }
     }
     let now = clock::now();
@@ -71,7 +82,7 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
                 head_at - now.ms,
             );
         }
-        let mut updated = update(call, opts, now, peek)?;
+        let mut updated = update(call, opts, now, peek, true)?;
         if let Some(Updated { decision: d, .. }) = &mut updated {
             if d.retry_after_ms >= 0 {
                 d.retry_after_ms = d.retry_after_ms.max(head_at - now.ms).max(1);
@@ -79,8 +90,13 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
         }
         return answer(call, updated);
     }
-    let updated = update(call, opts, now, algo::admit)?;
-    if let Some(Updated { decision: d, .. }) = &updated {
+    let updated = update(call, opts, now, algo::admit, false)?;
+    if let Some(Updated {
+        decision: d,
+        shadow: false,
+        ..
+    }) = &updated
+    {
         // Refused, and admissible some day: wait for it.
         let waits = !d.admitted && d.retry_after_ms >= 0;
         if let Some(timeout) = wait().filter(|_| waits) {
@@ -98,14 +114,19 @@ fn admit_woken(call: &Call, opts: &Options, ticket: &Ticket) -> Result<(), RlErr
         block::stay(call.ctx, ticket, None);
         return Ok(());
     }
-    let updated = match update(call, opts, clock::now(), algo::admit) {
+    let updated = match update(call, opts, clock::now(), algo::admit, false) {
         Ok(updated) => updated,
         Err(err) => {
             block::served(call.ctx, ticket, call.key());
             return Err(err);
         }
     };
-    if let Some(Updated { decision: d, .. }) = &updated {
+    if let Some(Updated {
+        decision: d,
+        shadow: false,
+        ..
+    }) = &updated
+    {
         if !d.admitted && d.retry_after_ms >= 0 {
             block::stay(call.ctx, ticket, Some(d.retry_after_ms));
             return Ok(());
@@ -121,12 +142,13 @@ fn answer(call: &Call, updated: Option<Updated>) -> Result<(), RlError> {
     match updated {
         None => {
             stats::count(Tally::Admitted(Source::Unlimited));
-            reply::decision(call.ctx, &Decision::UNLIMITED);
+            reply::decision(call.ctx, &Decision::UNLIMITED, false);
         }
         Some(Updated {
             algo,
             cost,
             decision: d,
+            shadow,
             ..
         }) => {
             let source = Source::Algo(algo);
@@ -134,18 +156,20 @@ fn answer(call: &Call, updated: Option<Updated>) -> Result<(), RlError> {
                 call.ctx,
                 call.key(),
                 source,
-                d.admitted,
+                (d.admitted, shadow),
                 d.retry_after_ms,
                 cost,
             );
-            reply::decision(call.ctx, &d);
+            reply::decision(call.ctx, &d, shadow);
         }
     }
     Ok(())
 }
 
 /// The decision RL.ADMIT would get, as a refusal that writes nothing: a
-/// timed-out waiter's answer, and a call refused behind a queue.
+/// timed-out waiter's answer, and a call refused behind a queue. `update`
+/// runs it as it runs a refund (its last argument), so that it starts no
+/// penalty either.
 fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
     let mut outcome = algo::admit(found, policy, cost, now);
     outcome.write = Write::Nothing;
@@ -153,18 +177,19 @@ fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
     outcome
 }
 
-/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [COST n]
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms]
+/// [ALIGN] [CALENDAR period] [TZ offset] [COST n]
 pub fn refund(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, REFUND_OPTIONS, &mut opts)?;
-    match update(call, &opts, clock::now(), algo::refund)? {
-        None => reply::decision(call.ctx, &Decision::UNLIMITED),
+    match update(call, &opts, clock::now(), algo::refund, true)? {
+        None => reply::decision(call.ctx, &Decision::UNLIMITED, false),
         Some(updated) => {
             if updated.wrote {
                 store::notify(call.ctx, Event::Refund, call.key());
                 block::key_changed(call.ctx, call.key());
             }
-            reply::decision(call.ctx, &updated.decision);
+            reply::decision(call.ctx, &updated.decision, updated.shadow);
         }
     }
     Ok(())
@@ -177,6 +202,8 @@ struct Updated {
     decision: Decision,
     /// Whether the key was written.
     wrote: bool,
+    /// Shadow mode: a refusal is answered as an admission.
+    shadow: bool,
 }
 
 /// The path RL.ADMIT and RL.REFUND share: the policy
@@ -190,28 +217,68 @@ fn update(
     opts: &Options,
     now: Now,
     decide: Decide,
+    refund: bool,
 ) -> Result<Option<Updated>, RlError> {
-    let Some(policy) = resolve(call.ctx, call.argv, opts)?
-        .map(|r| r.policy(now.ms))
-        .transpose()?
-    else {
+    let Some(resolved) = resolve(call.ctx, call.argv, opts)? else {
         return Ok(None);
     };
+    let policy = resolved.policy(now.ms)?;
+    let penalty_ms = resolved.penalty(now.ms)?;
     let name = call.key();
     let mut key = Key::write(call.ctx, name);
-    let found = key.read_state(policy.algo)?;
     let cost = opts.cost.unwrap_or(1);
+    // A penalty's form is no state: it comes back as an error, read again
+    // by `boxed`, as is any key under a policy with PENALTY.
+    let found = match key.read_state(policy.algo) {
+        Ok(found) if penalty_ms == 0 => found,
+        _ => {
+            let (decision, wrote) = boxed(
+                call, &mut key, decide, &policy, penalty_ms, cost, now, refund,
+            )?;
+            return Ok(Some(Updated {
+                algo: policy.algo,
+                cost,
+                decision,
+                wrote,
+                shadow: resolved.shadow,
+            }));
+        }
+    };
     let outcome = decide(found, &policy, cost, now);
     super::write(call.ctx, &mut key, name, outcome.write, found);
     Ok(Some(Updated {
         algo: policy.algo,
         cost,
         decision: outcome.decision,
-        wrote: outcome.write != Write::Nothing,
+        wrote: !matches!(outcome.write, Write::Nothing),
+        shadow: resolved.shadow,
     }))
 }
 
-/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey]
+/// `update`'s path for a limiter that holds or may start a penalty, out
+/// of the plain call's way: the decision, and whether the key was written.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn boxed(
+    call: &Call,
+    key: &mut Key,
+    decide: Decide,
+    policy: &algo::Policy,
+    penalty_ms: i64,
+    cost: i64,
+    now: algo::Now,
+    refund: bool,
+) -> Result<(Decision, bool), RlError> {
+    // The key read again, its penalty's form included (`algo::penalty`).
+    let read = key.read_limiter(policy.algo, now.ms)?;
+    let (decision, plan) = penalty::decide(decide, read, policy, penalty_ms, cost, now, refund);
+    super::write_penalised(call.ctx, key, call.key(), plan, &read);
+    Ok((decision, plan != Plan::Plain(Write::Nothing)))
+}
+
+/// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW]
+/// (in shadow mode too, the wait a request would be told if enforced)
 pub fn ttl(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, POLICY_SET, &mut opts)?;
@@ -226,9 +293,13 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
         (Algo::Fixed, None) => None,
         _ => Some(resolved.policy(now.ms)?),
     };
+    // PENALTY is judged as RL.ADMIT judges it; a held penalty counts
+    // whatever the policy says.
+    resolved.penalty(now.ms)?;
     let key = Key::read(call.ctx, call.key());
-    let found = key.read_state(resolved.algo)?;
-    let backoff = match policy {
+    let read = key.read_limiter(resolved.algo, now.ms)?;
+    let found = read.found;
+    let own = match policy {
         None => fixed::backoff(fixed::counter_of(found, now.ms), resolved.limit, now.ms),
         // The wait a request of cost 1 would be told now (a leaky queue's
         // delay included).
@@ -237,7 +308,8 @@ pub fn ttl(call: &Call) -> Result<(), RlError> {
             .retry_after_ms
             .max(0),
     };
-    reply::int(call.ctx, backoff);
+    // What is left of a penalty, if longer.
+    reply::int(call.ctx, penalty::backoff(&read, own, now.ms));
     Ok(())
 }
 

@@ -8,6 +8,7 @@ pub mod lease;
 pub mod limiter;
 pub mod throttle;
 
+use crate::algo::penalty::{self, Plan, Read};
 use crate::algo::{state, Found};
 use crate::config;
 use crate::ffi::{Ctx, Str};
@@ -42,10 +43,17 @@ fn write(ctx: Ctx, key: &mut Key, name: Str, write: algo::Write, before: Found) 
     store::execute(ctx, key, name, plan::change(write, before, &mut buf));
 }
 
-/// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`.
-fn record(ctx: Ctx, name: Str, source: Source, admitted: bool, retry_after_ms: i64, cost: i64) {
+/// Plans and carries out a penalty's plan (`algo::penalty`) on an open key.
+fn write_penalised(ctx: Ctx, key: &mut Key, name: Str, plan: Plan, read: &Read) {
+    let mut buf = [0u8; penalty::MAX_LEN];
+    store::execute(ctx, key, name, plan::penalised(plan, read, &mut buf));
+}
+
+/// The receipt of a decision: its INFO counters and, for a refusal, `rl.hit`
+/// (`rl.shadow` in shadow mode). `verdict`: (admitted, shadow mode).
+fn record(ctx: Ctx, name: Str, source: Source, verdict: (bool, bool), retry_ms: i64, cost: i64) {
     let (tally, event) =
-        receipt::of_decision(source, admitted, retry_after_ms, cost, config::hit_events());
+        receipt::of_decision(source, verdict, retry_ms, cost, config::hit_events());
     stats::count(tally);
     if let Some(event) = event {
         store::notify(ctx, event, name);

@@ -42,7 +42,7 @@ pub fn throttle(call: &Call) -> Result<(), RlError> {
         call.ctx,
         name,
         Source::Throttle,
-        allowed,
+        (allowed, false),
         answer.retry_after_ms,
         quantity,
     );

@@ -9,6 +9,7 @@ use std::ptr;
 
 use redis_module::raw;
 
+use crate::algo::calendar::PERIODS;
 use crate::algo::ALGORITHMS;
 use crate::args::{Opt, Value};
 
@@ -116,6 +117,17 @@ const ALGORITHM_WORDS: &[Arg] = &{
     words
 };
 
+/// CALENDAR's choices, one word per row of `calendar::PERIODS`.
+const PERIOD_WORDS: &[Arg] = &{
+    let mut words = [Arg::word(c""); PERIODS.len()];
+    let mut i = 0;
+    while i < words.len() {
+        words[i] = Arg::word(PERIODS[i].0);
+        i += 1;
+    }
+    words
+};
+
 /// `[TOKEN value]` for each of `opts`, from the option table; a key value
 /// is described by key-spec `key_spec`.
 pub const fn option_args<const N: usize>(opts: &[Opt], key_spec: i32) -> [Arg; N] {
@@ -128,8 +140,15 @@ pub const fn option_args<const N: usize>(opts: &[Opt], key_spec: i32) -> [Arg; N
             Value::Integer => ArgKind::Integer,
             Value::Key => ArgKind::Key(key_spec),
             Value::Text => ArgKind::String,
+            Value::Flag => ArgKind::PureToken,
+            Value::Period => ArgKind::OneOf(PERIOD_WORDS),
+            Value::Offset => ArgKind::String,
         };
-        out[i] = Arg::option(spec.token, spec.value_name, kind);
+        out[i] = match kind {
+            // A flag: `[TOKEN]`, named as its META field.
+            ArgKind::PureToken => Arg::word(spec.token).optional(),
+            _ => Arg::option(spec.token, spec.value_name, kind),
+        };
         i += 1;
     }
     out

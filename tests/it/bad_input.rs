@@ -27,6 +27,17 @@ const KEYS: &[&str] = &[
     "a",
     "b",
     "t",
+    "badshadow",
+    "negshadow",
+    "wordshadow",
+    "badpenalty",
+    "zeropenalty",
+    "corrupt",
+    "alignedtoken",
+    "badalign",
+    "badcalendar",
+    "badtz",
+    "calendarwindowalign",
 ];
 
 /// The same keys on each server.
@@ -83,6 +94,86 @@ fn fixtures(con: &mut Connection) {
         &["SET", "text", "hello"],
         &["RPUSH", "list", "x"],
         &["SET", "sliding", "sliding:0:1:0"],
+        &[
+            "HSET",
+            "badshadow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "shadow",
+            "2",
+        ],
+        &[
+            "HSET",
+            "negshadow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "shadow",
+            "-1",
+        ],
+        &[
+            "HSET",
+            "wordshadow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "shadow",
+            "yes",
+        ],
+        &[
+            "HSET",
+            "badpenalty",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "penalty",
+            "soon",
+        ],
+        &[
+            "HSET",
+            "zeropenalty",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "penalty",
+            "0",
+        ],
+        &["SET", "corrupt", "penalty:1:x:", "PX", "60000"],
+        &[
+            "HSET",
+            "alignedtoken",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "algorithm",
+            "token",
+            "align",
+            "1",
+        ],
+        &[
+            "HSET", "badalign", "max", "3", "duration", "1000", "align", "yes",
+        ],
+        &["HSET", "badcalendar", "max", "3", "calendar", "hour"],
+        &["HSET", "badtz", "max", "3", "calendar", "day", "tz", "CET"],
+        &[
+            "HSET",
+            "calendarwindowalign",
+            "max",
+            "3",
+            "duration",
+            "10",
+            "calendar",
+            "day",
+            "align",
+            "1",
+        ],
     ];
     for cmd in setup {
         let r = common::cmd_raw(con, cmd);
@@ -389,6 +480,148 @@ const NAMED: &[(&str, &str)] = &[
     ("RL.TTL list LIMIT 3", "WRONGTYPE"),
     ("RL.LIMIT badmax", "'max'"),
     ("RL.LIMIT list", "WRONGTYPE"),
+    // SHADOW (issue 27): a flag, once; its META field 0 or 1.
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 SHADOW SHADOW",
+        "SHADOW is given more than once",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 shadow 1",
+        "unknown option '1'",
+    ),
+    ("RL.ADMIT c SHADOW LIMIT 5 WINDOW 10 SHADOW", "SHADOW"),
+    ("RL.ADMIT c SHADOW META m SHADOW", "SHADOW"),
+    (
+        "RL.ADMIT c META badshadow",
+        "META hash field 'shadow' must be 0 or 1",
+    ),
+    (
+        "RL.ADMIT c META negshadow",
+        "META hash field 'shadow' must be 0 or 1",
+    ),
+    (
+        "RL.ADMIT c META wordshadow",
+        "META hash field 'shadow' must be 0 or 1",
+    ),
+    ("RL.REFUND c META badshadow", "'shadow'"),
+    ("RL.TTL c META badshadow", "'shadow'"),
+    ("RL.TTL c SHADOW LIMIT 5 SHADOW", "SHADOW"),
+    ("RL.ADMITALL 1 a SHADOW POLICY LIMIT 5 WINDOW 10", "POLICY"),
+    (
+        "RL.ADMITALL 1 a POLICY SHADOW LIMIT 5 WINDOW 10 SHADOW",
+        "SHADOW",
+    ),
+    ("RL.ADMITALL 1 a POLICY META badshadow", "'shadow'"),
+    // PENALTY (issue 27): a positive integer of ms, whose end fits the clock.
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY",
+        "PENALTY needs a value",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 0",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY -100",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 1.5",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY soon",
+        "PENALTY must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 5 penalty 6",
+        "PENALTY is given more than once",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 9223372036854775807",
+        "PENALTY is too large: the penalty end overflows",
+    ),
+    (
+        "RL.ADMIT c META badpenalty",
+        "META hash field 'penalty' must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c META zeropenalty",
+        "META hash field 'penalty' must be an integer from 1",
+    ),
+    ("RL.TTL c LIMIT 5 PENALTY 0", "PENALTY"),
+    (
+        "RL.TTL c LIMIT 5 WINDOW 10 PENALTY 9223372036854775807",
+        "penalty end overflows",
+    ),
+    ("RL.REFUND c LIMIT 5 WINDOW 10 PENALTY -1", "PENALTY"),
+    (
+        "RL.ADMITALL 1 a POLICY LIMIT 5 WINDOW 10 PENALTY x",
+        "PENALTY",
+    ),
+    (
+        "RL.ADMITALL 1 a PENALTY 5 POLICY LIMIT 5 WINDOW 10",
+        "POLICY",
+    ),
+    ("RL.ADMIT corrupt LIMIT 5 WINDOW 10", "corrupt penalty"),
+    (
+        "RL.ADMIT corrupt LIMIT 5 WINDOW 10 PENALTY 100",
+        "corrupt penalty",
+    ),
+    ("RL.TTL corrupt LIMIT 5 WINDOW 10", "corrupt penalty"),
+    (
+        "RL.ADMITALL 1 corrupt POLICY LIMIT 5 WINDOW 10",
+        "corrupt penalty",
+    ),
+    // ALIGN (issue 27): a flag, once, for the windows only.
+    ("RL.ADMIT c LIMIT 5 WINDOW 10 ALIGN ALIGN", "ALIGN is given more than once"),
+    ("RL.ADMIT c LIMIT 5 WINDOW 10 ALIGN 1", "unknown option '1'"),
+    (
+        "RL.ADMIT new ALGO token LIMIT 5 WINDOW 10 ALIGN",
+        "ERR ALIGN applies only to the windows (ALGO fixed or sliding), not to ALGO token",
+    ),
+    ("RL.ADMIT new ALGO gcra LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    ("RL.ADMIT new ALGO leaky LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    (
+        "RL.ADMIT new META alignedtoken",
+        "ERR META field 'align' applies only to the windows (ALGO fixed or sliding), not to ALGO token",
+    ),
+    ("RL.ADMIT c META badalign", "META hash field 'align' must be 0 or 1"),
+    ("RL.TTL new ALGO token LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    ("RL.REFUND c LIMIT 5 WINDOW 10 ALIGN ALIGN", "ALIGN"),
+    ("RL.ADMITALL 1 a POLICY ALGO gcra LIMIT 5 WINDOW 10 ALIGN", "applies only to the windows"),
+    ("RL.ADMITALL 1 a ALIGN POLICY LIMIT 5 WINDOW 10", "POLICY"),
+    // CALENDAR and TZ (issue 27): a period, a fixed offset, and what
+    // excludes them.
+    ("RL.ADMIT new LIMIT 5 CALENDAR", "CALENDAR needs a value"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR hour", "CALENDAR must be one of day, week, month, year"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR -1", "CALENDAR must be one of"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day calendar week", "CALENDAR is given more than once"),
+    (
+        "RL.ADMIT new LIMIT 5 CALENDAR day WINDOW 10",
+        "ERR WINDOW and CALENDAR exclude each other: a calendar period is the window",
+    ),
+    (
+        "RL.ADMIT new LIMIT 5 CALENDAR day ALIGN",
+        "ERR ALIGN and CALENDAR exclude each other: calendar periods are aligned",
+    ),
+    (
+        "RL.ADMIT new ALGO token LIMIT 5 CALENDAR day",
+        "ERR CALENDAR applies only to the windows (ALGO fixed or sliding), not to ALGO token",
+    ),
+    ("RL.ADMIT new ALGO sliding LIMIT 5 CALENDAR day", "ERR CALENDAR does not apply to ALGO sliding"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ", "TZ needs a value"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ Europe/Berlin", "zone names are not supported"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +5:30", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +24:00", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ -01:60", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +01:00 TZ +02:00", "TZ is given more than once"),
+    ("RL.ADMIT new LIMIT 5 WINDOW 10 TZ +01:00", "ERR TZ applies only with CALENDAR"),
+    ("RL.ADMIT new META badcalendar", "META hash field 'calendar' must be one of"),
+    ("RL.ADMIT new META badtz", "META hash field 'tz' must be a fixed offset"),
+    ("RL.ADMIT new META calendarwindowalign", "and CALENDAR exclude each other: calendar periods"),
+    ("RL.TTL new LIMIT 5 CALENDAR fortnight", "CALENDAR"),
+    ("RL.ADMITALL 1 a POLICY LIMIT 5 CALENDAR day WINDOW 10", "exclude each other"),
 ];
 
 /// A number with a leading space is not a number (its words hold a space).

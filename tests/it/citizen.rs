@@ -196,7 +196,10 @@ fn command_docs_describe_every_command() {
     let tokens: Vec<String> = args[1..].iter().map(|a| text(&pairs(a)["token"])).collect();
     assert_eq!(
         tokens,
-        ["ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "BLOCK"]
+        [
+            "ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "PENALTY", "ALIGN", "CALENDAR",
+            "TZ", "COST", "BLOCK"
+        ]
     );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
         .iter()
@@ -361,7 +364,18 @@ fn info_counts_each_call_under_what_decided_it() {
     ] {
         assert_eq!(stats[&format!("ratelimit_{what}")], 0, "{what}");
     }
-    assert_eq!(stats.len(), 28, "{stats:?}");
+    // calls_shadow_refused, and <name>_shadow_refused for every algorithm
+    // and RL.ADMITALL (issue 27).
+    for name in [
+        "fixed", "sliding", "token", "gcra", "leaky", "admitall", "calls",
+    ] {
+        assert_eq!(
+            stats[&format!("ratelimit_{name}_shadow_refused")],
+            0,
+            "{name}"
+        );
+    }
+    assert_eq!(stats.len(), 35, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
@@ -1028,7 +1042,8 @@ fn valkey_cli_hints_show_every_commands_syntax() {
     let server = Server::start();
     let port = server.port.to_string();
     let policy = "[ALGO fixed|sliding|token|gcra|leaky] [LIMIT max] [WINDOW ms] [BURST n] \
-                  [META metakey]";
+                  [META metakey] [SHADOW] [PENALTY ms] [ALIGN] \
+                  [CALENDAR day|week|month|year] [TZ offset]";
     let cases = [
         (
             "RL.ADMIT k ",

@@ -52,7 +52,8 @@ fn counter_keys(c: &Call) -> &[Vec<u8>] {
 
 const OPTIONS: &[&str] = &[
     "ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "POLICY", "algo", "limit", "window",
-    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id",
+    "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id", "SHADOW", "shadow", "PENALTY",
+    "ALIGN", "CALENDAR", "TZ",
 ];
 
 const UNKNOWN_OPTIONS: &[&str] = &[

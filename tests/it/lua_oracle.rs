@@ -740,13 +740,55 @@ fn meta_fixtures(con: &mut Connection) {
             "0",
         ],
         &["SET", "meta:string", "x"],
+        &[
+            "HSET",
+            "meta:shadow",
+            "max",
+            "2",
+            "duration",
+            "40",
+            "algorithm",
+            "gcra",
+            "shadow",
+            "1",
+        ],
+        &[
+            "HSET",
+            "meta:badshadow",
+            "max",
+            "2",
+            "duration",
+            "40",
+            "shadow",
+            "7",
+        ],
+        &[
+            "HSET",
+            "meta:penalty",
+            "max",
+            "2",
+            "duration",
+            "13",
+            "penalty",
+            "97",
+        ],
+        &[
+            "HSET",
+            "meta:badpenalty",
+            "max",
+            "2",
+            "duration",
+            "13",
+            "penalty",
+            "-4",
+        ],
     ];
     for cmd in setup {
         let _: Value = redis::cmd(cmd[0]).arg(&cmd[1..]).query(con).unwrap();
     }
 }
 
-const METAS: [&str; 9] = [
+const METAS: [&str; 13] = [
     "meta:gcra",
     "meta:sliding",
     "meta:leaky",
@@ -756,6 +798,10 @@ const METAS: [&str; 9] = [
     "meta:badalgo",
     "meta:badburst",
     "meta:string",
+    "meta:shadow",
+    "meta:badshadow",
+    "meta:penalty",
+    "meta:badpenalty",
 ];
 
 /// Policy options for a random call: mostly a complete inline policy,
@@ -781,6 +827,28 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
         let burst = if rng.pct(5) { 0 } else { 1 + rng.below(6) };
         out.extend(words(&["BURST", &burst.to_string()]));
     }
+    if rng.pct(4) {
+        // Calendar periods (issue 27): with WINDOW, an error.
+        out.extend(words(&[
+            "CALENDAR",
+            rng.pick(&["day", "week", "month", "year"]),
+        ]));
+        if rng.pct(50) {
+            out.extend(words(&["TZ", rng.pick(&["+05:30", "-08:00", "+00:00"])]));
+        }
+    }
+    if rng.pct(10) {
+        // The penalty box (issue 27).
+        out.extend(words(&["PENALTY", &rng.pick(&WINDOWS).to_string()]));
+    }
+    for flag in ["SHADOW", "ALIGN"] {
+        if rng.pct(15) {
+            // Shadow mode, aligned windows (issue 27): a flag, anywhere
+            // among the options (ALIGN with a bucket is an error).
+            let at = 2 * rng.below(out.len() / 2 + 1);
+            out.insert(at, flag.to_string());
+        }
+    }
     if rng.pct(3) {
         // Malformed, in one of the ways the module names.
         let bad: &[&[&str]] = &[
@@ -792,6 +860,10 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
             &["COST"],
             &["window", "1.5"],
             &["LIMIT", "01"],
+            &["SHADOW", "LIMIT", "1", "SHADOW"],
+            &["SHADOW", "1"],
+            &["PENALTY", "0"],
+            &["PENALTY"],
         ];
         out = words(rng.pick(bad));
     }

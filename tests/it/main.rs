@@ -28,6 +28,7 @@ mod load_functions;
 mod lua_inprocess;
 mod lua_oracle;
 mod node_package;
+mod policies;
 mod python_package;
 mod reliability;
 mod replication;

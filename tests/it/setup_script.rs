@@ -114,8 +114,9 @@ fn plans_nothing_where_everything_is_present() {
 
 #[test]
 fn plans_exactly_the_missing_packages() {
-    let cases: [(&str, &[&str], bool, &[&str]); 5] = [
+    let cases: [(&str, &[&str], bool, &[&str]); 6] = [
         ("valgrind", &["valgrind"], false, &["valgrind"]),
+        ("faketime", &["faketime"], false, &["faketime"]),
         ("npm", &["npm"], false, &["npm"]),
         ("libclang", &[], true, &["libclang-dev"]),
         ("luacheck", &["luacheck"], false, &["lua-check"]),
@@ -138,7 +139,7 @@ fn plans_exactly_the_missing_packages() {
         assert_eq!(planned_packages(&out), expected, "{name}: {}", text(&out));
     }
     // `make run` never installs test tools.
-    let scratch = Scratch::without("run", &["valgrind", "npm", "luacheck"]);
+    let scratch = Scratch::without("run", &["valgrind", "npm", "luacheck", "faketime"]);
     let out = setup(&["run", "--dry-run"], |cmd| {
         cmd.env("PATH", scratch.path())
             .env("SETUP_LIB_ROOT", &scratch.root);

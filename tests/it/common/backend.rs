@@ -53,6 +53,20 @@ impl Backend {
         }
     }
 
+    /// A server for this backend whose clock stands still at `at` (UTC,
+    /// `YYYY-MM-DD hh:mm:ss[.fff]`, see `Server::start_frozen_at`); `None`
+    /// when libfaketime is missing and the test may skip.
+    pub fn start_frozen_at(self, at: &str) -> Option<Server> {
+        match self {
+            Backend::Module => Server::start_frozen_at(at, &[], true),
+            Backend::Functions => {
+                let server = Server::start_frozen_at(at, NO_MODULES, false)?;
+                load_library(&mut server.client());
+                Some(server)
+            }
+        }
+    }
+
     /// Graceful stop and start again with the same port, dir and arguments,
     /// without loading anything: what survives is what the server persisted
     /// (the library included).
@@ -120,6 +134,9 @@ const FUNCTIONS: &[(&str, &str, bool)] = &[
     ("RL.INFLIGHT", "rl_inflight", true),
 ];
 
+/// The options that are a keyword alone (src/args.rs `Value::Flag`).
+pub const FLAGS: &[&str] = &["SHADOW", "ALIGN"];
+
 /// A module call as the library takes it: every key a key, so the META hash
 /// of RL.ADMIT/TTL/REFUND moves from its option into KEYS[2], and RL.TTL and
 /// RL.LIMIT use FCALL_RO. Anything that is not an `RL.*` call (SET, GET, ...)
@@ -143,11 +160,22 @@ pub fn fcall_form(call: &[&str]) -> Vec<String> {
         "rl_admit" | "rl_ttl" | "rl_refund" | "rl_acquire" => match args.split_first() {
             None => out.push("0".into()),
             Some((key, options)) => {
-                // Options come in name-value pairs; the first META with a
-                // value is the META hash.
-                let meta_at = (0..options.len())
-                    .step_by(2)
-                    .find(|&i| options[i].eq_ignore_ascii_case("META") && i + 1 < options.len());
+                // Options come in name-value pairs, but for the flags
+                // (a keyword alone); the first META with a value is the
+                // META hash.
+                let mut meta_at = None;
+                let mut i = 0;
+                while i < options.len() {
+                    if FLAGS.iter().any(|f| options[i].eq_ignore_ascii_case(f)) {
+                        i += 1;
+                        continue;
+                    }
+                    if options[i].eq_ignore_ascii_case("META") && i + 1 < options.len() {
+                        meta_at = Some(i);
+                        break;
+                    }
+                    i += 2;
+                }
                 match meta_at {
                     Some(i) => {
                         out.extend(owned(&["2", key, options[i + 1]]));

@@ -206,6 +206,9 @@ pub struct Server {
     /// Whether it loads the module (`start_without_module` starts one that
     /// does not), at the start and at every `restart`.
     with_module: bool,
+    /// Environment for the process (the frozen clock's `LD_PRELOAD` and
+    /// `FAKETIME`, see `start_frozen_at`), at every start.
+    env: Vec<(String, String)>,
 }
 
 impl Server {
@@ -226,7 +229,35 @@ impl Server {
         Server::start_loading_module(extra, false)
     }
 
+    /// A server (with the module or not) whose clock stands still at `at`,
+    /// a UTC time `YYYY-MM-DD hh:mm:ss[.fff]`: libfaketime (Debian's
+    /// `faketime` package, which scripts/setup.sh installs) preloaded with
+    /// the clock at `at` and a speed of 0. `None` when libfaketime is
+    /// missing and `RL_ALLOW_SKIP=1` lets the caller skip.
+    pub fn start_frozen_at(at: &str, extra: &[&str], with_module: bool) -> Option<Server> {
+        let Some(lib) = faketime_library() else {
+            let msg = "no libfaketime: apt-get install faketime (scripts/setup.sh test does)";
+            assert!(
+                !missing_tool_fails(),
+                "{msg} (RL_ALLOW_SKIP=1 skips instead)"
+            );
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        };
+        let env = vec![
+            ("LD_PRELOAD".to_string(), lib.display().to_string()),
+            ("FAKETIME".to_string(), format!("@{at} x0")),
+            // The clock is UTC whatever the machine's zone.
+            ("TZ".to_string(), "UTC".to_string()),
+        ];
+        Some(Server::start_with_env(extra, with_module, env))
+    }
+
     fn start_loading_module(extra: &[&str], with_module: bool) -> Server {
+        Server::start_with_env(extra, with_module, Vec::new())
+    }
+
+    fn start_with_env(extra: &[&str], with_module: bool, env: Vec<(String, String)>) -> Server {
         // These panic with a clear message if missing; do it before creating a dir.
         server_binary();
         if with_module {
@@ -236,7 +267,7 @@ impl Server {
         let extra: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
         for _ in 0..START_ATTEMPTS {
             let port = free_port();
-            match launch(port, &dir, &extra, with_module) {
+            match launch(port, &dir, &extra, with_module, &env) {
                 Ok(child) => {
                     return Server {
                         port,
@@ -244,6 +275,7 @@ impl Server {
                         child,
                         extra,
                         with_module,
+                        env,
                     }
                 }
                 Err(StartError::PortTaken) => continue,
@@ -262,7 +294,13 @@ impl Server {
     /// written by SAVE: the default `save ""` writes none at shutdown).
     pub fn restart(&mut self) {
         self.stop();
-        match launch(self.port, &self.dir, &self.extra, self.with_module) {
+        match launch(
+            self.port,
+            &self.dir,
+            &self.extra,
+            self.with_module,
+            &self.env,
+        ) {
             Ok(child) => self.child = child,
             Err(StartError::PortTaken) => {
                 panic!("restart: port {} was taken by another process", self.port)
@@ -388,7 +426,25 @@ fn connect(port: u16, timeout: Duration) -> redis::RedisResult<Connection> {
 
 /// Spawn valkey-server on `port` and wait until it answers PING.
 /// On failure the process is killed before returning.
-fn launch(port: u16, dir: &Path, extra: &[String], with_module: bool) -> Result<Child, StartError> {
+/// libfaketime, as Debian's `libfaketime` package installs it.
+pub fn faketime_library() -> Option<PathBuf> {
+    let lib = fs::read_dir("/usr/lib").ok()?.flatten().find_map(|dir| {
+        let lib = dir.path().join("faketime/libfaketime.so.1");
+        lib.exists().then_some(lib)
+    });
+    lib.or_else(|| {
+        let lib = PathBuf::from("/usr/lib/faketime/libfaketime.so.1");
+        lib.exists().then_some(lib)
+    })
+}
+
+fn launch(
+    port: u16,
+    dir: &Path,
+    extra: &[String],
+    with_module: bool,
+    env: &[(String, String)],
+) -> Result<Child, StartError> {
     let log_path = dir.join("server.log");
     // Appended to, so the log of a restarted server keeps its earlier life.
     let log = OpenOptions::new()
@@ -416,6 +472,7 @@ fn launch(port: u16, dir: &Path, extra: &[String], with_module: bool) -> Result<
         cmd.arg("--loadmodule").arg(module_path());
     }
     cmd.args(extra)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(log_err);

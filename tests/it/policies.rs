@@ -1,0 +1,810 @@
+//! The policies of issue 27 on real servers, both backends where a call can
+//! show it: SHADOW (never refuses, state as enforced, counted apart).
+//! INFO counters, events, RESP3 maps unasked, COMMAND DOCS and getkeys are
+//! the module's alone (`module_only_...`).
+
+use redis::{Connection, Value};
+
+use crate::common::backend::{Backend, BOTH};
+use crate::common::{self, cmd_ints, info_field, pexpiretime, show, Server};
+
+/// `calls` in one MULTI/EXEC (one frozen clock), each in the backend's form;
+/// their replies.
+fn exec(backend: Backend, con: &mut Connection, calls: &[Vec<String>]) -> Vec<Value> {
+    let mut pipe = redis::pipe();
+    pipe.atomic();
+    for call in calls {
+        let words: Vec<&str> = call.iter().map(String::as_str).collect();
+        let form = backend.call(&words);
+        let mut cmd = redis::cmd(&form[0]);
+        for w in &form[1..] {
+            cmd.arg(w);
+        }
+        pipe.add_command(cmd);
+    }
+    pipe.query(con).unwrap()
+}
+
+fn words(line: &str) -> Vec<String> {
+    line.split(' ').map(str::to_string).collect()
+}
+
+const ALGOS: [&str; 5] = ["fixed", "sliding", "token", "gcra", "leaky"];
+
+/// With LIMIT 3, ten calls in shadow mode are all admitted, those from the
+/// fourth with their would-be wait; the key is then exactly what three
+/// enforced calls leave (value and absolute expiry), for every algorithm.
+#[test]
+fn shadow_admits_every_call_and_keeps_the_state_of_the_enforced_ones() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        for algo in ALGOS {
+            // Three requests fit each (a leaky queue holds BURST + 1).
+            let policy = match algo {
+                "fixed" | "sliding" => format!("ALGO {algo} LIMIT 3 WINDOW 60000"),
+                "leaky" => format!("ALGO {algo} LIMIT 3 WINDOW 60000 BURST 2"),
+                _ => format!("ALGO {algo} LIMIT 3 WINDOW 60000 BURST 3"),
+            };
+            let (shadow, enforced) = (format!("s-{algo}"), format!("e-{algo}"));
+            let mut calls = Vec::new();
+            for _ in 0..10 {
+                calls.push(words(&format!("RL.ADMIT {shadow} {policy} SHADOW")));
+            }
+            for _ in 0..3 {
+                calls.push(words(&format!("RL.ADMIT {enforced} {policy}")));
+            }
+            calls.push(words(&format!("RL.ADMIT {enforced} {policy}")));
+            let replies = exec(backend, &mut con, &calls);
+            let ints: Vec<Vec<i64>> = replies.iter().map(common::ints).collect();
+            for (i, d) in ints[..10].iter().enumerate() {
+                assert_eq!(d[0], 1, "{backend:?} {algo} call {}: {d:?}", i + 1);
+                if i >= 3 {
+                    assert!(d[3] > 0, "{backend:?} {algo} call {}: {d:?}", i + 1);
+                } else if algo != "leaky" {
+                    // (a leaky queue's admission tells its delay)
+                    assert_eq!(d[3], 0, "{backend:?} {algo} call {}: {d:?}", i + 1);
+                }
+            }
+            // The enforced fourth call is refused with the same numbers but
+            // `admitted`: a shadow refusal is the refusal, admitted.
+            let refused = &ints[13];
+            assert_eq!(refused[0], 0, "{backend:?} {algo}");
+            assert_eq!(&ints[9][1..], &refused[1..], "{backend:?} {algo}");
+            let get = |con: &mut Connection, k: &str| -> Option<String> {
+                redis::cmd("GET").arg(k).query(con).unwrap()
+            };
+            assert_eq!(
+                get(&mut con, &shadow),
+                get(&mut con, &enforced),
+                "{backend:?} {algo}"
+            );
+            assert_eq!(
+                pexpiretime(&mut con, &shadow),
+                pexpiretime(&mut con, &enforced),
+                "{backend:?} {algo}"
+            );
+        }
+    }
+}
+
+/// `HSET <meta> shadow 1` trials a policy on live traffic, and `shadow 0`
+/// enforces it again, with no change to the calls; the flag and the field
+/// read the same (the flag wins over a `0`).
+#[test]
+fn the_meta_field_turns_shadow_mode_on_and_off() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        common::cmd_raw(
+            &mut con,
+            &["HSET", "m", "max", "2", "duration", "60000", "shadow", "1"],
+        );
+        let admit = ["RL.ADMIT", "k", "META", "m"];
+        let call = |con: &mut Connection, words: &[&str]| -> Vec<i64> {
+            common::ints(&common::run(con, &backend.call(words)))
+        };
+        for left in [1, 0] {
+            assert_eq!(call(&mut con, &admit)[..4], [1, 2, left, 0], "{backend:?}");
+        }
+        let d = call(&mut con, &admit);
+        assert_eq!((d[0], d[2]), (1, 0), "{backend:?}: {d:?}");
+        assert!(d[3] > 0, "{backend:?}: {d:?}");
+        common::cmd_raw(&mut con, &["HSET", "m", "shadow", "0"]);
+        let d = call(&mut con, &admit);
+        assert_eq!(d[0], 0, "{backend:?}: {d:?}");
+        // The flag inline wins over the field's 0.
+        let d = call(&mut con, &["RL.ADMIT", "k", "SHADOW", "META", "m"]);
+        assert_eq!(d[0], 1, "{backend:?}: {d:?}");
+        assert!(d[3] > 0, "{backend:?}: {d:?}");
+        // RL.TTL tells the would-be wait in shadow mode too.
+        let ttl = common::int(&common::run(
+            &mut con,
+            &backend.call(&["RL.TTL", "k", "META", "m", "SHADOW"]),
+        ));
+        assert!(ttl > 0 && ttl <= 60000, "{backend:?}: {ttl}");
+    }
+}
+
+/// A refund in shadow mode gives back as enforced, and its reply follows
+/// the same rule: never `admitted` 0.
+#[test]
+fn a_shadow_refusal_consumes_nothing_so_a_refund_gives_back_the_admitted() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let policy = "LIMIT 2 WINDOW 60000 SHADOW";
+        let mut calls = Vec::new();
+        for _ in 0..5 {
+            calls.push(words(&format!("RL.ADMIT k {policy}")));
+        }
+        calls.push(words(&format!("RL.REFUND k {policy}")));
+        calls.push(words(&format!("RL.ADMIT k {policy}")));
+        calls.push(words(&format!("RL.ADMIT k {policy}")));
+        let replies: Vec<Vec<i64>> = exec(backend, &mut con, &calls)
+            .iter()
+            .map(common::ints)
+            .collect();
+        // After five calls, two consumed; the refund frees one, which the
+        // next call takes; the one after would wait again.
+        assert_eq!(replies[5][..3], [1, 2, 1], "{backend:?}: {replies:?}");
+        assert_eq!(replies[6][..4], [1, 2, 0, 0], "{backend:?}: {replies:?}");
+        assert_eq!(replies[7][0], 1, "{backend:?}: {replies:?}");
+        assert!(replies[7][3] > 0, "{backend:?}: {replies:?}");
+        let count: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        assert_eq!(count, "2", "{backend:?}");
+    }
+}
+
+/// RL.ADMITALL: a POLICY in shadow mode never refuses and blocks no other
+/// member; its would-be refusal consumes nothing. A real refusal of
+/// another member still consumes nothing anywhere.
+#[test]
+fn admitall_a_shadow_policy_blocks_nothing() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let call =
+            "RL.ADMITALL 2 a b POLICY LIMIT 1 WINDOW 60000 SHADOW POLICY LIMIT 3 WINDOW 60000";
+        let run = |con: &mut Connection| -> Value {
+            common::run(con, &backend.call(&common::split(call)))
+        };
+        let first = show(&run(&mut con));
+        assert_eq!(
+            first, "[1, 0, 0, [[1, 1, 0, 0, 60000], [1, 3, 2, 0, 60000]]]",
+            "{backend:?}"
+        );
+        for remaining in [1, 0] {
+            let Value::Array(reply) = run(&mut con) else {
+                panic!()
+            };
+            assert_eq!(
+                (
+                    common::int(&reply[0]),
+                    common::int(&reply[1]),
+                    common::int(&reply[2])
+                ),
+                (1, 0, 0),
+                "{backend:?}: the caller waits for no shadow member"
+            );
+            let Value::Array(each) = &reply[3] else {
+                panic!()
+            };
+            let (a, b) = (common::ints(&each[0]), common::ints(&each[1]));
+            assert_eq!((a[0], a[2]), (1, 0), "{backend:?}: {a:?}");
+            assert!(a[3] > 0, "{backend:?}: {a:?}");
+            assert_eq!(b[..4], [1, 3, remaining, 0], "{backend:?}: {b:?}");
+        }
+        // b is full: refused by 2; a (shadow) is not consumed either way.
+        let Value::Array(reply) = run(&mut con) else {
+            panic!()
+        };
+        assert_eq!(
+            (common::int(&reply[0]), common::int(&reply[1])),
+            (0, 2),
+            "{backend:?}"
+        );
+        let get = |con: &mut Connection, k: &str| -> String {
+            redis::cmd("GET").arg(k).query(con).unwrap()
+        };
+        assert_eq!(
+            (get(&mut con, "a"), get(&mut con, "b")),
+            ("1".into(), "3".into())
+        );
+    }
+}
+
+/// The library's FORMAT map and the module's RESP3 map both add
+/// `shadow 1` to a shadow refusal, and only to it.
+#[test]
+fn a_shadow_refusal_map_says_shadow() {
+    let module = Server::start();
+    let library = Backend::Functions.start();
+    let mut m = module.client();
+    let mut l = library.client();
+    let _: Value = redis::cmd("HELLO").arg(3).query(&mut m).unwrap();
+    let _: Value = redis::cmd("HELLO").arg(3).query(&mut l).unwrap();
+    let admit = ["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "60000", "SHADOW"];
+    let mut lib_admit = Backend::Functions.call(&admit);
+    lib_admit.extend(["FORMAT".to_string(), "map".to_string()]);
+    for call in 0..2 {
+        let from_module = common::run(&mut m, &admit.map(String::from));
+        let from_library = common::run(&mut l, &lib_admit);
+        for (who, reply) in [("module", &from_module), ("library", &from_library)] {
+            let Value::Map(fields) = reply else {
+                panic!("{who}: {reply:?}")
+            };
+            let shadow = fields
+                .iter()
+                .find(|(k, _)| common::try_text(k).as_deref() == Some("shadow"))
+                .map(|(_, v)| common::int(v));
+            let admitted = fields
+                .iter()
+                .find(|(k, _)| common::try_text(k).as_deref() == Some("admitted"))
+                .map(|(_, v)| common::int(v));
+            assert_eq!(admitted, Some(1), "{who} call {call}");
+            match call {
+                0 => assert_eq!((fields.len(), shadow), (5, None), "{who}"),
+                _ => assert_eq!((fields.len(), shadow), (6, Some(1)), "{who}"),
+            }
+        }
+    }
+}
+
+/// INFO counts shadow refusals apart (not admitted, not refused), and each
+/// fires `rl.shadow`, not `rl.hit`: 7 of 10 calls with LIMIT 3.
+#[test]
+fn module_only_shadow_refusals_are_counted_apart_and_fire_rl_shadow() {
+    let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
+    let mut con = server.client();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
+    for _ in 0..10 {
+        let d = cmd_ints(
+            &mut con,
+            &["RL.ADMIT", "k", "LIMIT", "3", "WINDOW", "60000", "SHADOW"],
+        );
+        assert_eq!(d[0], 1);
+    }
+    // One real refusal, to end the events.
+    let refused = cmd_ints(
+        &mut con,
+        &["RL.ADMIT", "k", "LIMIT", "3", "WINDOW", "60000"],
+    );
+    assert_eq!(refused[0], 0);
+    let field = |con: &mut Connection, f: &str| -> i64 {
+        info_field(con, "ratelimit", f).unwrap().parse().unwrap()
+    };
+    assert_eq!(field(&mut con, "ratelimit_fixed_shadow_refused"), 7);
+    assert_eq!(field(&mut con, "ratelimit_calls_shadow_refused"), 7);
+    assert_eq!(field(&mut con, "ratelimit_fixed_admitted"), 3);
+    assert_eq!(field(&mut con, "ratelimit_fixed_refused"), 1);
+    // Only the real refusal's back-off is added.
+    assert_eq!(field(&mut con, "ratelimit_backoff_ms_total"), refused[3]);
+    let mut channels = Vec::new();
+    for _ in 0..8 {
+        let msg = pubsub.get_message().unwrap();
+        channels.push(msg.get_channel_name().to_string());
+    }
+    let shadows = channels
+        .iter()
+        .filter(|c| c.ends_with(":rl.shadow"))
+        .count();
+    assert_eq!(shadows, 7, "{channels:?}");
+    assert!(channels[7].ends_with(":rl.hit"), "{channels:?}");
+
+    // RL.ADMITALL counts the call once, as shadow-refused, and fires
+    // rl.shadow for its would-be refusing member.
+    let all = [
+        "RL.ADMITALL",
+        "1",
+        "k",
+        "POLICY",
+        "LIMIT",
+        "3",
+        "WINDOW",
+        "60000",
+        "SHADOW",
+    ];
+    let _: Value = common::make_cmd(&all).query(&mut con).unwrap();
+    assert_eq!(field(&mut con, "ratelimit_admitall_shadow_refused"), 1);
+    assert_eq!(field(&mut con, "ratelimit_admitall_admitted"), 0);
+    let msg = pubsub.get_message().unwrap();
+    assert!(msg.get_channel_name().ends_with(":rl.shadow"));
+}
+
+/// SHADOW is a flag in COMMAND DOCS (a pure token, no value), and getkeys
+/// steps over it to find the META hash.
+#[test]
+fn module_only_shadow_is_a_pure_token_in_the_docs_and_getkeys_steps_over_it() {
+    let server = Server::start();
+    let mut con = server.client();
+    let docs = show(&common::cmd_raw(&mut con, &["COMMAND", "DOCS", "RL.ADMIT"]));
+    assert!(
+        docs.contains("name, SHADOW, type, pure-token, display_text, SHADOW, token, SHADOW, flags, [optional]")
+            || docs.contains("\"name\", \"SHADOW\", \"type\", \"pure-token\""),
+        "{docs}"
+    );
+    for cmd in ["RL.ADMITALL", "RL.TTL", "RL.REFUND"] {
+        let docs = show(&common::cmd_raw(&mut con, &["COMMAND", "DOCS", cmd]));
+        assert!(docs.contains("SHADOW"), "{cmd}: {docs}");
+    }
+    let keys = show(&common::cmd_raw(
+        &mut con,
+        &[
+            "COMMAND", "GETKEYS", "RL.ADMIT", "k", "SHADOW", "META", "m", "LIMIT", "3",
+        ],
+    ));
+    assert_eq!(keys, r#"["k", "m"]"#);
+}
+
+// PENALTY ---------------------------------------------------------------
+
+use crate::common::backend::{preset, run_scenario, Step};
+use crate::common::wait_replica_offset;
+use std::thread::sleep;
+use std::time::Duration;
+
+/// A scenario: its name, steps, the module's replies and keys' state.
+type Scenario = (
+    &'static str,
+    Vec<Step>,
+    Vec<&'static str>,
+    Vec<&'static str>,
+);
+
+/// Scenarios on a frozen clock, the same transcript from both backends:
+/// a refusal starts the penalty (the key takes the penalty's form and its
+/// expiry); in it every call is refused with what is left of it, even after
+/// the window turned, and its refusals do not extend it; RL.TTL tells it;
+/// a refund gives back to the state but leaves it; a policy without
+/// PENALTY still meets it; once it ended the state is written plainly.
+#[test]
+fn penalty_scenarios_agree_and_hold() {
+    let fixed = ["LIMIT", "1", "WINDOW", "1000", "PENALTY", "5000"];
+    let call = |head: &[&str], tail: &[&str]| -> Step {
+        Step::Call(head.iter().chain(tail).map(|w| w.to_string()).collect())
+    };
+    let scenarios: Vec<Scenario> = vec![
+        (
+            "a refusal starts it",
+            vec![
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.TTL", "k"], &fixed),
+            ],
+            vec![
+                "[1, 1, 0, 0, 1000]",
+                "[0, 1, 0, 5000, 5000]",
+                "[0, 1, 0, 5000, 5000]",
+                "5000",
+            ],
+            vec!["k +string penalty:ms+5000:ms+1000:1 now+5000"],
+        ),
+        (
+            "after the window turned, still refused, not extended",
+            vec![
+                preset("k", "penalty:{ms+3000}:{ms-5}:1", Some(3000)),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "1000"], &[]),
+                call(&["RL.TTL", "k", "LIMIT", "1"], &[]),
+                call(&["RL.REFUND", "k"], &fixed),
+                call(&["RL.ADMITALL", "1", "k", "POLICY"], &fixed),
+            ],
+            vec![
+                "[0, 1, 0, 3000, 3000]",
+                "[0, 1, 0, 3000, 3000]",
+                "3000",
+                "[0, 1, 0, 3000, 3000]",
+                "[0, 1, 3000, [[0, 1, 0, 3000, 3000]]]",
+            ],
+            vec!["k +string penalty:ms+3000:ms-5:1 now+3000"],
+        ),
+        (
+            "a refund gives back to the state, the penalty stays",
+            vec![
+                preset("k", "penalty:{ms+3000}:{ms+800}:2", Some(3000)),
+                call(
+                    &[
+                        "RL.REFUND",
+                        "k",
+                        "LIMIT",
+                        "2",
+                        "WINDOW",
+                        "1000",
+                        "PENALTY",
+                        "5000",
+                    ],
+                    &[],
+                ),
+            ],
+            vec!["[0, 2, 0, 3000, 3000]"],
+            vec!["k +string penalty:ms+3000:ms+800:1 now+3000"],
+        ),
+        (
+            "at its end, admitted and written plainly",
+            vec![
+                preset("k", "penalty:{ms+0}:{ms+500}:1", Some(500)),
+                call(
+                    &[
+                        "RL.ADMIT", "k", "LIMIT", "2", "WINDOW", "1000", "PENALTY", "5000",
+                    ],
+                    &[],
+                ),
+            ],
+            vec!["[1, 2, 0, 0, 500]"],
+            vec!["k +string 2 now+500"],
+        ),
+        (
+            "RL.RESET lifts it",
+            vec![
+                preset("k", "penalty:{ms+3000}:{ms+800}:1", Some(3000)),
+                call(&["RL.RESET", "k"], &[]),
+                call(&["RL.ADMIT", "k"], &fixed),
+            ],
+            vec!["1", "[1, 1, 0, 0, 1000]"],
+            vec!["k +string 1 now+1000"],
+        ),
+        (
+            "sliding, and a penalty shorter than the algorithm's wait",
+            vec![
+                call(
+                    &[
+                        "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "1", "WINDOW", "1000",
+                        "PENALTY", "10",
+                    ],
+                    &[],
+                ),
+                call(
+                    &[
+                        "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "1", "WINDOW", "1000",
+                        "PENALTY", "10",
+                    ],
+                    &[],
+                ),
+            ],
+            vec!["[1, 1, 0, 0, 2000]", "[0, 1, 0, 2000, 2000]"],
+            vec![],
+        ),
+        (
+            "in shadow mode it evolves, and nothing is refused",
+            vec![
+                call(&["RL.ADMIT", "k", "SHADOW"], &fixed),
+                call(&["RL.ADMIT", "k", "SHADOW"], &fixed),
+                call(&["RL.ADMIT", "k", "SHADOW"], &fixed),
+            ],
+            vec![
+                "[1, 1, 0, 0, 1000]",
+                "[1, 1, 0, 5000, 5000]",
+                "[1, 1, 0, 5000, 5000]",
+            ],
+            vec!["k +string penalty:ms+5000:ms+1000:1 now+5000"],
+        ),
+        (
+            "a corrupt penalty is an error, for a policy with or without PENALTY",
+            vec![
+                preset("k", "penalty:x:1:", None),
+                call(&["RL.ADMIT", "k"], &fixed),
+                call(&["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "1000"], &[]),
+            ],
+            vec![
+                "!ERR limiter key holds a corrupt penalty",
+                "!ERR limiter key holds a corrupt penalty",
+            ],
+            vec!["k +string penalty:x:1: -1"],
+        ),
+    ];
+    let servers: Vec<(Backend, Server)> = BOTH.iter().map(|&b| (b, b.start())).collect();
+    for (name, steps, replies, state) in &scenarios {
+        let keys: Vec<&str> = match name.starts_with("sliding") {
+            true => vec!["s"],
+            false => vec!["k"],
+        };
+        let mut transcripts = Vec::new();
+        for (backend, server) in &servers {
+            let mut con = server.client();
+            // The sliding window's numbers depend on the clock's phase.
+            let pin = name.starts_with("sliding").then_some((1000, 0));
+            transcripts.push(run_scenario(*backend, &mut con, steps, &keys, pin));
+        }
+        let module = &transcripts[0];
+        assert_eq!(&module.replies, replies, "{name}");
+        if !state.is_empty() {
+            assert_eq!(&module.state, state, "{name}");
+        }
+        assert_eq!(module, &transcripts[1], "{name}: the library differs");
+    }
+}
+
+/// Every algorithm starts a penalty and holds it past its own wait, on
+/// both backends; at its end a call is admitted.
+#[test]
+fn penalty_holds_for_every_algorithm_in_real_time() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        for algo in ALGOS {
+            let key = format!("p-{algo}");
+            let burst = if algo == "leaky" { "0" } else { "1" };
+            let mut call = vec![
+                "RL.ADMIT", &key, "ALGO", algo, "LIMIT", "1", "WINDOW", "100", "PENALTY", "600",
+            ];
+            if algo != "fixed" && algo != "sliding" {
+                call.extend(["BURST", burst]);
+            }
+            let admit = |con: &mut Connection| -> Vec<i64> {
+                common::ints(&common::run(con, &backend.call(&call)))
+            };
+            assert_eq!(admit(&mut con)[0], 1, "{backend:?} {algo}");
+            let refused = admit(&mut con);
+            assert_eq!(
+                (refused[0], refused[3]),
+                (0, 600),
+                "{backend:?} {algo}: {refused:?}"
+            );
+            let value: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+            assert!(value.starts_with("penalty:"), "{backend:?} {algo}: {value}");
+            // Past the algorithm's own wait (the window, one interval).
+            sleep(Duration::from_millis(250));
+            let held = admit(&mut con);
+            assert_eq!(held[0], 0, "{backend:?} {algo}: {held:?}");
+            assert!(
+                held[3] > 0 && held[3] <= 350,
+                "{backend:?} {algo}: {held:?}"
+            );
+            sleep(Duration::from_millis(400));
+            let after = admit(&mut con);
+            assert_eq!(after[0], 1, "{backend:?} {algo}: {after:?}");
+            let value: String = redis::cmd("GET").arg(&key).query(&mut con).unwrap();
+            assert!(
+                !value.starts_with("penalty:"),
+                "{backend:?} {algo}: {value}"
+            );
+        }
+    }
+}
+
+/// A replica holds the penalty's form with the same absolute expiry, and a
+/// restart from the AOF keeps it: refused there still.
+#[test]
+fn penalty_survives_a_replica_and_an_aof_restart() {
+    for backend in BOTH {
+        let mut primary = backend.start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
+        let replica = backend.start();
+        replica.replica_of(&primary);
+        let mut con = primary.client();
+        let call = [
+            "RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "500", "PENALTY", "60000",
+        ];
+        let admit = |con: &mut Connection| -> Vec<i64> {
+            common::ints(&common::run(con, &backend.call(&call)))
+        };
+        admit(&mut con);
+        assert_eq!(admit(&mut con)[..4], [0, 1, 0, 60000], "{backend:?}");
+        let value: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        let at = pexpiretime(&mut con, "k");
+        wait_replica_offset(&primary, &replica);
+        let mut rcon = replica.client();
+        let on_replica: String = redis::cmd("GET").arg("k").query(&mut rcon).unwrap();
+        assert_eq!(on_replica, value, "{backend:?}");
+        assert_eq!(pexpiretime(&mut rcon, "k"), at, "{backend:?}");
+        drop(con);
+        drop(rcon);
+        drop(replica);
+
+        primary.stop();
+        sleep(Duration::from_millis(600)); // the window turns meanwhile
+        backend.restart(&mut primary);
+        let mut con = primary.client();
+        let after: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+        assert_eq!(after, value, "{backend:?}");
+        assert_eq!(pexpiretime(&mut con, "k"), at, "{backend:?}");
+        let held = admit(&mut con);
+        assert_eq!(held[0], 0, "{backend:?}: {held:?}");
+        assert!(
+            held[3] > 50_000 && held[3] < 60_000,
+            "{backend:?}: {held:?}"
+        );
+    }
+}
+
+// ALIGN -----------------------------------------------------------------
+
+/// `calls` in one MULTI/EXEC after TIME: the server's ms, and the replies.
+fn timed(backend: Backend, con: &mut Connection, calls: &[&[&str]]) -> (i64, Vec<Value>) {
+    let mut all = vec![vec!["TIME".to_string()]];
+    all.extend(
+        calls
+            .iter()
+            .map(|c| c.iter().map(|w| w.to_string()).collect()),
+    );
+    let mut replies = exec(backend, con, &all);
+    let now = common::time_ms(&replies.remove(0));
+    (now, replies)
+}
+
+/// Two keys first hit at different moments of one window expire at the
+/// same multiple of WINDOW since the epoch, the window's end; the META
+/// field does as the flag.
+#[test]
+fn aligned_windows_end_at_the_same_multiple_of_the_window() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        common::cmd_raw(
+            &mut con,
+            &["HSET", "m", "max", "5", "duration", "1000", "align", "1"],
+        );
+        let w = 1000;
+        let mut seen = 0;
+        for _ in 0..20 {
+            common::cmd_raw(&mut con, &["DEL", "a", "b"]);
+            let a = ["RL.ADMIT", "a", "LIMIT", "5", "WINDOW", "1000", "ALIGN"];
+            let (t1, r1) = timed(backend, &mut con, &[&a, &["PEXPIRETIME", "a"]]);
+            sleep(Duration::from_millis(120));
+            let b = ["RL.ADMIT", "b", "META", "m"];
+            let (t2, r2) = timed(backend, &mut con, &[&b, &["PEXPIRETIME", "b"]]);
+            let (at_a, at_b) = (common::int(&r1[1]), common::int(&r2[1]));
+            let end = |t: i64| t - t % w + w;
+            assert_eq!(at_a, end(t1), "{backend:?}");
+            assert_eq!(at_b, end(t2), "{backend:?}");
+            assert_eq!(
+                common::ints(&r1[0])[4],
+                end(t1) - t1,
+                "{backend:?}: reset_after_ms"
+            );
+            if t1 / w == t2 / w {
+                assert_eq!(at_a, at_b, "{backend:?}");
+                assert_eq!(at_a % w, 0, "{backend:?}");
+                seen += 1;
+                if seen == 2 {
+                    break;
+                }
+            }
+        }
+        assert_eq!(seen, 2, "{backend:?}: two calls never fell in one window");
+    }
+}
+
+/// A request just before the boundary and one just after it land in
+/// different windows: with LIMIT 1 both are admitted, while without
+/// ALIGN the second would be refused.
+#[test]
+fn aligned_windows_turn_at_the_boundary() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let w = 1000;
+        let mut done = false;
+        for _ in 0..40 {
+            common::cmd_raw(&mut con, &["DEL", "k", "plain"]);
+            let now = common::server_time_ms(&mut con);
+            // Wait for the last 60 ms of a window.
+            let wait = (w - 60 - now % w).rem_euclid(w);
+            sleep(Duration::from_millis(wait as u64));
+            let aligned = ["RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "1000", "ALIGN"];
+            let plain = ["RL.ADMIT", "plain", "LIMIT", "1", "WINDOW", "1000"];
+            let (t1, before) = timed(backend, &mut con, &[&aligned, &plain]);
+            if t1 % w < 900 {
+                continue; // the machine stalled: try again
+            }
+            sleep(Duration::from_millis((w - t1 % w + 20) as u64));
+            let (t2, after) = timed(
+                backend,
+                &mut con,
+                &[&aligned, &plain, &["PEXPIRETIME", "k"]],
+            );
+            if t2 / w != t1 / w + 1 || t2 - t1 >= w {
+                continue;
+            }
+            assert_eq!(common::ints(&before[0])[0], 1, "{backend:?}");
+            assert_eq!(
+                common::ints(&after[0])[..3],
+                [1, 1, 0],
+                "{backend:?}: a new window"
+            );
+            assert_eq!(
+                common::ints(&after[1])[0],
+                0,
+                "{backend:?}: the first-hit window holds"
+            );
+            assert_eq!(common::int(&after[2]), t2 - t2 % w + w, "{backend:?}");
+            done = true;
+            break;
+        }
+        assert!(done, "{backend:?}: never caught a boundary");
+    }
+}
+
+// CALENDAR --------------------------------------------------------------
+
+/// Chosen instants (UTC), their ms, and the next boundary (PEXPIRETIME)
+/// for day, week, month, year: in UTC, at +05:30 and at -08:00. Computed
+/// apart, with Python's datetime.
+const INSTANTS: &[(&str, i64, [[i64; 4]; 3])] = &[
+    // The last ms of February in a leap year (a Thursday).
+    (
+        "2024-02-29 23:59:59.999",
+        1709251199999,
+        [
+            [1709251200000, 1709510400000, 1709251200000, 1735689600000],
+            [1709317800000, 1709490600000, 1711909800000, 1735669800000],
+            [1709280000000, 1709539200000, 1709280000000, 1735718400000],
+        ],
+    ),
+    // The last ms of December (a Wednesday).
+    (
+        "2025-12-31 23:59:59.999",
+        1767225599999,
+        [
+            [1767225600000, 1767571200000, 1767225600000, 1767225600000],
+            [1767292200000, 1767551400000, 1769884200000, 1798741800000],
+            [1767254400000, 1767600000000, 1767254400000, 1767254400000],
+        ],
+    ),
+    // A Sunday 23:59:59.999.
+    (
+        "2025-03-16 23:59:59.999",
+        1742169599999,
+        [
+            [1742169600000, 1742169600000, 1743465600000, 1767225600000],
+            [1742236200000, 1742754600000, 1743445800000, 1767205800000],
+            [1742198400000, 1742198400000, 1743494400000, 1767254400000],
+        ],
+    ),
+];
+
+/// Under a clock frozen at each chosen instant, a calendar limiter's key
+/// expires at exactly the next boundary of its period, in UTC and with
+/// offsets of both signs, inline and from the META hash, on both backends;
+/// `reset_after_ms` counts to it, and RL.TTL too once it is full.
+#[test]
+fn calendar_periods_end_at_the_exact_next_boundary() {
+    const PERIODS: [&str; 4] = ["day", "week", "month", "year"];
+    const ZONES: [Option<&str>; 3] = [None, Some("+05:30"), Some("-08:00")];
+    for backend in BOTH {
+        for &(at, now, ends) in INSTANTS {
+            let Some(server) = backend.start_frozen_at(at) else {
+                return;
+            };
+            let mut con = server.client();
+            assert_eq!(
+                common::server_time_ms(&mut con),
+                now,
+                "{backend:?}: the frozen clock"
+            );
+            for (z, zone) in ZONES.iter().enumerate() {
+                for (p, period) in PERIODS.iter().enumerate() {
+                    let key = format!("k:{period}:{z}");
+                    let mut call = vec!["RL.ADMIT", &key, "LIMIT", "1", "CALENDAR", period];
+                    if let Some(zone) = zone {
+                        call.extend(["TZ", zone]);
+                    }
+                    let d = common::ints(&common::run(&mut con, &backend.call(&call)));
+                    let want = ends[z][p];
+                    let what = format!("{backend:?} {at} {period} {zone:?}");
+                    assert_eq!(d[..4], [1, 1, 0, 0], "{what}");
+                    assert_eq!(d[4], want - now, "{what}: reset_after_ms");
+                    assert_eq!(pexpiretime(&mut con, &key), want, "{what}");
+                    // Full: refused until the boundary; RL.TTL says so.
+                    let d = common::ints(&common::run(&mut con, &backend.call(&call)));
+                    assert_eq!((d[0], d[3]), (0, want - now), "{what}");
+                    let ttl = [&["RL.TTL"], &call[1..]].concat();
+                    let ttl = common::int(&common::run(&mut con, &backend.call(&ttl)));
+                    assert_eq!(ttl, want - now, "{what}: RL.TTL");
+                    // The same from the META hash.
+                    let meta = format!("m:{period}:{z}");
+                    let mut fields = vec!["HSET", &meta, "max", "1", "calendar", period];
+                    if let Some(zone) = zone {
+                        fields.extend(["tz", zone]);
+                    }
+                    common::cmd_raw(&mut con, &fields);
+                    let by_meta = format!("{key}:meta");
+                    let call = ["RL.ADMIT", &by_meta, "META", &meta];
+                    common::run(&mut con, &backend.call(&call));
+                    assert_eq!(pexpiretime(&mut con, &by_meta), want, "{what}: META");
+                }
+            }
+        }
+    }
+}
