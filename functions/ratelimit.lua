@@ -421,13 +421,11 @@ local function parse_options(args, allowed, metakey, readers, blocks)
   local opts = {}
   local at = 1
   while at <= #args do
-    if not set_option(opts, args[at], args, at, allowed, metakey, readers) then
+    local took = set_option(opts, args[at], args, at, allowed, metakey, readers)
+    if not took then
       if blocks and string.upper(args[at]) == 'BLOCK' then fail(BLOCK_NEEDS_THE_MODULE) end
       unknown(args[at])
     end
-    at = at + 2
-    local took = set_option(opts, args[at], args, at, allowed, metakey, readers)
-    if not took then unknown(args[at]) end
     at = at + took
   end
   return opts
