@@ -444,6 +444,9 @@ fn node_policies_shadow_penalty_align_calendar() {
                 format!("ok {n}: Limiter PENALTY: refused through the penalty after the window turned, admitted at its end"),
                 format!("ok {n}: ALIGN WINDOW 3600000: PEXPIRETIME a multiple of 3600000 (store and Limiter)"),
                 format!("ok {n}: CALENDAR: PEXPIRETIME at the next boundary: day TZ +05:30 -> "),
+                format!(
+                    "ok {n}: RESP3 (node-redis): a fixed shadow refusal is told; leaky, by the module's map only"
+                ),
                 format!("ok {n}: bad values (penalty -1, "),
             ],
             "PASS node policies",

@@ -154,6 +154,30 @@ async function policies(expect) {
   }
   ok(`${expect}: CALENDAR: PEXPIRETIME at the next boundary: ${seen.join(", ")}`);
 
+  // RESP3 (node-redis): the module's map has a shadow field that tells a
+  // leaky delay from a shadow refusal. The library answers an array over
+  // RESP3 too, so there a leaky decision is never marked (the documented rule).
+  const { createClient } = require("redis");
+  const r3 = createClient({ socket: { host: "127.0.0.1", port: Number(process.env.VALKEY_PORT) }, RESP: 3 });
+  r3.on("error", () => {});
+  await r3.connect();
+  try {
+    const over3 = new Limiter({ sendCommand: (...w) => r3.sendCommand(w), timeoutMs: 5000, prefix: "pol:" });
+    const leaky = { algorithm: "leaky", limit: 1, windowMs: 60000, shadow: true };
+    const got = [];
+    for (let i = 0; i < 3; i++) got.push(await over3.admit("resp3", leaky));
+    assert.ok(got.every((d) => d.admitted && d.backend === expect));
+    assert.ok(got[1].retryAfterMs > 0 && !got[1].shadow, "queued: a delay, not a shadow refusal");
+    assert.ok(got[2].retryAfterMs > 0, "over the queue: the would-be wait");
+    assert.equal(got[2].shadow, expect === "module", "a shadow refusal, told by the module's map only");
+    const fixed = [];
+    for (let i = 0; i < 2; i++) fixed.push(await over3.admit("resp3-fixed", { limit: 1, windowMs: 60000, shadow: true }));
+    assert.deepEqual(fixed.map((d) => d.shadow), [false, true], "fixed: told on both backends");
+  } finally {
+    await r3.quit();
+  }
+  ok(`${expect}: RESP3 (node-redis): a fixed shadow refusal is told; leaky, by the module's map only`);
+
   // Bad values: refused by the core, nothing sent.
   const sent = [];
   const spy = new Limiter({ sendCommand: (...w) => (sent.push(w), send(...w)), timeoutMs: 5000, prefix: "pol:" });

@@ -258,7 +258,8 @@ def is_shadow_refusal(admitted: bool, retry_after_ms: int, by_name: Optional[Dic
     a shadow refusal only; an array reply (RESP2) is one when it is
     admitted with ``retry_after_ms`` -1 (a cost that can never fit) or
     > 0, except for a call that named algorithm "leaky", whose admissions
-    carry their delay there (a leaky shadow refusal shows only in RESP3)."""
+    carry their delay there (a leaky shadow refusal is told only by the
+    module's RESP3 map; the library answers arrays)."""
     if not admitted:
         return False
     if by_name is not None:
