@@ -87,8 +87,8 @@ export interface Decision {
    * would have refused it; retryAfterMs is the would-be wait.
    */
   readonly shadow: boolean;
-  /** Who answered; "unavailable" when the failure policy did. */
-  readonly backend: "module" | "functions" | "unavailable";
+  /** Who answered; "unavailable" when the failure policy did; null when no call was made (a store's limit of 0 in shadow mode). */
+  readonly backend: "module" | "functions" | "unavailable" | null;
   /** The window and name of the policy, when known: headers() uses them. */
   readonly windowMs?: number;
   readonly name?: string;

@@ -314,6 +314,24 @@ function unavailableDecision(policy, open, error) {
   });
 }
 
+/**
+ * The shadow refusal of a limit of 0 where it refuses everything
+ * (express-rate-limit's): admitted, never passable, no call made.
+ */
+function zeroLimitShadowRefusal(policy) {
+  return Object.freeze({
+    admitted: true,
+    limit: 0,
+    remaining: 0,
+    retryAfterMs: -1,
+    resetAfterMs: 0,
+    shadow: true,
+    backend: null,
+    ...(policy.windowMs !== undefined ? { windowMs: policy.windowMs } : {}),
+    ...(policy.name !== undefined ? { name: policy.name } : {}),
+  });
+}
+
 /** A granted decision WAIT did not confirm, as refused (its grant given back). */
 function unconfirmedDecision(decision, replicas) {
   return Object.freeze({
@@ -473,6 +491,7 @@ module.exports = {
   parseDecision,
   isShadowRefusal,
   unavailableDecision,
+  zeroLimitShadowRefusal,
   unconfirmedDecision,
   parseLease,
   ceilSeconds,

@@ -236,8 +236,13 @@ class ValkeyStore {
     const policy = await this.serverPolicy(context);
     const limit = policy.meta === undefined ? policy.limit : await this.limitFor(context).catch(() => undefined);
     if (policy.limit === 0) {
-      // express-rate-limit's limit of 0 refuses everything; RL.ADMIT's would admit.
+      // express-rate-limit's limit of 0 refuses everything; RL.ADMIT's would
+      // admit. In shadow mode: a shadow refusal (0 hits: it passes), with no call.
       this.mark(context, key, policy, false);
+      if (this.passed.shadow) {
+        this.shadowRefused(key, core.zeroLimitShadowRefusal(policy));
+        return { totalHits: 0, resetTime: resetAt(this.windowMs) };
+      }
       return { totalHits: 1, resetTime: resetAt(this.windowMs) };
     }
     const decision = await this.admit(key, policy);

@@ -351,3 +351,11 @@ def test_a_shadow_refusal_is_told_by_the_map_field_else_by_the_wait() -> None:
     assert "Retry-After" not in d.headers()
     both = parse_decisions([1, 0, 0, [[1, 1, 0, 900, 900], [1, 5, 4, 0, 1000]]], "module", [1000, 1000], [None, None])
     assert both.admitted and both.shadow and [x.shadow for x in both.decisions] == [True, False]
+
+
+def test_a_limit_of_0_in_shadow_mode_is_a_shadow_refusal_without_a_call() -> None:
+    from valkey_ratelimit._core import refused_by_zero
+
+    assert refused_by_zero(1000, None) == Decision(False, 0, 0, -1, 0, 1000)
+    d = refused_by_zero(1000, None, shadow=True)
+    assert d.admitted and d.shadow and d.retry_after_ms == -1 and d.backend is None

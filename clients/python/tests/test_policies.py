@@ -104,6 +104,25 @@ def test_shadow_through_the_limiters(port: int, sync: Any, expect: str, protocol
     asyncio.run(flavour())
 
 
+def test_a_limit_of_0_in_shadow_mode_passes_and_is_told(port: int, sync: Any) -> None:
+    """A limit of 0 refuses everything without a call; in shadow mode it
+    is a shadow refusal: the request passes, the hook is told."""
+    told: List[Decision] = []
+    app = Starlette(routes=[Route("/", hello)])
+    app.add_middleware(
+        RateLimitMiddleware,
+        limiter=Limiter(sync, prefix="z:", timeout=TIMEOUT),
+        limit=0,
+        window_ms=1000,
+        shadow=True,
+        on_shadow_refusal=lambda key, decision: told.append(decision),
+    )
+    with Uvicorn(app) as base:
+        assert [httpx.get(base + "/").status_code for _ in range(2)] == [200, 200]
+    assert len(told) == 2 and all(d.shadow and d.retry_after_ms == -1 for d in told), told
+    assert sync.keys("z:*") == []
+
+
 def test_penalty_refuses_after_the_window_turned(port: int, sync: Any, expect: str) -> None:
     import valkey.asyncio
 

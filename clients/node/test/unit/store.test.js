@@ -91,6 +91,14 @@ test("shadow: the server decides; a shadow refusal passes at the limit, is told 
   }
   assert.match(warned[0], /onShadowRefusal threw: boom/);
   s.shutdown();
+  // express-rate-limit's limit of 0 refuses everything; in shadow mode it is
+  // a shadow refusal: 0 hits (it passes), told, no call.
+  const zero = store(client, { shadow: true, onShadowRefusal: (key, d) => told.push([key, d.shadow, d.retryAfterMs]) });
+  zero.init({ windowMs: 1000, limit: 0 });
+  assert.equal((await zero.increment("z")).totalHits, 0);
+  assert.deepEqual(told.at(-1), ["z", true, -1]);
+  assert.equal(client.sent.length, 2, "no call for a limit of 0");
+  zero.shutdown();
 });
 
 test("calendar and align reach both of the store's ways; bad values are refused when it is built", async () => {

@@ -296,9 +296,10 @@ def parse_decisions(
     return Decisions(to_int(admitted) == 1, by - 1 if by > 0 else None, to_int(retry), decisions, backend)
 
 
-def refused_by_zero(window_ms: Optional[int], name: Optional[str]) -> Decision:
-    """The answer to a limit of 0: nothing may pass, ever; Valkey is not asked."""
-    return Decision(False, 0, 0, -1, 0, window_ms, None, None, name)
+def refused_by_zero(window_ms: Optional[int], name: Optional[str], shadow: bool = False) -> Decision:
+    """The answer to a limit of 0: nothing may pass, ever; Valkey is not
+    asked. In shadow mode, a shadow refusal: admitted, never passable."""
+    return Decision(shadow, 0, 0, -1, 0, window_ms, None, None, name, shadow)
 
 
 def failed_decision(

@@ -326,7 +326,7 @@ class Limiter:
         if name is not None:
             _options.policy_name(name)
         if policy.refuses_all:
-            return _core.refused_by_zero(policy.window_ms, name)
+            return _core.refused_by_zero(policy.window_ms, name, policy.shadow)
         try:
             return self._run(self._admit, self._key(key), policy, cost, name)
         except Exception as e:
@@ -366,7 +366,7 @@ class Limiter:
         if name is not None:
             _options.policy_name(name)
         if policy.refuses_all:
-            return _core.refused_by_zero(policy.window_ms, name)
+            return _core.refused_by_zero(policy.window_ms, name, policy.shadow)
         try:
             return self._run_waiting(wait_ms, self._waiting, self._admit, wait_ms, self._key(key), policy, cost, name)
         except Exception as e:
@@ -415,6 +415,8 @@ class Limiter:
             raise _options.bad("policies", f"one per key ({len(keys)} keys)", list(policies))
         names = list(names) if names is not None else [None] * len(keys)
         windows = [p.window_ms for p in policies]
+        # A limit of 0 refuses without a call (in shadow mode too: RL.ADMITALL
+        # cannot take it, and the package does not split the call).
         zero = next((i for i, p in enumerate(policies) if p.refuses_all), None)
         if zero is not None:
             decisions = tuple(_core.refused_by_zero(w, n) for w, n in zip(windows, names))
