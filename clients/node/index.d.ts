@@ -7,6 +7,8 @@ export type SendCommand = (...args: string[]) => unknown | Promise<unknown>;
 export type Algorithm = "fixed" | "sliding" | "token" | "gcra" | "leaky";
 export type BackendOption = "auto" | "module" | "functions";
 export type FailurePolicy = "open" | "closed";
+/** CALENDAR's periods: the day, the ISO week (from Monday), the month, the year. */
+export type CalendarPeriod = "day" | "week" | "month" | "year";
 
 export const ALGORITHMS: readonly Algorithm[];
 
@@ -27,6 +29,16 @@ export interface Policy {
   meta?: string;
   /** The policy's name in the header fields. Default "<limit>-in-<window s>sec". */
   name?: string;
+  /** SHADOW: decide and keep state as enforced, but never refuse (a would-be refusal is `shadow: true`). */
+  shadow?: boolean;
+  /** PENALTY ms: a refusal refuses every call for this long from it, even after the window turns. */
+  penalty?: number;
+  /** ALIGN: windows start at multiples of windowMs since the epoch, UTC (fixed and sliding). */
+  align?: boolean;
+  /** CALENDAR: the window is this calendar period (fixed only; no windowMs, no align). */
+  calendar?: CalendarPeriod;
+  /** TZ, with calendar: where its boundaries fall, a fixed offset such as "+05:30" or "-08:00". */
+  tz?: string;
 }
 
 export interface AdmitOptions extends Policy {
@@ -70,8 +82,13 @@ export interface Decision {
   readonly retryAfterMs: number;
   /** ms until the limiter is back to its full budget. */
   readonly resetAfterMs: number;
-  /** Who answered; "unavailable" when the failure policy did. */
-  readonly backend: "module" | "functions" | "unavailable";
+  /**
+   * A shadow refusal: admitted (shadow mode never refuses), though the limit
+   * would have refused it; retryAfterMs is the would-be wait.
+   */
+  readonly shadow: boolean;
+  /** Who answered; "unavailable" when the failure policy did; null when no call was made (a store's limit of 0 in shadow mode). */
+  readonly backend: "module" | "functions" | "unavailable" | null;
   /** The window and name of the policy, when known: headers() uses them. */
   readonly windowMs?: number;
   readonly name?: string;
@@ -184,6 +201,18 @@ export interface ValkeyStoreOptions {
   meta?: string | ((request: RequestOf, response: RequestOf) => string | Promise<string>);
   /** The status of a request refused for want of Valkey (fail-closed) or of replicas. Default 503. */
   failureStatus?: number;
+  /** SHADOW: the server decides, never refuses; each would-be refusal passes and is told to onShadowRefusal. */
+  shadow?: boolean;
+  /** PENALTY ms (the server decides). */
+  penalty?: number;
+  /** ALIGN: windows at multiples of windowMs since the epoch. */
+  align?: boolean;
+  /** CALENDAR: the window is this period (windowMs then only sizes the store's bookkeeping). */
+  calendar?: CalendarPeriod;
+  /** TZ, with calendar: "+05:30", "-08:00". */
+  tz?: string;
+  /** Told of each shadow refusal (the request passes); what it throws is logged, not raised. */
+  onShadowRefusal?: (key: string, decision: Decision) => void | Promise<void>;
   backend?: BackendOption;
   failure?: FailurePolicy;
   timeoutMs?: number;

@@ -419,3 +419,37 @@ fn node_wait_replicas_turns_the_double_holder_into_a_refusal() {
         );
     }
 }
+
+/// Issue 27's options through the package (test/policies.test.js): SHADOW
+/// with limit 3 over real HTTP lets 10 requests through and tells
+/// onShadowRefusal 7 times; PENALTY refuses after the window turned and
+/// admits at its end; ALIGN and CALENDAR (with TZ) reach the server
+/// (PEXPIRETIME at the boundary); bad values are refused by the core.
+#[test]
+fn node_policies_shadow_penalty_align_calendar() {
+    for backend in BOTH {
+        let server = backend.start();
+        let n = name(backend);
+        let Some(cmd) = program("test/policies.test.js", "", &server, backend) else {
+            return;
+        };
+        run_expecting(
+            cmd,
+            &[
+                format!(
+                    "ok {n}: SHADOW limit 3 over HTTP: 10 x 200, onShadowRefusal told 7 times, the counter at 3"
+                ),
+                format!("ok {n}: Limiter SHADOW: admitted 10 times, shadow (retryAfterMs > 0) from the 4th"),
+                format!("ok {n}: PENALTY over HTTP: 429 after the window turned"),
+                format!("ok {n}: Limiter PENALTY: refused through the penalty after the window turned, admitted at its end"),
+                format!("ok {n}: ALIGN WINDOW 3600000: PEXPIRETIME a multiple of 3600000 (store and Limiter)"),
+                format!("ok {n}: CALENDAR: PEXPIRETIME at the next boundary: day TZ +05:30 -> "),
+                format!(
+                    "ok {n}: RESP3 (node-redis): a fixed shadow refusal is told; leaky, by the module's map only"
+                ),
+                format!("ok {n}: bad values (penalty -1, "),
+            ],
+            "PASS node policies",
+        );
+    }
+}

@@ -125,11 +125,12 @@ fn on(server: &Server, backend: Backend) -> Vec<(&'static str, String)> {
 
 #[test]
 fn python_pure_core() {
-    pytest(&["tests/test_core.py"], &[], 40);
+    pytest(&["tests/test_core.py"], &[], 55);
 }
 
 /// The limiters on every client library, real HTTP (FastAPI and Starlette
-/// under uvicorn), and the leases.
+/// under uvicorn), the leases, and issue 27's options (shadow over HTTP,
+/// the penalty, aligned and calendar windows, bad values).
 fn package_on(backend: Backend) {
     let server = backend.start();
     pytest(
@@ -137,9 +138,10 @@ fn package_on(backend: Backend) {
             "tests/test_limiter.py",
             "tests/test_http.py",
             "tests/test_leases.py",
+            "tests/test_policies.py",
         ],
         &on(&server, backend),
-        40,
+        51,
     );
 }
 

@@ -6,6 +6,10 @@
 "use strict";
 
 const ALGORITHMS = Object.freeze(["fixed", "sliding", "token", "gcra", "leaky"]);
+// The algorithms with a window (ALIGN, CALENDAR), and those with a bucket.
+const WINDOWS = Object.freeze(["fixed", "sliding"]);
+// CALENDAR's periods: the window is the day, the ISO week, the month or the year.
+const CALENDAR_PERIODS = Object.freeze(["day", "week", "month", "year"]);
 const BACKENDS = Object.freeze(["auto", "module", "functions"]);
 const FAILURE_POLICIES = Object.freeze(["open", "closed"]);
 // One call may also ask to have an unreachable Valkey thrown, not answered for.
@@ -78,6 +82,12 @@ const POLICY_NAME = {
   ok: (v) => typeof v === "string" && /^[\x20-\x7e]*$/.test(v) && !/["\\]/.test(v),
 };
 const FUNCTION = { rule: "a function", ok: (v) => typeof v === "function" };
+const BOOLEAN = { rule: "true or false", ok: (v) => typeof v === "boolean" };
+// TZ: a fixed offset from UTC, as both backends read it (hours 00 to 23).
+const TZ_OFFSET = {
+  rule: 'a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported)',
+  ok: (v) => typeof v === "string" && /^[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]$/.test(v),
+};
 
 function check(option, value, { rule, ok }) {
   if (!ok(value)) throw new ConfigError(option, rule, value);
@@ -90,6 +100,7 @@ const string = (option, value) => check(option, value, STRING);
 const keyPart = (option, value) => check(option, value, KEY);
 const policyName = (option, value) => check(option, value, POLICY_NAME);
 const fn = (option, value) => check(option, value, FUNCTION);
+const bool = (option, value) => check(option, value, BOOLEAN);
 
 // A value given directly, or a function of the request that gives it.
 function valueOrFunction(option, value, { rule, ok }) {
@@ -100,8 +111,13 @@ const given = (v) => v !== undefined && v !== null;
 
 /**
  * The policy options of one call, checked: { algorithm, limit, windowMs,
- * burst, meta, cost, name }, each left out when not given. With a META hash,
- * limit and window may come from its fields (options that are given win).
+ * burst, meta, cost, name, shadow, penalty, align, calendar, tz }, each
+ * left out when not given (shadow and align: when not true). With a META
+ * hash, limit and window may come from its fields (options that are given
+ * win). The combinations the server refuses are refused here too, before
+ * any call: ALIGN and CALENDAR only with a window algorithm (CALENDAR:
+ * fixed), CALENDAR without windowMs or ALIGN, TZ only with CALENDAR (or a
+ * META hash, whose `calendar` field it may go with).
  */
 function checkPolicy(policy, { needsRate = true } = {}) {
   const out = {};
@@ -112,10 +128,30 @@ function checkPolicy(policy, { needsRate = true } = {}) {
   if (given(policy.burst)) out.burst = safeInteger("burst", policy.burst, 0);
   if (given(policy.cost)) out.cost = safeInteger("cost", policy.cost, 0);
   if (given(policy.name)) out.name = policyName("name", policy.name);
+  if (given(policy.shadow) && bool("shadow", policy.shadow)) out.shadow = true;
+  if (given(policy.penalty)) out.penalty = safeInteger("penalty", policy.penalty, 1);
+  if (given(policy.align) && bool("align", policy.align)) out.align = true;
+  if (given(policy.calendar)) out.calendar = oneOf("calendar", policy.calendar, CALENDAR_PERIODS);
+  if (given(policy.tz)) out.tz = check("tz", policy.tz, TZ_OFFSET);
+  const windowed = (what, value) => {
+    if (out.algorithm !== undefined && !WINDOWS.includes(out.algorithm)) {
+      throw new ConfigError(what, `left out with algorithm ${show(out.algorithm)} (it applies only to fixed and sliding)`, value);
+    }
+  };
+  if (out.align) windowed("align", true);
+  if (out.calendar !== undefined) {
+    windowed("calendar", out.calendar);
+    if (out.algorithm === "sliding") throw new ConfigError("calendar", 'left out with algorithm "sliding" (fixed only)', out.calendar);
+    if (out.windowMs !== undefined) throw new ConfigError("windowMs", "left out with calendar (the period is the window)", out.windowMs);
+    if (out.align) throw new ConfigError("align", "left out with calendar (calendar periods are aligned)", true);
+  }
+  if (out.tz !== undefined && out.calendar === undefined && out.meta === undefined) {
+    throw new ConfigError("tz", "left out without calendar (or a META hash whose calendar field it goes with)", out.tz);
+  }
   if (needsRate && out.meta === undefined) {
     if (out.limit === undefined) throw new ConfigError("limit", "a safe integer >= 0, unless meta is given", policy.limit);
-    if (out.windowMs === undefined && out.limit > 0) {
-      throw new ConfigError("windowMs", "a safe integer >= 1, unless meta is given", policy.windowMs);
+    if (out.windowMs === undefined && out.calendar === undefined && out.limit > 0) {
+      throw new ConfigError("windowMs", "a safe integer >= 1, unless meta or calendar is given", policy.windowMs);
     }
   }
   return out;
@@ -144,6 +180,11 @@ function policyArgs(policy) {
   if (policy.limit !== undefined) args.push("LIMIT", String(policy.limit));
   if (policy.windowMs !== undefined) args.push("WINDOW", String(policy.windowMs));
   if (policy.burst !== undefined) args.push("BURST", String(policy.burst));
+  if (policy.shadow) args.push("SHADOW");
+  if (policy.penalty !== undefined) args.push("PENALTY", String(policy.penalty));
+  if (policy.align) args.push("ALIGN");
+  if (policy.calendar !== undefined) args.push("CALENDAR", policy.calendar);
+  if (policy.tz !== undefined) args.push("TZ", policy.tz);
   return args;
 }
 
@@ -183,37 +224,70 @@ const isRecordList = (reply) =>
 
 // The fields of a RESP2 array, or of the module's RESP3 map: a Map, a plain
 // object, the flat [name, value, ...] array ioredis makes of it, or
-// valkey-glide's list of { key, value } records.
-function fieldsOf(reply, names, what) {
-  let values;
-  if (isRecordList(reply)) {
-    const byName = new Map(reply.map(({ key, value }) => [String(key), value]));
-    values = names.map((f) => byName.get(f));
-  } else if (Array.isArray(reply) && reply.length === 2 * names.length && names.every((f, i) => String(reply[2 * i]) === f)) {
-    values = names.map((_, i) => reply[2 * i + 1]);
-  } else if (Array.isArray(reply)) values = reply;
-  else if (reply instanceof Map) values = names.map((f) => reply.get(f));
-  else if (reply && typeof reply === "object") values = names.map((f) => reply[f]);
-  if (!values || values.length !== names.length) throw badReply(`unexpected ${what} reply ${show(reply)}`);
-  return values;
+// valkey-glide's list of { key, value } records. A map may also carry the
+// fields of `optional` (a shadow refusal's `shadow`): { values, extra,
+// named }, where `named` says the reply was a map.
+function readFields(reply, names, what, optional = []) {
+  const known = [...names, ...optional];
+  let byName;
+  if (isRecordList(reply)) byName = new Map(reply.map(({ key, value }) => [String(key), value]));
+  else if (
+    Array.isArray(reply) &&
+    reply.length % 2 === 0 &&
+    reply.length >= 2 * names.length &&
+    reply.length <= 2 * known.length &&
+    reply.every((x, i) => i % 2 === 1 || known.includes(String(x))) &&
+    names.every((f) => reply.some((x, i) => i % 2 === 0 && String(x) === f))
+  ) {
+    byName = new Map();
+    for (let i = 0; i < reply.length; i += 2) byName.set(String(reply[i]), reply[i + 1]);
+  } else if (reply instanceof Map) byName = new Map([...reply].map(([k, v]) => [String(k), v]));
+  else if (reply && typeof reply === "object" && !Array.isArray(reply)) byName = new Map(Object.entries(reply));
+  if (byName) {
+    const values = names.map((f) => byName.get(f));
+    const extra = {};
+    for (const f of optional) if (byName.has(f)) extra[f] = byName.get(f);
+    return { values, extra, named: true };
+  }
+  if (!Array.isArray(reply) || reply.length !== names.length) throw badReply(`unexpected ${what} reply ${show(reply)}`);
+  return { values: reply, extra: {}, named: false };
 }
+
+const fieldsOf = (reply, names, what) => readFields(reply, names, what).values;
 
 const DECISION_FIELDS = ["admitted", "limit", "remaining", "retry_after_ms", "reset_after_ms"];
 
 /**
+ * Whether a decision is a shadow refusal (SHADOW, or a META hash's
+ * `shadow 1`): admitted, yet the limit would have refused it. One rule,
+ * the Python package's too: a map reply (RESP3) says it with its `shadow`
+ * field, present on a shadow refusal only; an array reply (RESP2) is one
+ * when it is admitted with retry_after_ms -1 (a cost that can never fit)
+ * or > 0, except for a call that named algorithm "leaky", whose admissions
+ * carry their delay there (a leaky shadow refusal is told only by the
+ * module's RESP3 map; the library answers arrays).
+ */
+function isShadowRefusal(admitted, retryAfterMs, { named, extra }, algorithm) {
+  if (!admitted) return false;
+  if (named) return extra.shadow !== undefined && toInt(extra.shadow) === 1;
+  return retryAfterMs === -1 || (retryAfterMs > 0 && algorithm !== "leaky");
+}
+
+/**
  * RL.ADMIT / RL.REFUND's reply as a frozen Decision. `policy` (the call's
- * checked policy) gives the decision its window and name, for headers().
+ * checked policy) gives the decision its window and name, for headers(),
+ * and its algorithm, for telling a shadow refusal (`shadow: true`).
  */
 function parseDecision(reply, backend, policy = {}) {
-  const [admitted, limit, remaining, retryAfterMs, resetAfterMs] = fieldsOf(reply, DECISION_FIELDS, "RL.ADMIT").map(
-    toInt,
-  );
+  const read = readFields(reply, DECISION_FIELDS, "RL.ADMIT", ["shadow"]);
+  const [admitted, limit, remaining, retryAfterMs, resetAfterMs] = read.values.map(toInt);
   return Object.freeze({
     admitted: admitted === 1,
     limit,
     remaining,
     retryAfterMs,
     resetAfterMs,
+    shadow: isShadowRefusal(admitted === 1, retryAfterMs, read, policy.algorithm),
     backend,
     ...(policy.windowMs !== undefined ? { windowMs: policy.windowMs } : {}),
     ...(policy.name !== undefined ? { name: policy.name } : {}),
@@ -232,10 +306,29 @@ function unavailableDecision(policy, open, error) {
     remaining: open ? limit : 0,
     retryAfterMs: open ? 0 : UNAVAILABLE_RETRY_MS,
     resetAfterMs: 0,
+    shadow: false,
     backend: "unavailable",
     ...(policy.windowMs !== undefined ? { windowMs: policy.windowMs } : {}),
     ...(policy.name !== undefined ? { name: policy.name } : {}),
     error,
+  });
+}
+
+/**
+ * The shadow refusal of a limit of 0 where it refuses everything
+ * (express-rate-limit's): admitted, never passable, no call made.
+ */
+function zeroLimitShadowRefusal(policy) {
+  return Object.freeze({
+    admitted: true,
+    limit: 0,
+    remaining: 0,
+    retryAfterMs: -1,
+    resetAfterMs: 0,
+    shadow: true,
+    backend: null,
+    ...(policy.windowMs !== undefined ? { windowMs: policy.windowMs } : {}),
+    ...(policy.name !== undefined ? { name: policy.name } : {}),
   });
 }
 
@@ -246,6 +339,7 @@ function unconfirmedDecision(decision, replicas) {
     admitted: false,
     remaining: 0,
     retryAfterMs: UNAVAILABLE_RETRY_MS,
+    shadow: false,
     unconfirmed: replicas,
   });
 }
@@ -365,6 +459,8 @@ function compareVersions(a, b) {
 
 module.exports = {
   ALGORITHMS,
+  WINDOWS,
+  CALENDAR_PERIODS,
   BACKENDS,
   FAILURE_POLICIES,
   CALL_FAILURE_POLICIES,
@@ -383,6 +479,7 @@ module.exports = {
   policyName,
   keyPart,
   fn,
+  bool,
   valueOrFunction,
   SAFE_INTEGER,
   KEY,
@@ -392,7 +489,9 @@ module.exports = {
   callWords,
   toInt,
   parseDecision,
+  isShadowRefusal,
   unavailableDecision,
+  zeroLimitShadowRefusal,
   unconfirmedDecision,
   parseLease,
   ceilSeconds,

@@ -28,8 +28,8 @@ class Limiter {
   /**
    * Options: sendCommand (required), prefix, backend, failure, timeoutMs,
    * library, onError, waitReplicas, waitTimeoutMs, unconfirmed, and a default
-   * policy (limit, windowMs, algorithm, burst, meta, cost, name) that each
-   * call's own options complete. Every option is checked here.
+   * policy (limit, windowMs, algorithm, burst, meta, cost, name, shadow,
+   * penalty, align, calendar, tz) that each call's own options complete. Every option is checked here.
    */
   constructor(options = {}) {
     if (options === null || typeof options !== "object") throw new core.ConfigError("options", "an object", options);
@@ -229,7 +229,10 @@ class Limiter {
       return core.unavailableDecision(policy, failure === "open", e);
     }
     const decision = core.parseDecision(answer.reply, answer.backend, policy);
-    if (!decision.admitted || cost === 0 || decision.limit === 0 || this.waitReplicas === undefined) return decision;
+    // A shadow refusal consumed nothing: no grant to confirm or give back.
+    if (!decision.admitted || decision.shadow || cost === 0 || decision.limit === 0 || this.waitReplicas === undefined) {
+      return decision;
+    }
     const acks = await this.confirmed();
     if (acks >= this.waitReplicas) return decision;
     if (this.unconfirmed === "keep") return Object.freeze({ ...decision, unconfirmed: acks });
@@ -439,7 +442,20 @@ function waitOption(options) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const POLICY_OPTIONS = ["limit", "windowMs", "algorithm", "burst", "meta", "cost", "name"];
+const POLICY_OPTIONS = [
+  "limit",
+  "windowMs",
+  "algorithm",
+  "burst",
+  "meta",
+  "cost",
+  "name",
+  "shadow",
+  "penalty",
+  "align",
+  "calendar",
+  "tz",
+];
 
 // The options a caller gave, without the undefined ones (which must not hide a default).
 function definedOnly(options) {

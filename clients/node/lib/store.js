@@ -8,8 +8,14 @@
 //   that is a function of the request, a limit of 0 and the skip options
 //   then behave as they do there, and a skipped request only ever gives back
 //   the hit it made.
-// - the server's (another algorithm, or a META hash): RL.ADMIT decides with
-//   the real policy, and refuses without counting.
+// - the server's (another algorithm, a META hash, shadow or penalty):
+//   RL.ADMIT decides with the real policy, and refuses without counting.
+//
+// In shadow mode (shadow: true, or a META hash's `shadow 1`) the server
+// never refuses: a would-be refusal is admitted, consumes nothing, is
+// reported to express-rate-limit as exactly the limit (never over it, so the
+// request passes and is not counted as limited), and is told to
+// onShadowRefusal(key, decision).
 //
 // Either way a request that express-rate-limit skips afterwards
 // (skipFailedRequests: a 429 is a failure) gives back only a hit it made: the
@@ -25,6 +31,8 @@ const { followRequests, currentRequest } = require("./context");
 // The status of a request refused for want of Valkey: an HTTP error status.
 const HTTP_ERROR_STATUS = { rule: "an HTTP status from 400 to 599", ok: (v) => Number.isInteger(v) && v >= 400 && v <= 599 };
 const BUCKETS = ["token", "gcra", "leaky"];
+// The policy options of issue 27 the store passes through to every call.
+const PASSED = ["shadow", "penalty", "align", "calendar", "tz"];
 
 // The reset time handed to express-rate-limit: `ms` from now, rounded up to
 // a whole second, so that the middleware's own rounding a moment later
@@ -42,13 +50,30 @@ class ValkeyStore {
   /**
    * Options: sendCommand (required), prefix (default "rl:"), algorithm,
    * burst, meta (a META hash key, or a function of the request giving one),
+   * shadow, penalty, align, calendar, tz (the server's policy options),
+   * onShadowRefusal (told of each shadow refusal: (key, decision)),
    * failureStatus (default 503), and the Limiter's: backend, failure,
    * timeoutMs, library, onError, waitReplicas, waitTimeoutMs, unconfirmed.
-   * express-rate-limit's limit and windowMs are the policy (init).
+   * express-rate-limit's limit and windowMs are the policy (init); with
+   * calendar, the period is the window and windowMs only sizes the
+   * bookkeeping.
    */
   constructor(options = {}) {
     if (options === null || typeof options !== "object") throw new core.ConfigError("options", "an object", options);
-    const { prefix = "rl:", algorithm, burst, meta, failureStatus = core.UNAVAILABLE_STATUS, ...limiterOptions } = options;
+    const {
+      prefix = "rl:",
+      algorithm,
+      burst,
+      meta,
+      failureStatus = core.UNAVAILABLE_STATUS,
+      onShadowRefusal,
+      shadow,
+      penalty,
+      align,
+      calendar,
+      tz,
+      ...limiterOptions
+    } = options;
     const policyOption = Object.keys(limiterOptions).find((k) => POLICY_OPTIONS.includes(k));
     if (policyOption !== undefined) {
       throw core.ConfigError.unknown(policyOption, "ValkeyStore (express-rate-limit's limit and windowMs are the policy)");
@@ -65,8 +90,22 @@ class ValkeyStore {
     this.burst = burst;
     this.meta = meta === undefined ? undefined : core.valueOrFunction("meta", meta, core.KEY);
     this.failureStatus = core.check("failureStatus", failureStatus, HTTP_ERROR_STATUS);
-    // Who decides: the middleware (counting every hit) or the server.
-    this.decides = meta !== undefined || (algorithm !== undefined && algorithm !== "fixed");
+    this.onShadowRefusal = onShadowRefusal === undefined ? undefined : core.fn("onShadowRefusal", onShadowRefusal);
+    // Checked now, as each call would (the META hash, perhaps a function of
+    // the request, stands for itself: TZ may go with its calendar field).
+    const checked = core.checkPolicy(
+      { algorithm, meta: meta === undefined ? undefined : "meta", shadow, penalty, align, calendar, tz },
+      { needsRate: false },
+    );
+    this.passed = {};
+    for (const k of PASSED) if (checked[k] !== undefined) this.passed[k] = checked[k];
+    // Who decides: the middleware (counting every hit) or the server (which
+    // alone can refuse, or shadow-refuse, or hold a penalty).
+    this.decides =
+      meta !== undefined ||
+      (algorithm !== undefined && algorithm !== "fixed") ||
+      this.passed.shadow === true ||
+      this.passed.penalty !== undefined;
     followRequests();
     // Keys live in Valkey, shared by every instance.
     this.localKeys = false;
@@ -109,7 +148,7 @@ class ValkeyStore {
   // duration), or express-rate-limit's limit and windowMs; with the store's
   // algorithm and burst.
   async serverPolicy(context) {
-    const policy = {};
+    const policy = { ...this.passed };
     if (this.algorithm !== undefined) policy.algorithm = this.algorithm;
     if (this.burst !== undefined) policy.burst = this.burst;
     if (this.meta !== undefined) {
@@ -117,9 +156,30 @@ class ValkeyStore {
         typeof this.meta === "function" ? core.keyPart("meta", await this.meta(...requestOf(context, "meta"))) : this.meta;
       return policy;
     }
-    policy.windowMs = this.windowMs;
+    if (this.passed.calendar === undefined) policy.windowMs = this.windowMs;
     policy.limit = await this.limitFor(context);
     return policy;
+  }
+
+  // The policy of express-rate-limit's way: a LIMIT no count reaches, in
+  // its window (or the calendar period), aligned if asked.
+  countPolicy() {
+    const policy = { ...this.passed, limit: core.COUNT_EVERY_HIT };
+    if (this.passed.calendar === undefined) policy.windowMs = this.windowMs;
+    return policy;
+  }
+
+  // Tells onShadowRefusal; what it throws or rejects with is reported, never
+  // the request's failure.
+  shadowRefused(key, decision) {
+    if (this.onShadowRefusal === undefined) return;
+    const warn = (e) => console.warn(`valkey-ratelimit: onShadowRefusal threw: ${core.messageOf(e)}`);
+    try {
+      const out = this.onShadowRefusal(key, decision);
+      if (out && typeof out.then === "function") out.then(undefined, warn);
+    } catch (e) {
+      warn(e);
+    }
   }
 
   // express-rate-limit's limit for this request.
@@ -159,7 +219,7 @@ class ValkeyStore {
   // express-rate-limit's way: count the hit, report the count.
   async count(key) {
     const context = currentRequest();
-    const policy = { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs };
+    const policy = this.countPolicy();
     const decision = await this.admit(key, policy);
     this.mark(context, key, policy, decision !== null);
     // Failing open: the first hit of a fresh window.
@@ -169,19 +229,27 @@ class ValkeyStore {
 
   // The server's way: a refusal is reported as the limit + 1 hits, an
   // admission as the hits used (at least 1, at most the limit), against
-  // express-rate-limit's limit where it is known.
+  // express-rate-limit's limit where it is known. A shadow refusal is an
+  // admission: at most the limit, so express-rate-limit lets it pass.
   async decide(key) {
     const context = currentRequest();
     const policy = await this.serverPolicy(context);
     const limit = policy.meta === undefined ? policy.limit : await this.limitFor(context).catch(() => undefined);
     if (policy.limit === 0) {
-      // express-rate-limit's limit of 0 refuses everything; RL.ADMIT's would admit.
+      // express-rate-limit's limit of 0 refuses everything; RL.ADMIT's would
+      // admit. In shadow mode: a shadow refusal (0 hits: it passes), with no call.
       this.mark(context, key, policy, false);
+      if (this.passed.shadow) {
+        this.shadowRefused(key, core.zeroLimitShadowRefusal(policy));
+        return { totalHits: 0, resetTime: resetAt(this.windowMs) };
+      }
       return { totalHits: 1, resetTime: resetAt(this.windowMs) };
     }
     const decision = await this.admit(key, policy);
-    this.mark(context, key, policy, decision !== null && decision.admitted);
+    // A refusal, and a shadow refusal, counted nothing: nothing to give back.
+    this.mark(context, key, policy, decision !== null && decision.admitted && !decision.shadow);
     if (decision === null) return { totalHits: 1, resetTime: resetAt(this.windowMs) };
+    if (decision.shadow) this.shadowRefused(key, decision);
     if (!decision.admitted) {
       const wait = decision.retryAfterMs >= 0 ? decision.retryAfterMs : decision.resetAfterMs;
       return { totalHits: Math.max(limit ?? 0, decision.limit) + 1, resetTime: resetAt(wait) };
@@ -237,7 +305,7 @@ class ValkeyStore {
     if (mark && !mark.counted) return;
     let policy = mark && mark.policy;
     if (!policy) {
-      policy = this.decides ? await this.serverPolicy(context) : { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs };
+      policy = this.decides ? await this.serverPolicy(context) : this.countPolicy();
     }
     if (policy.limit === 0) return;
     await this.limiter.refund(key, policy);
@@ -250,9 +318,7 @@ class ValkeyStore {
   /** A peek (COST 0): undefined when the key has no hits. */
   async get(key) {
     this.ready();
-    const policy = this.decides
-      ? await this.serverPolicy(currentRequest())
-      : { limit: core.COUNT_EVERY_HIT, windowMs: this.windowMs };
+    const policy = this.decides ? await this.serverPolicy(currentRequest()) : this.countPolicy();
     if (policy.limit === 0) return undefined;
     const decision = await this.limiter.admit(key, { ...policy, cost: 0, failure: "throw" });
     const used = decision.limit - decision.remaining;

@@ -164,7 +164,7 @@ async function live(expectBackend) {
   assert.equal(await limiter.backend(), expectBackend);
   const policy = { limit: 2, windowMs: 5000 };
   let d = await limiter.admit("k", policy);
-  assert.deepEqual({ ...d }, { admitted: true, limit: 2, remaining: 1, retryAfterMs: 0, resetAfterMs: d.resetAfterMs, backend: expectBackend, windowMs: 5000 });
+  assert.deepEqual({ ...d }, { admitted: true, limit: 2, remaining: 1, retryAfterMs: 0, resetAfterMs: d.resetAfterMs, shadow: false, backend: expectBackend, windowMs: 5000 });
   assert.ok(d.resetAfterMs > 4000 && d.resetAfterMs <= 5000);
   assert.ok(Object.isFrozen(d));
   await limiter.admit("k", policy);

@@ -44,6 +44,15 @@ const perRequest: Store = new ValkeyStore({
   library: false,
 });
 rateLimit({ windowMs: 60_000, limit: (req: Request) => (req.get("x-plan") === "pro" ? 100 : 10), store: perRequest });
+const trial: Store = new ValkeyStore({
+  sendCommand: (...args: string[]) => client.call(...args),
+  shadow: true,
+  penalty: 30_000,
+  onShadowRefusal: (key: string, d: Decision) => console.log(key, d.shadow, d.retryAfterMs),
+});
+rateLimit({ windowMs: 60_000, limit: 100, store: trial });
+const daily: Store = new ValkeyStore({ sendCommand: (...args: string[]) => client.call(...args), calendar: "day", tz: "-08:00" });
+rateLimit({ windowMs: 86_400_000, limit: 1000, store: daily });
 
 async function plain(): Promise<string> {
   const limiter = new Limiter({ sendCommand: (...args) => client.call(...args), library: "#!lua name=ratelimit" });
@@ -54,6 +63,9 @@ async function plain(): Promise<string> {
   const plain: Record<string, string> = headers(d);
   const defaults = new Limiter({ sendCommand: (...args) => client.call(...args), limit: 5, windowMs: 1000, name: "api" });
   const viaDefaults: Decision = await defaults.admit("k");
+  const shadowed: boolean = (await limiter.admit("k", { limit: 3, windowMs: 1000, shadow: true, align: true })).shadow;
+  await limiter.admit("k", { limit: 3, calendar: "month", tz: "+05:30", penalty: 1000 });
+  void shadowed;
   const unconfirmed: number | undefined = viaDefaults.unconfirmed;
   const lib = bundledLibrary();
   const version: string | null = lib === null ? null : lib.version;
@@ -91,3 +103,5 @@ void leases;
 
 // @ts-expect-error: an unknown algorithm is a type error.
 new ValkeyStore({ sendCommand: () => null, algorithm: "cell" });
+// @ts-expect-error: calendar takes day, week, month or year.
+new ValkeyStore({ sendCommand: () => null, calendar: "fortnight" });

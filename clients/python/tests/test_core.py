@@ -279,3 +279,83 @@ def test_ceil_seconds_of_t() -> None:
     for reset in (1, 999, 1_000, 1_001, 16_667):
         t = int(Decision(True, 5, 4, 0, reset, window_ms=10_000).headers()["RateLimit"].rsplit("=", 1)[1])
         assert t == math.ceil(reset / 1000) and t * 1000 - reset < 1000
+
+
+# --- issue 27: shadow, penalty, align, calendar, tz ---------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        (dict(limit=1, window_ms=1, shadow="yes"), "shadow must be True or False (got 'yes')"),
+        (dict(limit=1, window_ms=1, penalty=0), "penalty must be an integer from 1 to 9007199254740991 (got 0)"),
+        (dict(limit=1, window_ms=1, penalty=-5), "penalty must be an integer from 1 to 9007199254740991 (got -5)"),
+        (dict(limit=1, window_ms=1, align=1), "align must be True or False (got 1)"),
+        (dict(limit=1, calendar="fortnight"), "calendar must be one of 'day', 'week', 'month', 'year' (got 'fortnight')"),
+        (
+            dict(limit=1, calendar="day", tz="Europe/Berlin"),
+            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got \'Europe/Berlin\')',
+        ),
+        (
+            dict(limit=1, calendar="day", tz="+24:00"),
+            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got \'+24:00\')',
+        ),
+        (
+            dict(limit=1, window_ms=1000, tz="+01:00"),
+            "tz must be left out without calendar (or a META hash whose calendar field it goes with) (got '+01:00')",
+        ),
+        (dict(limit=1, window_ms=1000, calendar="day"), "window_ms must be left out with calendar (the period is the window) (got 1000)"),
+        (dict(limit=1, calendar="day", align=True), "align must be left out with calendar (calendar periods are aligned) (got True)"),
+        (dict(limit=1, calendar="day", algorithm="sliding"), "calendar must be left out with algorithm 'sliding' (fixed only) (got 'day')"),
+        (
+            dict(limit=1, window_ms=1000, algorithm="gcra", align=True),
+            "align must be left out with algorithm 'gcra' (it applies only to fixed and sliding) (got True)",
+        ),
+        (
+            dict(limit=1, algorithm="token", calendar="month"),
+            "calendar must be left out with algorithm 'token' (it applies only to fixed and sliding) (got 'month')",
+        ),
+    ],
+)
+def test_issue_27_options_are_checked_before_any_call(kwargs, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        Policy(**kwargs)
+    assert str(e.value) == message
+
+
+def test_issue_27_options_go_out_as_both_backends_take_them() -> None:
+    p = Policy(5, None, shadow=True, penalty=30000, calendar="week", tz="-08:00")
+    assert p.args() == ["LIMIT", "5", "SHADOW", "PENALTY", "30000", "CALENDAR", "week", "TZ", "-08:00"]
+    a = Policy(5, 3600000, "sliding", align=True)
+    assert a.args() == ["ALGO", "sliding", "LIMIT", "5", "WINDOW", "3600000", "ALIGN"]
+    # With a META hash, tz may go with the hash's calendar field.
+    assert Policy(meta="plan", tz="+05:30").args() == ["TZ", "+05:30"]
+
+
+def test_a_shadow_refusal_is_told_by_the_map_field_else_by_the_wait() -> None:
+    from valkey_ratelimit._core import parse_decision, parse_decisions
+
+    # RESP2: admitted with retry_after_ms > 0 (or -1)...
+    d = parse_decision([1, 3, 0, 5000, 5000], "module", 60000, None, "fixed")
+    assert d.admitted and d.shadow and d.retry_after_ms == 5000
+    assert parse_decision([1, 3, 0, -1, 0], "module", None).shadow
+    assert not parse_decision([1, 3, 2, 0, 5000], "module", None).shadow
+    assert not parse_decision([0, 3, 0, 5000, 5000], "module", None).shadow
+    # ...but for leaky, whose admissions carry their delay.
+    assert not parse_decision([1, 3, 1, 250, 500], "module", None, None, "leaky").shadow
+    # RESP3: the map's shadow field, present on a shadow refusal only.
+    fields = {b"admitted": 1, b"limit": 3, b"remaining": 0, b"retry_after_ms": 250, b"reset_after_ms": 500}
+    assert parse_decision({**fields, b"shadow": 1}, "module", None, None, "leaky").shadow
+    assert not parse_decision(fields, "module", None, None, "leaky").shadow
+    # A shadow refusal passes: no Retry-After.
+    assert "Retry-After" not in d.headers()
+    both = parse_decisions([1, 0, 0, [[1, 1, 0, 900, 900], [1, 5, 4, 0, 1000]]], "module", [1000, 1000], [None, None])
+    assert both.admitted and both.shadow and [x.shadow for x in both.decisions] == [True, False]
+
+
+def test_a_limit_of_0_in_shadow_mode_is_a_shadow_refusal_without_a_call() -> None:
+    from valkey_ratelimit._core import refused_by_zero
+
+    assert refused_by_zero(1000, None) == Decision(False, 0, 0, -1, 0, 1000)
+    d = refused_by_zero(1000, None, shadow=True)
+    assert d.admitted and d.shadow and d.retry_after_ms == -1 and d.backend is None

@@ -36,7 +36,7 @@ test("options break their rule with one message shape: <option> must be <rule> (
 
 test("a policy needs a limit and, unless unlimited, a window; a META hash may give both", () => {
   assert.throws(() => core.checkPolicy({}), { message: "limit must be a safe integer >= 0, unless meta is given (got undefined)" });
-  assert.throws(() => core.checkPolicy({ limit: 5 }), { message: "windowMs must be a safe integer >= 1, unless meta is given (got undefined)" });
+  assert.throws(() => core.checkPolicy({ limit: 5 }), { message: "windowMs must be a safe integer >= 1, unless meta or calendar is given (got undefined)" });
   assert.deepEqual(core.checkPolicy({ limit: 0 }), { limit: 0 });
   assert.deepEqual(core.checkPolicy({ meta: "m" }), { meta: "m" });
   assert.deepEqual(core.checkPolicy({}, { needsRate: false }), {});
@@ -88,7 +88,7 @@ test("the words of a call on each backend: META an option of the module, a key o
 });
 
 test("RL.ADMIT replies from every client shape: RESP2 array, RESP3 Map, plain object, strings, bigints", () => {
-  const want = { admitted: true, limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 999, backend: "module" };
+  const want = { admitted: true, limit: 5, remaining: 4, retryAfterMs: 0, resetAfterMs: 999, shadow: false, backend: "module" };
   const fields = { admitted: 1, limit: 5, remaining: 4, retry_after_ms: 0, reset_after_ms: 999 };
   assert.deepEqual({ ...core.parseDecision([1, 5, 4, 0, 999], "module") }, want);
   assert.deepEqual({ ...core.parseDecision(["1", "5", "4", "0", "999"], "module") }, want);
@@ -109,6 +109,65 @@ test("RL.ADMIT replies from every client shape: RESP2 array, RESP3 Map, plain ob
   assert.throws(() => core.parseDecision([1, 5, null, 0, 1], "module"), /expected an integer/);
   // A reply that cannot be read is raised, never taken for an outage.
   assert.throws(() => core.parseDecision([1, 2, 3], "module"), (e) => core.errorKind(e) === "reply");
+});
+
+test("issue 27's options: checked, refused in the combinations the server refuses, and sent as both backends take them", () => {
+  const cases = [
+    [{ limit: 1, windowMs: 1, shadow: "yes" }, 'shadow must be true or false (got "yes")'],
+    [{ limit: 1, windowMs: 1, penalty: 0 }, "penalty must be a safe integer >= 1 (got 0)"],
+    [{ limit: 1, windowMs: 1, penalty: -5 }, "penalty must be a safe integer >= 1 (got -5)"],
+    [{ limit: 1, windowMs: 1, penalty: "30s" }, 'penalty must be a safe integer >= 1 (got "30s")'],
+    [{ limit: 1, windowMs: 1, align: 1 }, "align must be true or false (got 1)"],
+    [{ limit: 1, calendar: "fortnight" }, 'calendar must be one of day, week, month, year (got "fortnight")'],
+    [{ limit: 1, calendar: "day", tz: "Europe/Berlin" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got "Europe/Berlin")'],
+    [{ limit: 1, calendar: "day", tz: "+24:00" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got "+24:00")'],
+    [{ limit: 1, calendar: "day", tz: "5:30" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got "5:30")'],
+    [{ limit: 1, windowMs: 1000, tz: "+01:00" }, 'tz must be left out without calendar (or a META hash whose calendar field it goes with) (got "+01:00")'],
+    [{ limit: 1, windowMs: 1000, calendar: "day" }, "windowMs must be left out with calendar (the period is the window) (got 1000)"],
+    [{ limit: 1, calendar: "day", align: true }, "align must be left out with calendar (calendar periods are aligned) (got true)"],
+    [{ limit: 1, calendar: "day", algorithm: "sliding" }, 'calendar must be left out with algorithm "sliding" (fixed only) (got "day")'],
+    [{ limit: 1, windowMs: 1000, algorithm: "gcra", align: true }, 'align must be left out with algorithm "gcra" (it applies only to fixed and sliding) (got true)'],
+    [{ limit: 1, algorithm: "token", calendar: "month" }, 'calendar must be left out with algorithm "token" (it applies only to fixed and sliding) (got "month")'],
+  ];
+  for (const [policy, message] of cases) {
+    assert.throws(() => core.checkPolicy(policy), (e) => e instanceof core.ConfigError && e.message === message, message);
+  }
+  const all = core.checkPolicy({ limit: 5, shadow: true, penalty: 30000, calendar: "week", tz: "-08:00" });
+  assert.deepEqual(core.policyArgs(all), ["LIMIT", "5", "SHADOW", "PENALTY", "30000", "CALENDAR", "week", "TZ", "-08:00"]);
+  const aligned = core.checkPolicy({ limit: 5, windowMs: 3600000, algorithm: "sliding", align: true, shadow: false });
+  assert.deepEqual(core.policyArgs(aligned), ["ALGO", "sliding", "LIMIT", "5", "WINDOW", "3600000", "ALIGN"]);
+  // With a META hash, TZ may go with the hash's calendar field.
+  assert.deepEqual(core.policyArgs(core.checkPolicy({ meta: "plan", tz: "+05:30" })), ["TZ", "+05:30"]);
+  assert.deepEqual(core.callWords("functions", core.CALLS.admit, ["k"], core.policyArgs(all)).slice(0, 5), ["FCALL", "rl_admit", "1", "k", "LIMIT"]);
+});
+
+test("a shadow refusal: admitted, with the would-be wait; told by the map's shadow field, else by retry_after_ms", () => {
+  // RESP2: admitted with retry_after_ms > 0 (or -1) is a shadow refusal...
+  const d = core.parseDecision([1, 3, 0, 5000, 5000], "module", { algorithm: "fixed" });
+  assert.equal(d.admitted, true);
+  assert.equal(d.shadow, true);
+  assert.equal(core.parseDecision([1, 3, 0, -1, 0], "module").shadow, true);
+  assert.equal(core.parseDecision([1, 3, 2, 0, 5000], "module").shadow, false);
+  assert.equal(core.parseDecision([0, 3, 0, 5000, 5000], "module").shadow, false);
+  // ...but for leaky, where an admission carries its delay.
+  assert.equal(core.parseDecision([1, 3, 1, 250, 500], "module", { algorithm: "leaky" }).shadow, false);
+  // RESP3, every shape: the `shadow` field, present on a shadow refusal only.
+  const fields = { admitted: 1, limit: 3, remaining: 0, retry_after_ms: 250, reset_after_ms: 500, shadow: 1 };
+  for (const reply of [
+    new Map(Object.entries(fields)),
+    fields,
+    Object.entries(fields).flat(),
+    Object.entries(fields).map(([key, value]) => ({ key, value })),
+  ]) {
+    const s = core.parseDecision(reply, "module", { algorithm: "leaky" });
+    assert.equal(s.shadow, true);
+    assert.equal(s.retryAfterMs, 250);
+  }
+  const delay = { admitted: 1, limit: 3, remaining: 1, retry_after_ms: 250, reset_after_ms: 500 };
+  assert.equal(core.parseDecision(new Map(Object.entries(delay)), "module").shadow, false);
+  assert.equal(core.parseDecision(Object.entries(delay).flat(), "module").shadow, false);
+  // A shadow refusal is admitted: no Retry-After.
+  assert.equal(core.headers(d)["Retry-After"], undefined);
 });
 
 test("RL.ACQUIRE replies: the lease id, or null when refused", () => {

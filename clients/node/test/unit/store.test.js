@@ -46,7 +46,10 @@ test("express-rate-limit's way: a hit failed open is not refunded when Valkey is
 
 test("the server's way: a refusal and a limit of 0 give nothing back; an admission is refunded", async () => {
   let admitted = false;
-  const client = scripted((words) => (words[0] === "RL.ADMIT" ? [admitted ? 1 : 0, 2, 0, 500, 900] : [1, 2, 1, 0, 900]));
+  // (Admitted, retry_after_ms is 0: admitted with a wait is a shadow refusal.)
+  const client = scripted((words) =>
+    words[0] === "RL.ADMIT" ? (admitted ? [1, 2, 0, 0, 900] : [0, 2, 0, 500, 900]) : [1, 2, 1, 0, 900],
+  );
   const s = store(client, { algorithm: "sliding" });
   const info = await s.increment("k");
   assert.equal(info.totalHits, 3, "refused: limit + 1");
@@ -63,6 +66,59 @@ test("the server's way: a refusal and a limit of 0 give nothing back; an admissi
   assert.equal(client.sent.length, 3, "nothing sent for limit 0");
   s.shutdown();
   zero.shutdown();
+});
+
+test("shadow: the server decides; a shadow refusal passes at the limit, is told to onShadowRefusal, and gives nothing back", async () => {
+  const client = scripted(() => [1, 2, 0, 700, 700]);
+  const told = [];
+  const s = store(client, { shadow: true, penalty: 5000, onShadowRefusal: (key, d) => told.push([key, d.shadow, d.retryAfterMs]) });
+  const info = await s.increment("k");
+  assert.equal(info.totalHits, 2, "at the limit (2), not over it: express-rate-limit lets it pass");
+  assert.deepEqual(told, [["k", true, 700]]);
+  assert.deepEqual(client.sent, ["RL.ADMIT rl:k LIMIT 2 WINDOW 1000 SHADOW PENALTY 5000 COST 1"]);
+  await s.decrement("k");
+  assert.equal(client.sent.length, 1, "a shadow refusal consumed nothing: no refund");
+  // A hook that throws is reported, never the request's failure.
+  const warned = [];
+  const warn = console.warn;
+  console.warn = (m) => warned.push(m);
+  try {
+    const t = store(client, { shadow: true, onShadowRefusal: () => { throw new Error("boom"); } });
+    assert.equal((await t.increment("k")).totalHits, 2);
+    t.shutdown();
+  } finally {
+    console.warn = warn;
+  }
+  assert.match(warned[0], /onShadowRefusal threw: boom/);
+  s.shutdown();
+  // express-rate-limit's limit of 0 refuses everything; in shadow mode it is
+  // a shadow refusal: 0 hits (it passes), told, no call.
+  const zero = store(client, { shadow: true, onShadowRefusal: (key, d) => told.push([key, d.shadow, d.retryAfterMs]) });
+  zero.init({ windowMs: 1000, limit: 0 });
+  assert.equal((await zero.increment("z")).totalHits, 0);
+  assert.deepEqual(told.at(-1), ["z", true, -1]);
+  assert.equal(client.sent.length, 2, "no call for a limit of 0");
+  zero.shutdown();
+});
+
+test("calendar and align reach both of the store's ways; bad values are refused when it is built", async () => {
+  const client = scripted(() => [1, 1e12, 1e12 - 1, 0, 1000]);
+  const counted = store(client, { calendar: "month", tz: "+05:30" });
+  await counted.increment("c");
+  const aligned = store(client, { align: true });
+  await aligned.increment("a");
+  assert.deepEqual(client.sent, [
+    "RL.ADMIT rl:c LIMIT 1000000000000 CALENDAR month TZ +05:30 COST 1",
+    "RL.ADMIT rl:a LIMIT 1000000000000 WINDOW 1000 ALIGN COST 1",
+  ]);
+  counted.shutdown();
+  aligned.shutdown();
+  const send = client.sendCommand;
+  assert.throws(() => new ValkeyStore({ sendCommand: send, penalty: 0 }), /^ConfigError: penalty must be a safe integer >= 1 \(got 0\)$/);
+  assert.throws(() => new ValkeyStore({ sendCommand: send, tz: "+01:00" }), /tz must be left out without calendar/);
+  assert.throws(() => new ValkeyStore({ sendCommand: send, calendar: "day", algorithm: "leaky" }), /calendar must be left out with algorithm "leaky"/);
+  assert.throws(() => new ValkeyStore({ sendCommand: send, onShadowRefusal: "log" }), /onShadowRefusal must be a function/);
+  assert.equal(client.sent.length, 2, "nothing sent for a bad option");
 });
 
 test("fail-closed: an UnavailableError with the configured status and Retry-After", async () => {

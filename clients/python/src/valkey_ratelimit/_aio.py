@@ -307,11 +307,18 @@ class AsyncLimiter:
         meta: Optional[Key] = None,
         *,
         name: Optional[str] = None,
+        shadow: bool = False,
+        penalty: Optional[int] = None,
+        align: bool = False,
+        calendar: Optional[str] = None,
+        tz: Optional[str] = None,
     ) -> Decision:
         """Counts a request of ``cost`` against ``key``; ``cost=0`` peeks.
         Applies the failure policy when Valkey is unreachable. A ``limit``
-        of 0 refuses without a call."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        of 0 refuses without a call. ``shadow``, ``penalty``, ``align``,
+        ``calendar`` and ``tz`` are the server's options of those names
+        (see Policy); a shadow refusal is admitted with ``shadow`` True."""
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
         return await self.decide(key, policy, cost, name)
 
     async def decide(self, key: Key, policy: Policy, cost: int = 1, name: Optional[str] = None) -> Decision:
@@ -320,7 +327,7 @@ class AsyncLimiter:
         if name is not None:
             _options.policy_name(name)
         if policy.refuses_all:
-            return _core.refused_by_zero(policy.window_ms, name)
+            return _core.refused_by_zero(policy.window_ms, name, policy.shadow)
         try:
             return await self._run(self._admit, self._key(key), policy, cost, name)
         except Exception as e:
@@ -340,6 +347,11 @@ class AsyncLimiter:
         *,
         wait_ms: int,
         name: Optional[str] = None,
+        shadow: bool = False,
+        penalty: Optional[int] = None,
+        align: bool = False,
+        calendar: Optional[str] = None,
+        tz: Optional[str] = None,
     ) -> Decision:
         """``admit`` that waits up to ``wait_ms`` (at least 1) to be admitted.
         Where the module is loaded: ``RL.ADMIT ... BLOCK wait_ms``, answered
@@ -349,13 +361,13 @@ class AsyncLimiter:
         it). On the FUNCTION library, which cannot block: sleeps
         ``retry_after_ms`` with jitter and tries again until ``wait_ms`` has
         passed, which is not fair (a later caller may be admitted first)."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
         cost = _options.integer("cost", cost, 0)
         wait_ms = _options.integer("wait_ms", wait_ms, 1, 2**31 - 1)
         if name is not None:
             _options.policy_name(name)
         if policy.refuses_all:
-            return _core.refused_by_zero(policy.window_ms, name)
+            return _core.refused_by_zero(policy.window_ms, name, policy.shadow)
         try:
             return await self._run_waiting(wait_ms, self._waiting, self._admit, wait_ms, self._key(key), policy, cost, name)
         except Exception as e:
@@ -386,8 +398,9 @@ class AsyncLimiter:
         args = policy.args() + ["COST", str(cost)]
         words = args + (["BLOCK", str(block_ms)] if block_ms is not None else [])
         reply, acks, backend = await self._request("RL.ADMIT", "rl_admit", False, keys, words, wait=cost > 0)
-        decision = _core.parse_decision(reply, backend, policy.window_ms, name)
-        if decision.admitted and cost > 0 and not self._confirmed(acks):
+        decision = _core.parse_decision(reply, backend, policy.window_ms, name, policy.algorithm)
+        # A shadow refusal consumed nothing: no grant to confirm or give back.
+        if decision.admitted and not decision.shadow and cost > 0 and not self._confirmed(acks):
             await self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
             return _core.unconfirmed_decision(decision, acks, self.wait_replicas)
         return decision
@@ -403,6 +416,8 @@ class AsyncLimiter:
             raise _options.bad("policies", f"one per key ({len(keys)} keys)", list(policies))
         names = list(names) if names is not None else [None] * len(keys)
         windows = [p.window_ms for p in policies]
+        # A limit of 0 refuses without a call (in shadow mode too: RL.ADMITALL
+        # cannot take it, and the package does not split the call).
         zero = next((i for i, p in enumerate(policies) if p.refuses_all), None)
         if zero is not None:
             decisions = tuple(_core.refused_by_zero(w, n) for w, n in zip(windows, names))
@@ -427,9 +442,11 @@ class AsyncLimiter:
             return _core.admit_all_command(backend, counters, policies, cost)
 
         reply, acks, backend = await self._request_words(words, counters[0], cost > 0)
-        decisions = _core.parse_decisions(reply, backend, windows, names)
+        decisions = _core.parse_decisions(reply, backend, windows, names, [p.algorithm for p in policies])
         if decisions.admitted and cost > 0 and not self._confirmed(acks):
-            for counter, policy in zip(counters, policies):
+            for counter, policy, part in zip(counters, policies, decisions.decisions):
+                if part.shadow:
+                    continue  # a shadow refusal consumed nothing
                 keys = [counter] + ([policy.meta] if policy.meta is not None else [])
                 args = policy.args() + ["COST", str(cost)]
                 await self._send(backend, "RL.REFUND", "rl_refund", False, keys, args)
@@ -446,15 +463,22 @@ class AsyncLimiter:
         burst: Optional[int] = None,
         cost: int = 1,
         meta: Optional[Key] = None,
+        *,
+        shadow: bool = False,
+        penalty: Optional[int] = None,
+        align: bool = False,
+        calendar: Optional[str] = None,
+        tz: Optional[str] = None,
     ) -> Decision:
-        """Gives back ``cost``: the state afterwards, as a peek sees it."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        """Gives back ``cost``: the state afterwards, as a peek sees it
+        (a penalty holds: a refund does not lift it)."""
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
         cost = _options.integer("cost", cost, 0)
         if policy.refuses_all:
             return _core.refused_by_zero(window_ms, None)
         args = policy.args() + ["COST", str(cost)]
         reply, _, backend = await self._run(self._request, "RL.REFUND", "rl_refund", False, self._keys(key, meta), args)
-        return _core.parse_decision(reply, backend, window_ms)
+        return _core.parse_decision(reply, backend, window_ms, None, algorithm)
 
     async def ttl(
         self,
@@ -464,10 +488,17 @@ class AsyncLimiter:
         algorithm: Optional[str] = None,
         burst: Optional[int] = None,
         meta: Optional[Key] = None,
+        *,
+        shadow: bool = False,
+        penalty: Optional[int] = None,
+        align: bool = False,
+        calendar: Optional[str] = None,
+        tz: Optional[str] = None,
     ) -> int:
         """The back-off in ms a request of cost 1 would be told now; 0 if it
-        would pass; -1 if it never can (a limit of 0)."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta)
+        would pass; -1 if it never can (a limit of 0). A held penalty
+        counts."""
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
         if policy.refuses_all:
             return -1
         reply, _, _ = await self._run(self._request, "RL.TTL", "rl_ttl", True, self._keys(key, meta), policy.args())

@@ -72,6 +72,10 @@ class Decision:
     error: Optional[BaseException] = field(default=None, compare=False)
     #: The RateLimit-Policy name the limiter gave it.
     name: Optional[str] = None
+    #: A shadow refusal (``shadow=True``, or a META hash's ``shadow 1``):
+    #: admitted, though the limit would have refused it; ``retry_after_ms``
+    #: is the would-be wait. See ``is_shadow_refusal``.
+    shadow: bool = False
 
     @property
     def policy_name(self) -> str:
@@ -115,6 +119,11 @@ class Decisions:
     decisions: Tuple[Decision, ...]
     backend: Optional[str] = None
     error: Optional[BaseException] = field(default=None, compare=False)
+
+    @property
+    def shadow(self) -> bool:
+        """Admitted, though some limiter in shadow mode would have refused."""
+        return self.admitted and any(d.shadow for d in self.decisions)
 
     def headers(self, partition_key: Optional[bytes] = None) -> Dict[str, str]:
         return header_fields(list(self.decisions), self.retry_after_ms, partition_key, self.admitted, self.error)
@@ -226,41 +235,71 @@ def to_int(v: Any) -> int:
     return int(v)
 
 
-def _fields(reply: Any, names: Tuple[str, ...], what: str) -> List[Any]:
-    """A RESP2 array or the module's RESP3 map, as a list in ``names`` order."""
+def _read(reply: Any, names: Tuple[str, ...], what: str) -> Tuple[List[Any], Optional[Dict[str, Any]]]:
+    """A RESP2 array or the module's RESP3 map: the values in ``names``
+    order, and the map (by field name) when the reply was one."""
     if isinstance(reply, dict):
         by_name = {text(k): v for k, v in reply.items()}
         if all(n in by_name for n in names):
-            return [by_name[n] for n in names]
+            return [by_name[n] for n in names], by_name
     elif isinstance(reply, (list, tuple)) and len(reply) == len(names):
-        return list(reply)
+        return list(reply), None
     raise ValueError(f"unexpected {what} reply {reply!r}")
 
 
+def _fields(reply: Any, names: Tuple[str, ...], what: str) -> List[Any]:
+    """A RESP2 array or the module's RESP3 map, as a list in ``names`` order."""
+    return _read(reply, names, what)[0]
+
+
+def is_shadow_refusal(admitted: bool, retry_after_ms: int, by_name: Optional[Dict[str, Any]], algorithm: Optional[str]) -> bool:
+    """Whether a decision is a shadow refusal. One rule, the Node package's
+    too: a map reply (RESP3) says it with its ``shadow`` field, present on
+    a shadow refusal only; an array reply (RESP2) is one when it is
+    admitted with ``retry_after_ms`` -1 (a cost that can never fit) or
+    > 0, except for a call that named algorithm "leaky", whose admissions
+    carry their delay there (a leaky shadow refusal is told only by the
+    module's RESP3 map; the library answers arrays)."""
+    if not admitted:
+        return False
+    if by_name is not None:
+        return "shadow" in by_name and to_int(by_name["shadow"]) == 1
+    return retry_after_ms == -1 or (retry_after_ms > 0 and algorithm != "leaky")
+
+
 def parse_decision(
-    reply: Any, backend: str, window_ms: Optional[int], name: Optional[str] = None
+    reply: Any, backend: str, window_ms: Optional[int], name: Optional[str] = None, algorithm: Optional[str] = None
 ) -> Decision:
-    """RL.ADMIT / RL.REFUND reply."""
-    admitted, limit, remaining, retry, reset = (to_int(v) for v in _fields(reply, FIELDS, "limiter"))
-    return Decision(admitted == 1, limit, remaining, retry, reset, window_ms, backend, None, name)
+    """RL.ADMIT / RL.REFUND reply. ``algorithm``: the one the call named,
+    for telling a shadow refusal."""
+    values, by_name = _read(reply, FIELDS, "limiter")
+    admitted, limit, remaining, retry, reset = (to_int(v) for v in values)
+    shadow = is_shadow_refusal(admitted == 1, retry, by_name, algorithm)
+    return Decision(admitted == 1, limit, remaining, retry, reset, window_ms, backend, None, name, shadow)
 
 
 def parse_decisions(
-    reply: Any, backend: str, windows: Sequence[Optional[int]], names: Sequence[Optional[str]]
+    reply: Any,
+    backend: str,
+    windows: Sequence[Optional[int]],
+    names: Sequence[Optional[str]],
+    algorithms: Optional[Sequence[Optional[str]]] = None,
 ) -> Decisions:
     """RL.ADMITALL reply: admitted, refused_by (1-based, 0 when admitted),
     retry_after_ms, and each limiter's own reply."""
     admitted, refused_by, retry, parts = _fields(reply, ALL_FIELDS, "RL.ADMITALL")
     if not isinstance(parts, (list, tuple)) or len(parts) != len(windows):
         raise ValueError(f"unexpected RL.ADMITALL reply {reply!r}")
-    decisions = tuple(parse_decision(p, backend, w, n) for p, w, n in zip(parts, windows, names))
+    algos = list(algorithms) if algorithms is not None else [None] * len(windows)
+    decisions = tuple(parse_decision(p, backend, w, n, a) for p, w, n, a in zip(parts, windows, names, algos))
     by = to_int(refused_by)
     return Decisions(to_int(admitted) == 1, by - 1 if by > 0 else None, to_int(retry), decisions, backend)
 
 
-def refused_by_zero(window_ms: Optional[int], name: Optional[str]) -> Decision:
-    """The answer to a limit of 0: nothing may pass, ever; Valkey is not asked."""
-    return Decision(False, 0, 0, -1, 0, window_ms, None, None, name)
+def refused_by_zero(window_ms: Optional[int], name: Optional[str], shadow: bool = False) -> Decision:
+    """The answer to a limit of 0: nothing may pass, ever; Valkey is not
+    asked. In shadow mode, a shadow refusal: admitted, never passable."""
+    return Decision(shadow, 0, 0, -1, 0, window_ms, None, None, name, shadow)
 
 
 def failed_decision(
@@ -314,7 +353,7 @@ def unconfirmed_decision(decision: Decision, acks: Optional[int], wanted: int) -
     """A grant that fewer than ``wanted`` replicas confirmed, given back:
     refused, with the failure policy's retry."""
     error = ReplicationUnconfirmed(f"{acks} of {wanted} replicas confirmed the grant in time; it was given back")
-    return replace(decision, admitted=False, retry_after_ms=FAIL_CLOSED_RETRY_MS, error=error)
+    return replace(decision, admitted=False, retry_after_ms=FAIL_CLOSED_RETRY_MS, error=error, shadow=False)
 
 
 def check_client(client: Any, asynchronous: bool) -> None:

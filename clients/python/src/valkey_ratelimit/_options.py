@@ -12,6 +12,13 @@ from typing import Any, List, Optional, Tuple, Union
 
 ALGORITHMS = ("fixed", "sliding", "token", "gcra", "leaky")
 BUCKETS = ("token", "gcra", "leaky")
+# The algorithms with a window (align, calendar).
+WINDOWS = ("fixed", "sliding")
+# CALENDAR's periods: the day, the ISO week (from Monday), the month, the year.
+CALENDAR_PERIODS = ("day", "week", "month", "year")
+# TZ: a fixed offset from UTC, as both backends read it (hours 00 to 23).
+_TZ = re.compile(r"^[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]$")
+TZ_RULE = 'a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported)'
 BACKENDS = ("auto", "module", "functions")
 FAILURE_POLICIES = ("open", "closed")
 UNCONFIRMED_POLICIES = ("keep", "refuse")
@@ -37,6 +44,18 @@ def bad(option: str, rule: str, value: Any) -> ConfigError:
 def integer(option: str, value: Any, minimum: int, maximum: int = SAFE_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
         raise bad(option, f"an integer from {minimum} to {maximum}", value)
+    return value
+
+
+def flag(option: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise bad(option, "True or False", value)
+    return value
+
+
+def tz(value: Any) -> str:
+    if not isinstance(value, str) or not _TZ.match(value):
+        raise bad("tz", TZ_RULE, value)
     return value
 
 
@@ -100,13 +119,26 @@ class Policy:
     (the rate, for the buckets), ``algorithm``, ``burst`` (buckets only),
     and ``meta``, a META hash whose fields fill in what is left out.
     A ``limit`` of 0 admits nothing: it is refused by the package without
-    asking Valkey (to the server, LIMIT 0 means no limit)."""
+    asking Valkey (to the server, LIMIT 0 means no limit).
+
+    Issue 27's options, passed to the server as they are: ``shadow``
+    (decide and keep state as enforced, never refuse), ``penalty`` (ms a
+    refusal refuses every call for), ``align`` (windows at multiples of
+    ``window_ms`` since the epoch), ``calendar`` (the window is the day,
+    week, month or year: no ``window_ms`` then) and ``tz`` (where the
+    calendar's boundaries fall, "+05:30"). The combinations the server
+    refuses are refused here, before any call."""
 
     limit: Optional[int] = None
     window_ms: Optional[int] = None
     algorithm: Optional[str] = None
     burst: Optional[int] = None
     meta: Optional[Key] = None
+    shadow: bool = False
+    penalty: Optional[int] = None
+    align: bool = False
+    calendar: Optional[str] = None
+    tz: Optional[str] = None
 
     def __post_init__(self) -> None:
         optional_integer("limit", self.limit, 0)
@@ -114,9 +146,34 @@ class Policy:
         optional_integer("burst", self.burst, 0)
         if self.algorithm is not None:
             one_of("algorithm", self.algorithm, ALGORITHMS)
+        flag("shadow", self.shadow)
+        optional_integer("penalty", self.penalty, 1)
+        flag("align", self.align)
+        if self.calendar is not None:
+            one_of("calendar", self.calendar, CALENDAR_PERIODS)
+        if self.tz is not None:
+            tz(self.tz)
+        windowed = self.algorithm is None or self.algorithm in WINDOWS
+        if self.align and not windowed:
+            raise bad("align", f"left out with algorithm {self.algorithm!r} (it applies only to fixed and sliding)", True)
+        if self.calendar is not None:
+            if not windowed:
+                raise bad(
+                    "calendar",
+                    f"left out with algorithm {self.algorithm!r} (it applies only to fixed and sliding)",
+                    self.calendar,
+                )
+            if self.algorithm == "sliding":
+                raise bad("calendar", "left out with algorithm 'sliding' (fixed only)", self.calendar)
+            if self.window_ms is not None:
+                raise bad("window_ms", "left out with calendar (the period is the window)", self.window_ms)
+            if self.align:
+                raise bad("align", "left out with calendar (calendar periods are aligned)", True)
+        if self.tz is not None and self.calendar is None and self.meta is None:
+            raise bad("tz", "left out without calendar (or a META hash whose calendar field it goes with)", self.tz)
         if self.meta is not None:
             key("meta", self.meta)
-        elif self.limit is None or self.window_ms is None:
+        elif self.limit is None or (self.window_ms is None and self.calendar is None):
             missing = "limit" if self.limit is None else "window_ms"
             raise bad(missing, "given when there is no META hash (meta=)", None)
         if self.burst is not None and self.algorithm in ("fixed", "sliding"):
@@ -138,6 +195,16 @@ class Policy:
             out += ["WINDOW", str(self.window_ms)]
         if self.burst is not None:
             out += ["BURST", str(self.burst)]
+        if self.shadow:
+            out.append("SHADOW")
+        if self.penalty is not None:
+            out += ["PENALTY", str(self.penalty)]
+        if self.align:
+            out.append("ALIGN")
+        if self.calendar is not None:
+            out += ["CALENDAR", self.calendar]
+        if self.tz is not None:
+            out += ["TZ", self.tz]
         return out
 
 

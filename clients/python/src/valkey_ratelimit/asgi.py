@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import json
+import logging
 import typing
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -26,9 +27,12 @@ from ._core import Decision, Decisions
 from ._options import ConfigError, Key, Policy, Rate
 from ._sync import Limiter
 
+log = logging.getLogger("valkey_ratelimit")
+
 Outcome = Union[Decision, Decisions]
 KeyFunc = Callable[[Request], Union[Optional[Key], Awaitable[Optional[Key]]]]
 RefusalHandler = Callable[[Request, Outcome], Union[Response, Awaitable[Response]]]
+ShadowHook = Callable[[Key, Outcome], Union[None, Awaitable[None]]]
 
 
 # --- keys ------------------------------------------------------------------
@@ -118,6 +122,12 @@ class _Limits:
         on_refused: Optional[RefusalHandler] = None,
         closed_status: int = 503,
         partition_key: bool = False,
+        shadow: bool = False,
+        penalty: Optional[int] = None,
+        align: bool = False,
+        calendar: Optional[str] = None,
+        tz: Optional[str] = None,
+        on_shadow_refusal: Optional[ShadowHook] = None,
     ) -> None:
         if not isinstance(limiter, (AsyncLimiter, Limiter)):
             raise _options.bad("limiter", "an AsyncLimiter or a Limiter", limiter)
@@ -139,6 +149,15 @@ class _Limits:
         self.on_refused = on_refused
         self.closed_status = _options.integer("closed_status", closed_status, 400, 599)
         self.partition_key = bool(partition_key)
+        if on_shadow_refusal is not None and not callable(on_shadow_refusal):
+            raise _options.bad("on_shadow_refusal", "a function of (key, decision)", on_shadow_refusal)
+        self.on_shadow_refusal = on_shadow_refusal
+        # Issue 27's options, checked as a policy would check them (the META
+        # hash stands for itself: tz may go with its calendar field).
+        self.extra: Dict[str, Any] = dict(shadow=shadow, penalty=penalty, align=align, calendar=calendar, tz=tz)
+        Policy(1, None if calendar is not None else 1, algorithm, None, "meta" if meta is not None else None, **self.extra)
+        if calendar is not None and (rate is not None or window_ms is not None):
+            raise _options.bad("calendar", "left out with a rate or window_ms (the period is the window)", calendar)
         if rate is not None and (limit is not None or window_ms is not None):
             raise _options.bad("rate", "left out when limit and window_ms are given", rate)
         if not callable(cost):
@@ -163,19 +182,24 @@ class _Limits:
                 _options.policy_name(one)
 
     def _make(self, rate: Any, limit: Any, window_ms: Any, meta: Any) -> Tuple[List[Policy], List[Optional[str]]]:
+        calendar = self.extra["calendar"]
         if rate is not None:
             rates: Sequence[Rate] = _options.parse_rates(rate)
         elif limit is None and window_ms is None and meta is not None:
             rates = []
+        elif calendar is not None and limit is not None and window_ms is None:
+            # The calendar period is the window.
+            one = Policy(_options.integer("limit", limit, 0), None, self.algorithm, self.burst, meta, **self.extra)
+            return [one], self._names(self.name, 1)
         else:
             if limit is None or window_ms is None:
                 missing = "limit" if limit is None else "window_ms"
                 raise _options.bad(missing, "given (or a rate string, or a META hash alone)", None)
             rates = [Rate(_options.integer("limit", limit, 0), _options.integer("window_ms", window_ms, 1))]
         if rates:
-            policies = [Policy(r.limit, r.window_ms, self.algorithm, self.burst, meta) for r in rates]
+            policies = [Policy(r.limit, r.window_ms, self.algorithm, self.burst, meta, **self.extra) for r in rates]
         else:
-            policies = [Policy(None, None, self.algorithm, self.burst, meta)]
+            policies = [Policy(None, None, self.algorithm, self.burst, meta, **self.extra)]
         return policies, self._names(self.name, len(policies))
 
     @staticmethod
@@ -223,8 +247,22 @@ class _Limits:
         else:
             call, args = self.limiter.admit_all, (keys, policies, cost, names)
         if isinstance(self.limiter, AsyncLimiter):
-            return await call(*args), key
-        return await run_in_threadpool(call, *args), key
+            outcome = await call(*args)
+        else:
+            outcome = await run_in_threadpool(call, *args)
+        if outcome.shadow:
+            await self.shadow_refused(key, outcome)
+        return outcome, key
+
+    async def shadow_refused(self, key: Key, outcome: Outcome) -> None:
+        """Tells ``on_shadow_refusal`` (the request passes all the same);
+        what it raises is logged, never the request's failure."""
+        if self.on_shadow_refusal is None:
+            return
+        try:
+            await _maybe_await(self.on_shadow_refusal(key, outcome))
+        except Exception:
+            log.exception("valkey_ratelimit: on_shadow_refusal raised")
 
     def fields(self, outcome: Outcome, key: Key) -> Dict[str, str]:
         pk = None
@@ -277,6 +315,10 @@ class RateLimitMiddleware:
     on_refused: ``f(request, decision) -> Response`` for refusals.
     closed_status: the status when the limiter fails closed (503).
     name: the RateLimit-Policy name (one per rate). partition_key: ``pk``.
+    shadow, penalty, align, calendar, tz: the server's policy options
+    (see Policy); with ``calendar``, ``limit`` alone (the period is the
+    window). In shadow mode nothing is refused: a would-be refusal passes,
+    and ``on_shadow_refusal(key, decision)`` (sync or async) is told of it.
     """
 
     def __init__(self, app: Any, limiter: Any, *, exempt: Sequence[str] = (), **options: Any) -> None:
