@@ -6,17 +6,26 @@ How the figure is made (run it with `make figure`):
   target/release/libvalkey_ratelimit.so loaded, and stopped at the end, by
   the benchmarks' harness (bench/valkey_harness.py).
 - Time is real: the trace is played with real sleeps, WINDOW 1000 ms, about
-  4.6 s in all. It starts on a whole second of the clock, so the sliding
-  window's epoch-aligned windows begin at 0, 1, 2 ... s of the plot.
+  4.6 s in all. It starts on a whole second of the clock, so the windows
+  aligned to the epoch (the sliding window's, and the fixed window's with
+  ALIGN) begin at 0, 1, 2 ... s of the plot.
+- Six limiters, one key each: fixed (its window opens at its first request),
+  fixed with ALIGN (its windows start at multiples of WINDOW since the epoch),
+  sliding, token, gcra and leaky.
 - Each step of the trace is one MULTI/EXEC holding a TIME and every request of
-  the step for every algorithm, so all five limiters see one server time (the
-  module reads its clock once per call, and the clock is frozen in a
-  transaction). Each point is drawn at the TIME the server gave its step.
-- The trace: one request at 0.005 s opens the fixed window; a burst of 15 at
-  0.95 s, just before that window ends; a burst of 15 at 1.05 s, just after;
-  then, from 2.1 s to 4.5 s, one request every 105 ms: a client keeping just
-  under the limit's rate (every 100 ms would be at the rate, and a few ms of
-  timer jitter would then put 11 requests in some 1000 ms).
+  the step for every limiter, so all six see one server time (the module reads
+  its clock once per call, and the clock is frozen in a transaction). Each
+  point is drawn at the TIME the server gave its step.
+- The trace: one request at 0.5 s, mid-second, opens the first-hit fixed
+  window (0.5 to 1.5 s) while the aligned one is already in its 0 to 1 s
+  window; a burst of 15 at 0.95 s, just before the aligned seam at 1 s; a
+  burst of 15 at 1.05 s, just after it (and still inside the first-hit
+  window); then, from 2.1 s to 4.5 s, one request every 105 ms: a client
+  keeping just under the limit's rate (every 100 ms would be at the rate, and
+  a few ms of timer jitter would then put 11 requests in some 1000 ms).
+- A fixed window is shaded from the module's replies: each admitted request
+  that finds no open window opens one, ending at its arrival +
+  reset_after_ms and starting WINDOW before that end.
 - Every decision drawn is the module's reply. The line is the number of
   requests admitted in the trailing window; the dashed line is LIMIT. For
   leaky it counts the requests that proceed in the window instead: each one's
@@ -42,14 +51,23 @@ OUT = ROOT / "docs" / "algorithms.svg"
 LIMIT = 10
 WINDOW_MS = 1000
 BURST_SIZE = 15
-ALGOS = ["fixed", "sliding", "token", "gcra", "leaky"]
+# (name in the figure, ALGO, extra options): one limiter, one key, each.
+LIMITERS = [
+    ("fixed", "fixed", ()),
+    ("fixed ALIGN", "fixed", ("ALIGN",)),
+    ("sliding", "sliding", ()),
+    ("token", "token", ()),
+    ("gcra", "gcra", ()),
+    ("leaky", "leaky", ()),
+]
+NAMES = [name for name, _, _ in LIMITERS]
 # The buckets' emission interval: WINDOW / LIMIT, rounded up to whole ns.
 INTERVAL_NS = -(-WINDOW_MS * 1_000_000 // LIMIT)
 
 
 def trace():
     """(offset in s from the aligned start, number of requests) per step."""
-    steps = [(0.005, 1), (0.95, BURST_SIZE), (1.05, BURST_SIZE)]
+    steps = [(0.5, 1), (0.95, BURST_SIZE), (1.05, BURST_SIZE)]
     steps += [(2.1 + 0.105 * i, 1) for i in range(23)]
     return steps
 
@@ -58,26 +76,27 @@ def trace():
 
 
 def replay(client):
-    """Per algorithm, a list of (t_s, admitted, retry_after_ms, reset_after_ms,
+    """Per limiter (by its name in the figure), a list of (t_s, admitted, retry_after_ms, reset_after_ms,
     start_s): start_s is when an admitted leaky request proceeds, else t_s."""
-    # Start just after a whole second, so the sliding windows line up with
-    # the plot's seconds and the fixed window opens at 0.005 s.
+    # Start on a whole second, so the aligned windows line up with the
+    # plot's seconds and the first-hit fixed window opens mid-second.
     sec, usec = (int(x) for x in client.call("TIME"))
     start = sec + 1
     time.sleep(max(0.0, start - (sec + usec / 1e6) - 0.002))
     local_start = time.monotonic()
-    decisions = {a: [] for a in ALGOS}
+    decisions = {name: [] for name in NAMES}
     for offset, count in trace():
         delay = local_start + offset - time.monotonic()
         if delay > 0:
             time.sleep(delay)
         cmds = [("MULTI",), ("TIME",)]
-        for algo in ALGOS:
+        for name, algo, extra in LIMITERS:
+            key = "fig:" + name.replace(" ", "-").lower()
             for _ in range(count):
-                cmds.append(("RL.ADMIT", f"fig:{algo}", "ALGO", algo,
-                             "LIMIT", LIMIT, "WINDOW", WINDOW_MS))
+                cmds.append(("RL.ADMIT", key, "ALGO", algo,
+                             "LIMIT", LIMIT, "WINDOW", WINDOW_MS, *extra))
                 if algo == "leaky":
-                    cmds.append(("GET", f"fig:{algo}"))
+                    cmds.append(("GET", key))
         cmds.append(("EXEC",))
         client.send(*cmds)
         for _ in range(len(cmds) - 1):
@@ -86,7 +105,7 @@ def replay(client):
         sec, usec = (int(x) for x in replies[0])
         t = sec - start + usec / 1e6
         replies = iter(replies[1:])
-        for algo in ALGOS:
+        for name, algo, _ in LIMITERS:
             for _ in range(count):
                 admitted, _limit, _rem, retry, reset = next(replies)
                 began = t
@@ -96,7 +115,7 @@ def replay(client):
                         began = (drains_ns - INTERVAL_NS) / 1e9 - start
                         # The reply's delay is the same start, rounded up to ms.
                         assert -0.002 < t + retry / 1000 - began < 0.002, (t, retry, began)
-                decisions[algo].append((t, admitted == 1, retry, reset, began))
+                decisions[name].append((t, admitted == 1, retry, reset, began))
     return decisions
 
 
@@ -128,21 +147,26 @@ def svg(decisions, token_equals_gcra):
         first, second = burst_counts(decisions[algo])
         return first, second, first + second
 
-    f1, f2, fsum = seam("fixed")
+    h1, h2, _ = seam("fixed")
+    opened_at = next(t for t, ok, _, _, _ in decisions["fixed"] if ok)
+    a1, a2, asum = seam("fixed ALIGN")
     _, s2, _ = seam("sliding")
     t1, t2, _ = seam("token")
     panels = [
-        ("fixed", f"fixed: {f1} admitted just before the window's seam and {f2} just "
-         f"after: {fsum} within 0.1 s"),
-        ("sliding", "sliding: the previous window still counts, so the burst after the "
-         f"seam gets {s2}"),
+        ("fixed", f"fixed (window from the first hit, {opened_at:.1f} s): both bursts "
+         f"fall in its first window, {h1} admitted, then {h2}"),
+        ("fixed ALIGN", f"fixed ALIGN (windows on the clock's seconds): {a1} admitted "
+         f"just before the seam at 1 s and {a2} just after: {asum} within 0.1 s"),
+        ("sliding", "sliding (windows on the clock's seconds too): the previous window "
+         f"still counts, so the burst after the seam at 1 s gets {s2}"),
         ("token", "token"
          + (" = gcra (identical decisions)" if token_equals_gcra else "")
-         + f": a full bucket passes ({t1}), then the rate ({t2} after 0.1 s)"),
+         + f": a full bucket passes ({t1}), then only what has refilled: {t2} "
+         "of the burst 0.1 s later"),
         ("leaky", "leaky: admitted requests queue, then proceed one interval apart"),
     ]
     if not token_equals_gcra:
-        panels.insert(3, ("gcra", "gcra"))
+        panels.insert([p[0] for p in panels].index("token") + 1, ("gcra", "gcra"))
     width, left, right = 900, 40, 20
     panel_h, top, gap = 110, 78, 62
     t_max = 4.6
@@ -167,21 +191,25 @@ def svg(decisions, token_equals_gcra):
         'admitted (dark) or refused (red); a burst\'s tick says how many of it were '
         'admitted.</text>',
     ]
-    for i, (algo, title) in enumerate(panels):
+    for i, (name, title) in enumerate(panels):
         y0 = top + i * (panel_h + gap) + 18  # top of the plot area
         y1 = y0 + panel_h
 
         def y(v):
             return y1 - panel_h * v / y_max
 
-        rows = decisions[algo]
+        rows = decisions[name]
         out.append(f'<text x="{left}" y="{y0 - 8}" font-weight="bold">{title}</text>')
-        # Fixed window: shade each window it opened, from its replies.
-        if algo == "fixed":
+        # Fixed windows: shade each window, from the replies. An admitted
+        # request that finds no open window opens one; it ends at arrival +
+        # reset_after_ms and began WINDOW before (at that first hit, or with
+        # ALIGN at the multiple of WINDOW the request fell in).
+        if name.startswith("fixed"):
             opened = []
             for t, ok, _retry, reset, _ in rows:
                 if ok and (not opened or t >= opened[-1][1]):
-                    opened.append((t, t + reset / 1000))
+                    end = t + reset / 1000
+                    opened.append((max(0.0, end - WINDOW_MS / 1000), end))
             for k, (a, b) in enumerate(opened):
                 fill = "#dfe8f6" if k % 2 == 0 else "#eef3fa"
                 out.append(f'<rect x="{x(a):.1f}" y="{y0}" '
@@ -207,7 +235,7 @@ def svg(decisions, token_equals_gcra):
                    'stroke-dasharray="6,4"/>')
         out.append(f'<text x="{width - right - 4}" y="{y(LIMIT) - 5:.1f}" '
                    f'text-anchor="end" fill="#c0392b">LIMIT {LIMIT}</text>')
-        if algo == "leaky":
+        if name == "leaky":
             counted = [began for _, ok, _, _, began in rows if ok]
         else:
             counted = [t for t, ok, _, _, _ in rows if ok]
@@ -257,9 +285,9 @@ def main():
     if not same:
         print("note: token and gcra decided differently; both are drawn", file=sys.stderr)
     OUT.write_text(svg(decisions, same))
-    for algo in ALGOS:
-        n = sum(1 for _, ok, _, _, _ in decisions[algo] if ok)
-        print(f"{algo:8} admitted {n} of {len(decisions[algo])}")
+    for name in NAMES:
+        n = sum(1 for _, ok, _, _, _ in decisions[name] if ok)
+        print(f"{name:11} admitted {n} of {len(decisions[name])}")
     print(f"wrote {OUT.relative_to(ROOT)}")
 
 
