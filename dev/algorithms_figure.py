@@ -76,8 +76,9 @@ def trace():
 
 
 def replay(client):
-    """Per limiter (by its name in the figure), a list of (t_s, admitted, retry_after_ms, reset_after_ms,
-    start_s): start_s is when an admitted leaky request proceeds, else t_s."""
+    """Per limiter (by its name in the figure), a list of (t_s, admitted,
+    retry_after_ms, reset_after_ms, start_s): start_s is when an admitted
+    leaky request proceeds, else t_s."""
     # Start on a whole second, so the aligned windows line up with the
     # plot's seconds and the first-hit fixed window opens mid-second.
     sec, usec = (int(x) for x in client.call("TIME"))
