@@ -1022,6 +1022,8 @@ end
 local function sliding_of(p)
   local w, limit = p.window, p.limit
   local period, offset = p.calendar, p.tz_offset
+  -- the longest window the counts are multiplied by (this one or the next)
+  local longest = period and LONGEST[period] or w
   return function(_, key, cost, now, _, amount)
     local raw = server_pcall('GET', key)
     local start, prev_start, nw
@@ -1057,7 +1059,7 @@ local function sliding_of(p)
       elseif s_start == prev_start then
         prev = s_cur
       end
-      if (cur + prev + limit) * (w > nw and w or nw) > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      if (cur + prev + limit) * longest > EXACT then return nil, STATE_BEYOND_DOUBLES end
     end
     local kind, value, at -- a refund's write
     if amount then
