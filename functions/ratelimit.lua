@@ -345,6 +345,28 @@ local function period_end(period, offset, now)
   return end_day * MS_PER_DAY - offset
 end
 
+-- The start (absolute ms) of the `period` that holds `now`, `offset` ms
+-- east of UTC: the last boundary at or before now.
+local function period_start(period, offset, now)
+  local day = fdiv(now + offset, MS_PER_DAY)
+  local start_day
+  if period == 'day' then
+    start_day = day
+  elseif period == 'week' then
+    start_day = day - (day + 3) % 7
+  elseif period == 'month' then
+    local y, m = civil_from_days(day)
+    start_day = days_from_civil(y, m, 1)
+  else
+    local y = civil_from_days(day)
+    start_day = days_from_civil(y, 1, 1)
+  end
+  return start_day * MS_PER_DAY - offset
+end
+
+-- The longest period of each kind (ms), for the library's range.
+local LONGEST = {day = MS_PER_DAY, week = 7 * MS_PER_DAY, month = 31 * MS_PER_DAY, year = 366 * MS_PER_DAY}
+
 -- Option name -> how its value is read (src/args.rs `Options::set`).
 local OPTIONS = {
   ALGO = function(v)
@@ -499,7 +521,6 @@ local function resolve(opts, metakey)
     if USES_BURST[algo] then
       fail('ERR ' .. what .. ' applies only to the windows (ALGO fixed or sliding), not to ALGO ' .. algo)
     end
-    if algo ~= 'fixed' then fail('ERR ' .. what .. ' does not apply to ALGO ' .. algo) end
     if opts.WINDOW ~= nil then
       fail('ERR WINDOW and CALENDAR exclude each other: a calendar period is the window')
     end
@@ -509,7 +530,7 @@ local function resolve(opts, metakey)
       if offset == nil then fail('ERR META hash field \'tz\' must be ' .. OFFSET_FORM) end
     end
     offset = offset or 0
-    r.calendar = period
+    r.calendar, r.tz_offset = period, offset
     r.window_at = function(now) return period_end(period, offset, now) - now end
   end
   if opts.WINDOW ~= nil then
@@ -606,6 +627,10 @@ local function exact_policy(p, now)
   local ok
   if p.algo == 'fixed' then
     ok = p.limit <= EXACT and p.window <= EXACT
+  elseif p.calendar then
+    -- sliding over calendar periods: the longest two of them
+    local longest = LONGEST[p.calendar]
+    ok = p.limit * longest <= EXACT and now + 2 * longest <= EXACT
   elseif p.algo == 'sliding' then
     ok = p.limit * p.window <= EXACT and now + 2 * p.window <= EXACT
   else
@@ -661,13 +686,20 @@ local function policy_of(r, now_ms)
     exact_policy(p)
     p.clock, p.now_hi = p.window_at ~= nil, math.huge
   else
+    if p.calendar then
+      -- sliding: the module checks the window from now to the period's end
+      now_ms = now_ms or clock()
+      p.window, p.window_source = p.window_at(now_ms), 'CALENDAR'
+    end
     module_policy_checks(r, now_ms)
     if USES_BURST[p.algo] then
       p.interval, p.capacity = bucket(p.algo, p.limit, p.window, p.burst)
     end
     exact_policy(p, now_ms)
     p.clock = true
-    if p.algo == 'sliding' then
+    if p.calendar then
+      p.now_hi = EXACT - 2 * LONGEST[p.calendar]
+    elseif p.algo == 'sliding' then
       p.now_hi = EXACT - 2 * p.window
     else
       p.now_hi = last_fitting_ms(p.capacity)
@@ -682,7 +714,7 @@ local function policy_of(r, now_ms)
   p.refund = REFUND[p.algo] or function(q, key, amount, ms, sub)
     return decide(q, key, 0, ms, sub, amount)
   end
-  if p.window_at then
+  if p.window_at and p.algo == 'fixed' then
     -- The fixed window's refund reads `p.window`: for this call, from now
     -- to the window's end, aligned or the calendar period's (its decider
     -- does the same itself).
@@ -944,16 +976,18 @@ local function sliding_room(limit, w, left, cur, prev)
   return fdiv(free, w)
 end
 
--- The state for these counts, expiring once nothing of it is in view.
-local function sliding_stored(start, cur, prev, w)
+-- The state for these counts, expiring once nothing of it is in view: at
+-- the end of the current window (`w` long), or of the next one (`nw`)
+-- while the current one counts anything.
+local function sliding_stored(start, cur, prev, w, nw)
   if cur == 0 and prev == 0 then return DELETE end
   if cur == 0 then return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + w end
-  return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + 2 * w
+  return SET_AT, fmt(SLIDING_VALUE, start, cur, prev), start + w + nw
 end
 
 -- A refusal (or a peek that does not fit): the wait, and what it writes.
-local function sliding_refused(p, key, cost, now, start, left, cur, prev, future, had_state)
-  local w, limit = p.window, p.limit
+local function sliding_refused(p, key, cost, now, start, left, cur, prev, future, had_state, w, nw)
+  local limit = p.limit
   local retry = -1
   if cost <= limit then
     retry = nil
@@ -964,18 +998,18 @@ local function sliding_refused(p, key, cost, now, start, left, cur, prev, future
     if retry == nil then
       local into_next = 0
       if cur > 0 then
-        local over = w * (cur - limit + cost)
+        local over = nw * (cur - limit + cost)
         if over < 0 then over = 0 end
         into_next = fdiv(over + cur - 1, cur)
       end
-      if into_next > w then into_next = w end
+      if into_next > nw then into_next = nw end
       retry = left + into_next
     end
   end
   local reset = 0
-  if cur > 0 then reset = left + w elseif prev > 0 then reset = left end
+  if cur > 0 then reset = left + nw elseif prev > 0 then reset = left end
   local room = sliding_room(limit, w, left, cur, prev)
-  if cost > 0 and future then return 0, limit, room, retry, reset, sliding_stored(start, cur, prev, w) end
+  if cost > 0 and future then return 0, limit, room, retry, reset, sliding_stored(start, cur, prev, w, nw) end
   if cost > 0 and had_state then
     return 0, limit, room, retry, reset, refusal_repair(key, reset, now + reset)
   end
@@ -987,9 +1021,21 @@ end
 -- a peek at the counts after it.
 local function sliding_of(p)
   local w, limit = p.window, p.limit
+  local period, offset = p.calendar, p.tz_offset
+  -- the longest window the counts are multiplied by (this one or the next)
+  local longest = period and LONGEST[period] or w
   return function(_, key, cost, now, _, amount)
     local raw = server_pcall('GET', key)
-    local start = now - fmod(now, w)
+    local start, prev_start, nw
+    if period then
+      -- calendar periods, each with its own length (`w` set per call)
+      start = period_start(period, offset, now)
+      local e = period_end(period, offset, now)
+      w, nw, prev_start = e - start, period_end(period, offset, e) - e, period_start(period, offset, start - 1)
+    else
+      start = now - fmod(now, w)
+      prev_start, nw = start - w, w
+    end
     local left = start + w - now
     local cur, prev, future = 0, 0, false
     if raw then
@@ -1010,16 +1056,16 @@ local function sliding_of(p)
       future = s_start > now
       if s_start == start or future then
         cur, prev = s_cur, s_prev
-      elseif s_start == start - w then
+      elseif s_start == prev_start then
         prev = s_cur
       end
-      if (cur + prev + limit) * w > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      if (cur + prev + limit) * longest > EXACT then return nil, STATE_BEYOND_DOUBLES end
     end
     local kind, value, at -- a refund's write
     if amount then
       local after = cur - amount
       if after < 0 then after = 0 end
-      if raw and cur > 0 then kind, value, at = sliding_stored(start, after, prev, w) end
+      if raw and cur > 0 then kind, value, at = sliding_stored(start, after, prev, w, nw) end
       cur, future, raw = after, false, false
     end
     local after = cur + cost
@@ -1031,15 +1077,15 @@ local function sliding_of(p)
         room = r
       end
       local reset = 0
-      if after > 0 then reset = left + w elseif prev > 0 then reset = left end
+      if after > 0 then reset = left + nw elseif prev > 0 then reset = left end
       if cost == 0 then return 1, limit, room, 0, reset, kind, value, at end
-      return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, prev), start + 2 * w
+      return 1, limit, room, 0, reset, SET_AT, fmt(SLIDING_VALUE, start, after, prev), start + w + nw
     end
     if amount then
-      local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, cur, prev, false, false)
+      local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, cur, prev, false, false, w, nw)
       return a, l, r, t, s, kind, value, at
     end
-    return sliding_refused(p, key, cost, now, start, left, cur, prev, future, raw)
+    return sliding_refused(p, key, cost, now, start, left, cur, prev, future, raw, w, nw)
   end
 end
 

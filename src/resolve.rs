@@ -55,13 +55,16 @@ impl Resolved {
         }
         let burst = self.burst.map(|(b, _)| b);
         let policy = Policy::new(self.algo, self.limit, window, burst, now)?;
-        Ok(match (self.align, self.algo) {
+        Ok(match (self.align, self.algo, self.calendar) {
             // An aligned fixed window is, for this call, the window from
             // now to its next multiple (the sliding window's always are).
-            (true, Algo::Fixed) => Policy {
+            (true, Algo::Fixed, _) => Policy {
                 window_ms: window - now.rem_euclid(window),
                 ..policy
             },
+            // A sliding window over calendar periods: the current one's
+            // length, and the periods themselves for its neighbours.
+            (_, Algo::Sliding, Some(calendar)) => calendar_sliding(policy, calendar, now),
             _ => policy,
         })
     }
@@ -84,6 +87,18 @@ impl Resolved {
 #[cold]
 fn period_window(period: Period, offset: i32, now: i64) -> i64 {
     calendar::period_end(period, offset, now).saturating_sub(now)
+}
+
+/// The sliding window's policy over the calendar period holding `now`.
+#[cold]
+fn calendar_sliding(policy: Policy, (period, offset): (Period, i32), now: i64) -> Policy {
+    let start = calendar::period_start(period, offset, now);
+    let end = calendar::period_end(period, offset, now);
+    Policy {
+        window_ms: end - start,
+        calendar: Some((period, offset)),
+        ..policy
+    }
 }
 
 /// Inline options win over the META hash; a limit of 0 (or none) means no
@@ -213,9 +228,6 @@ fn calendar_of(
     };
     if !algo.is_window() {
         return Err(RlError::OnlyWindows(what, algo.name()));
-    }
-    if algo != Algo::Fixed {
-        return Err(RlError::NotForAlgo(what, algo.name()));
     }
     if opts.window.is_some() {
         let why = "a calendar period is the window";

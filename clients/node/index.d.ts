@@ -35,7 +35,7 @@ export interface Policy {
   penalty?: number;
   /** ALIGN: windows start at multiples of windowMs since the epoch, UTC (fixed and sliding). */
   align?: boolean;
-  /** CALENDAR: the window is this calendar period (fixed only; no windowMs, no align). */
+  /** CALENDAR: the window is this calendar period (fixed or sliding; no windowMs, no align). */
   calendar?: CalendarPeriod;
   /** TZ, with calendar: where its boundaries fall, a fixed offset such as "+05:30" or "-08:00". */
   tz?: string;

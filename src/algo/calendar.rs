@@ -106,6 +106,46 @@ pub fn period_end(period: Period, offset_ms: i32, now_ms: i64) -> i64 {
     end_day * MS_PER_DAY - offset_ms
 }
 
+/// The start (absolute ms, inclusive) of the `period` that holds `now_ms`,
+/// in the zone `offset_ms` east of UTC: the last boundary at or before now.
+pub fn period_start(period: Period, offset_ms: i32, now_ms: i64) -> i64 {
+    let offset_ms = i64::from(offset_ms);
+    let day = (now_ms + offset_ms).div_euclid(MS_PER_DAY);
+    let start_day = match period {
+        Period::Day => day,
+        Period::Week => day - (day + 3).rem_euclid(7),
+        Period::Month => {
+            let (y, m, _) = civil_from_days(day);
+            days_from_civil(y, m, 1)
+        }
+        Period::Year => days_from_civil(civil_from_days(day).0, 1, 1),
+    };
+    start_day * MS_PER_DAY - offset_ms
+}
+
+/// The periods a sliding window over calendar periods sees at `now_ms`:
+/// the previous period's start, the current one's start and end, and the
+/// next one's end. Each period has its own length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Periods {
+    pub previous_start: i64,
+    pub start: i64,
+    pub end: i64,
+    pub next_end: i64,
+}
+
+/// See `Periods`.
+pub fn periods(period: Period, offset_ms: i32, now_ms: i64) -> Periods {
+    let start = period_start(period, offset_ms, now_ms);
+    let end = period_end(period, offset_ms, now_ms);
+    Periods {
+        previous_start: period_start(period, offset_ms, start - 1),
+        start,
+        end,
+        next_end: period_end(period, offset_ms, end),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -188,6 +228,17 @@ mod tests {
     }
 
     #[test]
+    fn the_periods_around_a_leap_february_end() {
+        let ps = periods(Period::Month, 0, at(2024, 3, 1, 0, 0, 0, 5));
+        assert_eq!(ps.previous_start, at(2024, 2, 1, 0, 0, 0, 0));
+        assert_eq!(ps.start, at(2024, 3, 1, 0, 0, 0, 0));
+        assert_eq!(ps.end, at(2024, 4, 1, 0, 0, 0, 0));
+        assert_eq!(ps.next_end, at(2024, 5, 1, 0, 0, 0, 0));
+        assert_eq!(ps.start - ps.previous_start, 29 * MS_PER_DAY);
+        assert_eq!(ps.end - ps.start, 31 * MS_PER_DAY);
+    }
+
+    #[test]
     fn offsets_parse_strictly() {
         assert_eq!(parse_offset(b"+00:00"), Some(0));
         assert_eq!(parse_offset(b"-00:30"), Some(-1_800_000));
@@ -225,6 +276,13 @@ mod tests {
                 Period::Day => 1, Period::Week => 7, Period::Month => 31, Period::Year => 366,
             };
             prop_assert!(end - now <= longest * MS_PER_DAY);
+            let start = period_start(period, offset as i32, now);
+            prop_assert!(start <= now);
+            prop_assert_eq!(period_end(period, offset as i32, start), end);
+            prop_assert_eq!(period_start(period, offset as i32, end - 1), start);
+            let ps = periods(period, offset as i32, now);
+            prop_assert_eq!(period_end(period, offset as i32, ps.previous_start), start);
+            prop_assert_eq!(period_start(period, offset as i32, ps.next_end - 1), end);
             let (y, m, d) = civil_from_days((end + offset).div_euclid(MS_PER_DAY));
             match period {
                 Period::Month => prop_assert_eq!(d, 1),

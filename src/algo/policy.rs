@@ -5,6 +5,7 @@ use std::ffi::CStr;
 use crate::error::RlError;
 use crate::keyword::Keyword;
 
+use super::calendar::Period;
 use super::state::{self, Layout, Prefix, MAX_FIELDS};
 use super::{fixed, gcra, leaky, sliding, token, State, NS_PER_MS};
 
@@ -140,6 +141,10 @@ pub struct Policy {
     pub window_ms: i64,
     /// Bucket capacity (`token`, `gcra`) or queue size (`leaky`).
     pub burst: i64,
+    /// The sliding window over calendar periods: CALENDAR's period and
+    /// TZ's offset (ms east of UTC); `window_ms` is then the current
+    /// period's length.
+    pub calendar: Option<(Period, i32)>,
 }
 
 impl Policy {
@@ -158,6 +163,7 @@ impl Policy {
             limit,
             window_ms,
             burst,
+            calendar: None,
         };
         if burst < algo.min_burst() {
             return Err(RlError::BadValue("BURST", crate::error::BURST_RANGE));

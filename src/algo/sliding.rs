@@ -8,6 +8,7 @@
 //! All comparisons are exact: `estimate + cost <= limit` is evaluated as
 //! `previous * (window - elapsed) + (current + cost) * window <= limit * window`.
 
+use super::calendar::{self, Period};
 use super::state::Layout;
 use super::{div, Algo, Decision, Outcome, Policy, State, Write};
 
@@ -49,9 +50,48 @@ impl Layout for Windows {
     }
 }
 
-/// The counts in view at `now_ms`: (window start, current, previous).
-fn in_view(state: Option<Windows>, window: i64, now_ms: i64) -> (i64, i64, i64) {
-    let start = now_ms - now_ms.rem_euclid(window);
+/// Where the windows lie at `now_ms`: the current one's start and length,
+/// the previous one's start and the next one's length. Plain windows are
+/// multiples of the window since the epoch; calendar periods (CALENDAR)
+/// each have their own length.
+#[derive(Debug, Clone, Copy)]
+struct Frame {
+    start: i64,
+    window: i64,
+    previous_start: i64,
+    next: i64,
+}
+
+#[inline(always)]
+fn frame(policy: &Policy, now_ms: i64) -> Frame {
+    match policy.calendar {
+        None => {
+            let window = policy.window_ms;
+            let start = now_ms - now_ms.rem_euclid(window);
+            Frame {
+                start,
+                window,
+                previous_start: start - window,
+                next: window,
+            }
+        }
+        Some((period, offset)) => calendar_frame(period, offset, now_ms),
+    }
+}
+
+#[cold]
+fn calendar_frame(period: Period, offset: i32, now_ms: i64) -> Frame {
+    let p = calendar::periods(period, offset, now_ms);
+    Frame {
+        start: p.start,
+        window: p.end - p.start,
+        previous_start: p.previous_start,
+        next: p.next_end - p.end,
+    }
+}
+
+/// The counts in view at `now_ms`: (current, previous).
+fn in_view(state: Option<Windows>, f: &Frame, now_ms: i64) -> (i64, i64) {
     match state {
         // A window stamped after now (a clock that went back) is read as
         // the current one: forgetting it would admit a whole fresh budget
@@ -60,13 +100,13 @@ fn in_view(state: Option<Windows>, window: i64, now_ms: i64) -> (i64, i64, i64) 
             window_start,
             current,
             previous,
-        }) if window_start == start || window_start > now_ms => (start, current, previous),
+        }) if window_start == f.start || window_start > now_ms => (current, previous),
         Some(Windows {
             window_start,
             current,
             ..
-        }) if window_start == start - window => (start, 0, current),
-        _ => (start, 0, 0),
+        }) if window_start == f.previous_start => (0, current),
+        _ => (0, 0),
     }
 }
 
@@ -75,10 +115,12 @@ fn from_the_future(state: Option<Windows>, now_ms: i64) -> bool {
     matches!(state, Some(Windows { window_start, .. }) if window_start > now_ms)
 }
 
-/// The state for these counts, expiring once nothing of it is in view.
-fn stored(start: i64, current: i64, previous: i64, window: i64) -> Write {
+/// The state for these counts, expiring once nothing of it is in view:
+/// at the end of the current window, or of the next one while the current
+/// one counts anything.
+fn stored(f: &Frame, current: i64, previous: i64) -> Write {
     let state = Windows {
-        window_start: start,
+        window_start: f.start,
         current,
         previous,
     }
@@ -87,11 +129,11 @@ fn stored(start: i64, current: i64, previous: i64, window: i64) -> Write {
         (0, 0) => Write::Delete,
         (0, _) => Write::State {
             state,
-            expires_at: start + window,
+            expires_at: f.start + f.window,
         },
         _ => Write::State {
             state,
-            expires_at: start + 2 * window,
+            expires_at: f.start + f.window + f.next,
         },
     }
 }
@@ -99,10 +141,13 @@ fn stored(start: i64, current: i64, previous: i64, window: i64) -> Write {
 struct View {
     window: i128,
     limit: i128,
-    /// The previous window's weight: ms of it still in view.
+    /// The previous window's weight: ms of the current one still to come
+    /// (its fraction of the current window).
     weight: i128,
     /// ms left in the current window.
     left: i64,
+    /// The next window's length.
+    next: i64,
 }
 
 impl View {
@@ -135,11 +180,12 @@ impl View {
             }
         }
         // Early in the next window, where this window becomes the previous.
+        let next = i128::from(self.next);
         let into_next = match c {
             0 => 0,
-            _ => div((self.window * (c - self.limit + cost)).max(0) + c - 1, c),
+            _ => div((next * (c - self.limit + cost)).max(0) + c - 1, c),
         };
-        self.left + into_next.min(self.window) as i64
+        self.left + into_next.min(next) as i64
     }
 
     /// ms until the estimate is back to 0.
@@ -147,18 +193,19 @@ impl View {
         match (current, previous) {
             (0, 0) => 0,
             (0, _) => self.left,
-            _ => self.left + self.window as i64,
+            _ => self.left + self.next,
         }
     }
 }
 
-fn view(policy: &Policy, window_start: i64, now_ms: i64) -> View {
-    let left = window_start + policy.window_ms - now_ms;
+fn view(policy: &Policy, f: &Frame, now_ms: i64) -> View {
+    let left = f.start + f.window - now_ms;
     View {
-        window: i128::from(policy.window_ms),
+        window: i128::from(f.window),
         limit: i128::from(policy.limit),
         weight: i128::from(left),
         left,
+        next: f.next,
     }
 }
 
@@ -167,8 +214,9 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_ms: i64) -> O
 }
 
 fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    let (start, current, previous) = in_view(state, policy.window_ms, now_ms);
-    let v = view(policy, start, now_ms);
+    let f = frame(policy, now_ms);
+    let (current, previous) = in_view(state, &f, now_ms);
+    let v = view(policy, &f, now_ms);
     let spare = v.spare(current, previous);
     // What the cost takes, once it is known to be at most the limit.
     let taken = i128::from(cost) * v.window;
@@ -191,7 +239,7 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
             // Read as now's window, a future one is written back as such
             // by a real call, or it would be read so again next window.
             write: match cost > 0 && from_the_future(state, now_ms) {
-                true => stored(start, current, previous, policy.window_ms),
+                true => stored(&f, current, previous),
                 false => Write::Nothing,
             },
             reset_at: now_ms + reset,
@@ -212,12 +260,12 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
             0 => Write::Nothing,
             _ => Write::State {
                 state: Windows {
-                    window_start: start,
+                    window_start: f.start,
                     current: after,
                     previous,
                 }
                 .stored(),
-                expires_at: start + 2 * policy.window_ms,
+                expires_at: f.start + f.window + f.next,
             },
         },
     }
@@ -226,10 +274,11 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
 /// Gives back `amount` from the current window's count (never below 0).
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -> Outcome {
     let state = state.and_then(Windows::of);
-    let (start, current, previous) = in_view(state, policy.window_ms, now_ms);
+    let f = frame(policy, now_ms);
+    let (current, previous) = in_view(state, &f, now_ms);
     let after = current.saturating_sub(amount).max(0);
     let next = Windows {
-        window_start: start,
+        window_start: f.start,
         current: after,
         previous,
     };
@@ -237,7 +286,7 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_ms: i64) -
     // nothing, even where the state would be re-based onto a new window.
     let write = match state.is_some() && current > 0 {
         false => Write::Nothing,
-        true => stored(start, after, previous, policy.window_ms),
+        true => stored(&f, after, previous),
     };
     Outcome {
         write,
@@ -400,6 +449,42 @@ mod tests {
             }
         }
 
+        /// Over calendar months, each with its own length: the retry-after
+        /// is exact across their boundaries too, and the state expires at
+        /// the end of the next month while the current one counts anything.
+        #[test]
+        fn over_calendar_months_retry_after_is_exact(
+            limit in 1i64..20,
+            offset_min in -(23 * 60 + 59)..=(23i32 * 60 + 59),
+            calls in proptest::collection::vec((0i64..200_000_000, 1i64..4), 1..60),
+        ) {
+            let p = Policy {
+                calendar: Some((Period::Month, offset_min * 60_000)),
+                ..policy(limit, 1)
+            };
+            // 2024-01-30: through a leap February.
+            let (mut now, mut s) = (1_706_572_800_000i64, None);
+            for (step_ms, cost) in calls {
+                now += step_ms;
+                let out = admit(s, &p, cost, now);
+                if let Write::State { state, expires_at } = out.write {
+                    let ps = calendar::periods(Period::Month, offset_min * 60_000, now);
+                    let at = match Windows::of(state) {
+                        Some(Windows { current: 0, .. }) => ps.end,
+                        _ => ps.next_end,
+                    };
+                    prop_assert_eq!(expires_at, at);
+                    s = Some(state);
+                }
+                let d = out.decision;
+                if !d.admitted && d.retry_after_ms > 0 {
+                    let at = now + d.retry_after_ms;
+                    prop_assert!(admit(s, &p, cost, at).decision.admitted, "not admitted at retry time");
+                    prop_assert!(!admit(s, &p, cost, at - 1).decision.admitted, "admitted before retry time");
+                }
+            }
+        }
+
         /// The estimate never lets through more than the limit within any
         /// aligned window, nor more than 2x the limit in any window-long span.
         #[test]
@@ -483,7 +568,9 @@ mod accuracy {
                 exact_admitted += 1;
             }
             // The estimate against the exact count of what it let through.
-            let (start, current, previous) = in_view(state.and_then(Windows::of), window, now);
+            let f = frame(&p, now);
+            let (current, previous) = in_view(state.and_then(Windows::of), &f, now);
+            let start = f.start;
             let weight = (start + window - now) as f64 / window as f64;
             let estimate = previous as f64 * weight + current as f64;
             errors.push((estimate - admitted_log.len() as f64).abs() / limit as f64);

@@ -609,7 +609,6 @@ const NAMED: &[(&str, &str)] = &[
         "RL.ADMIT new ALGO token LIMIT 5 CALENDAR day",
         "ERR CALENDAR applies only to the windows (ALGO fixed or sliding), not to ALGO token",
     ),
-    ("RL.ADMIT new ALGO sliding LIMIT 5 CALENDAR day", "ERR CALENDAR does not apply to ALGO sliding"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ", "TZ needs a value"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ Europe/Berlin", "zone names are not supported"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +5:30", "TZ must be a fixed offset"),

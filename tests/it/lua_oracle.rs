@@ -820,15 +820,17 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
     }
     let limit = rng.below(7) as i64 + usize::from(rng.pct(95)) as i64;
     out.extend(words(&["LIMIT", &limit.to_string()]));
-    if rng.pct(97) {
+    // Calendar periods (issue 27), over the fixed and the sliding window
+    // alike: mostly in place of WINDOW; with it, an error.
+    let calendar = rng.pct(8);
+    if rng.pct(if calendar { 15 } else { 97 }) {
         out.extend(words(&["WINDOW", &rng.pick(&WINDOWS).to_string()]));
     }
     if named && matches!(algo, "token" | "gcra" | "leaky") && rng.pct(70) {
         let burst = if rng.pct(5) { 0 } else { 1 + rng.below(6) };
         out.extend(words(&["BURST", &burst.to_string()]));
     }
-    if rng.pct(4) {
-        // Calendar periods (issue 27): with WINDOW, an error.
+    if calendar {
         out.extend(words(&[
             "CALENDAR",
             rng.pick(&["day", "week", "month", "year"]),

@@ -808,3 +808,104 @@ fn calendar_periods_end_at_the_exact_next_boundary() {
         }
     }
 }
+
+/// The sliding window over calendar periods, on both backends: admitted on
+/// the last ms of a leap February, its state lives to the end of March
+/// (the next period); 10 days into March (21 of its 31 days still to
+/// come), February's count weighs 21/31, and the state then lives to the
+/// end of April. The module and the library give identical replies, bytes
+/// and expiries.
+#[test]
+fn sliding_over_calendar_periods_weighs_each_period_by_its_own_length() {
+    const DAY: i64 = 86_400_000;
+    const FEB_1: i64 = 1_706_745_600_000;
+    const MAR_1: i64 = 1_709_251_200_000;
+    const APR_1: i64 = 1_711_929_600_000;
+    const MAY_1: i64 = 1_714_521_600_000;
+    const MAR_11: i64 = 1_710_115_200_000;
+    assert_eq!((MAR_1 - FEB_1, APR_1 - MAR_1), (29 * DAY, 31 * DAY));
+    fn call(cost: &str) -> [&str; 10] {
+        [
+            "RL.ADMIT", "s", "ALGO", "sliding", "LIMIT", "100", "CALENDAR", "month", "COST", cost,
+        ]
+    }
+    let mut seen = Vec::new();
+    for backend in BOTH {
+        let Some(server) = backend.start_frozen_at("2024-02-29 23:59:59.999") else {
+            return;
+        };
+        let mut con = server.client();
+        let now = common::server_time_ms(&mut con);
+        assert_eq!(now, MAR_1 - 1, "{backend:?}: the frozen clock");
+        let mut log = Vec::new();
+        let d = common::ints(&common::run(&mut con, &backend.call(&call("100"))));
+        // Reset: the 1 ms left of February, then all of March.
+        assert_eq!(d[..5], [1, 100, 0, 0, 1 + 31 * DAY], "{backend:?}");
+        log.push(d);
+        let stored = common::get(&mut con, "s").expect("the state");
+        assert_eq!(stored, format!("sliding:{FEB_1}:100:0"), "{backend:?}");
+        // Nothing of it is in view once March is over.
+        assert_eq!(pexpiretime(&mut con, "s"), APR_1, "{backend:?}");
+        let d = common::ints(&common::run(&mut con, &backend.call(&call("1"))));
+        // One more fits 31/100 of March in, once February is its previous.
+        let retry = 1 + 31 * DAY / 100;
+        assert_eq!(
+            d[..5],
+            [0, 100, 0, retry, 1 + 31 * DAY],
+            "{backend:?}: full"
+        );
+        log.push(d);
+        drop(server);
+
+        // Ten days into March, with February's state.
+        let Some(server) = backend.start_frozen_at("2024-03-11 00:00:00.000") else {
+            return;
+        };
+        let mut con = server.client();
+        assert_eq!(common::server_time_ms(&mut con), MAR_11, "{backend:?}");
+        let pxat = APR_1.to_string();
+        common::cmd_raw(&mut con, &["SET", "s", &stored, "PXAT", &pxat]);
+        // 100 * 21/31 = 67.7 in view: 32 whole requests fit (29 or 30 day
+        // months would give 34 or 33).
+        let d = common::ints(&common::run(&mut con, &backend.call(&call("0"))));
+        assert_eq!(d[..5], [1, 100, 32, 0, 21 * DAY], "{backend:?}: peek");
+        log.push(d);
+        let d = common::ints(&common::run(&mut con, &backend.call(&call("32"))));
+        // Reset: the rest of March, then all of April (30 days).
+        assert_eq!(d[..5], [1, 100, 0, 0, 21 * DAY + 30 * DAY], "{backend:?}");
+        log.push(d);
+        let state = common::get(&mut con, "s").expect("the state");
+        assert_eq!(state, format!("sliding:{MAR_1}:32:100"), "{backend:?}");
+        assert_eq!(pexpiretime(&mut con, "s"), MAY_1, "{backend:?}");
+        // One more fits once 23 days' worth of February's 100 has slid
+        // out of view: 100 * t >= 23 days, t = 0.23 days.
+        let d = common::ints(&common::run(&mut con, &backend.call(&call("1"))));
+        assert_eq!(d[..5], [0, 100, 0, 23 * DAY / 100, 51 * DAY], "{backend:?}");
+        log.push(d);
+        let ttl = [
+            "RL.TTL", "s", "ALGO", "sliding", "LIMIT", "100", "CALENDAR", "month",
+        ];
+        let ttl = common::int(&common::run(&mut con, &backend.call(&ttl)));
+        assert_eq!(ttl, 23 * DAY / 100, "{backend:?}: RL.TTL");
+        // January's count is two periods back: forgotten in March.
+        let jan_1 = FEB_1 - 31 * DAY;
+        common::cmd_raw(&mut con, &["SET", "t", &format!("sliding:{jan_1}:3:0")]);
+        let mut t = call("1");
+        t[1] = "t";
+        let d = common::ints(&common::run(&mut con, &backend.call(&t)));
+        assert_eq!(
+            d[..3],
+            [1, 100, 99],
+            "{backend:?}: two periods back is forgotten"
+        );
+        seen.push((
+            log,
+            state,
+            common::dump(&mut con, "s"),
+            pexpiretime(&mut con, "t"),
+        ));
+    }
+    if let [a, b] = &seen[..] {
+        assert_eq!(a, b, "the module and the library");
+    }
+}

@@ -141,7 +141,6 @@ function checkPolicy(policy, { needsRate = true } = {}) {
   if (out.align) windowed("align", true);
   if (out.calendar !== undefined) {
     windowed("calendar", out.calendar);
-    if (out.algorithm === "sliding") throw new ConfigError("calendar", 'left out with algorithm "sliding" (fixed only)', out.calendar);
     if (out.windowMs !== undefined) throw new ConfigError("windowMs", "left out with calendar (the period is the window)", out.windowMs);
     if (out.align) throw new ConfigError("align", "left out with calendar (calendar periods are aligned)", true);
   }

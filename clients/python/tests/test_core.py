@@ -306,7 +306,6 @@ def test_ceil_seconds_of_t() -> None:
         ),
         (dict(limit=1, window_ms=1000, calendar="day"), "window_ms must be left out with calendar (the period is the window) (got 1000)"),
         (dict(limit=1, calendar="day", align=True), "align must be left out with calendar (calendar periods are aligned) (got True)"),
-        (dict(limit=1, calendar="day", algorithm="sliding"), "calendar must be left out with algorithm 'sliding' (fixed only) (got 'day')"),
         (
             dict(limit=1, window_ms=1000, algorithm="gcra", align=True),
             "align must be left out with algorithm 'gcra' (it applies only to fixed and sliding) (got True)",
@@ -328,6 +327,9 @@ def test_issue_27_options_go_out_as_both_backends_take_them() -> None:
     assert p.args() == ["LIMIT", "5", "SHADOW", "PENALTY", "30000", "CALENDAR", "week", "TZ", "-08:00"]
     a = Policy(5, 3600000, "sliding", align=True)
     assert a.args() == ["ALGO", "sliding", "LIMIT", "5", "WINDOW", "3600000", "ALIGN"]
+    # The sliding window over calendar periods.
+    s = Policy(5, None, "sliding", calendar="month", tz="+05:30")
+    assert s.args() == ["ALGO", "sliding", "LIMIT", "5", "CALENDAR", "month", "TZ", "+05:30"]
     # With a META hash, tz may go with the hash's calendar field.
     assert Policy(meta="plan", tz="+05:30").args() == ["TZ", "+05:30"]
 

@@ -125,7 +125,6 @@ test("issue 27's options: checked, refused in the combinations the server refuse
     [{ limit: 1, windowMs: 1000, tz: "+01:00" }, 'tz must be left out without calendar (or a META hash whose calendar field it goes with) (got "+01:00")'],
     [{ limit: 1, windowMs: 1000, calendar: "day" }, "windowMs must be left out with calendar (the period is the window) (got 1000)"],
     [{ limit: 1, calendar: "day", align: true }, "align must be left out with calendar (calendar periods are aligned) (got true)"],
-    [{ limit: 1, calendar: "day", algorithm: "sliding" }, 'calendar must be left out with algorithm "sliding" (fixed only) (got "day")'],
     [{ limit: 1, windowMs: 1000, algorithm: "gcra", align: true }, 'align must be left out with algorithm "gcra" (it applies only to fixed and sliding) (got true)'],
     [{ limit: 1, algorithm: "token", calendar: "month" }, 'calendar must be left out with algorithm "token" (it applies only to fixed and sliding) (got "month")'],
   ];
@@ -136,6 +135,9 @@ test("issue 27's options: checked, refused in the combinations the server refuse
   assert.deepEqual(core.policyArgs(all), ["LIMIT", "5", "SHADOW", "PENALTY", "30000", "CALENDAR", "week", "TZ", "-08:00"]);
   const aligned = core.checkPolicy({ limit: 5, windowMs: 3600000, algorithm: "sliding", align: true, shadow: false });
   assert.deepEqual(core.policyArgs(aligned), ["ALGO", "sliding", "LIMIT", "5", "WINDOW", "3600000", "ALIGN"]);
+  // The sliding window over calendar periods.
+  const slidingMonth = core.checkPolicy({ limit: 5, algorithm: "sliding", calendar: "month", tz: "+05:30" });
+  assert.deepEqual(core.policyArgs(slidingMonth), ["ALGO", "sliding", "LIMIT", "5", "CALENDAR", "month", "TZ", "+05:30"]);
   // With a META hash, TZ may go with the hash's calendar field.
   assert.deepEqual(core.policyArgs(core.checkPolicy({ meta: "plan", tz: "+05:30" })), ["TZ", "+05:30"]);
   assert.deepEqual(core.callWords("functions", core.CALLS.admit, ["k"], core.policyArgs(all)).slice(0, 5), ["FCALL", "rl_admit", "1", "k", "LIMIT"]);

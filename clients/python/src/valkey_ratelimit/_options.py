@@ -163,8 +163,6 @@ class Policy:
                     f"left out with algorithm {self.algorithm!r} (it applies only to fixed and sliding)",
                     self.calendar,
                 )
-            if self.algorithm == "sliding":
-                raise bad("calendar", "left out with algorithm 'sliding' (fixed only)", self.calendar)
             if self.window_ms is not None:
                 raise bad("window_ms", "left out with calendar (the period is the window)", self.window_ms)
             if self.align:
