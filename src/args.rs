@@ -9,7 +9,7 @@ pub use admitall::{admit_all_keys, AdmitAll};
 
 use std::ffi::CStr;
 
-use crate::algo::calendar::{self, Period, OFFSET_FORM, PERIOD_NAMES};
+use crate::algo::calendar::{self, Period, Zone, OFFSET_FORM, PERIOD_NAMES};
 use crate::algo::{throttle, Algo};
 use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::keyword::{fold, text, Keyword};
@@ -40,7 +40,8 @@ pub enum Opt {
     Align,
     /// Calendar periods: day, week, month or year.
     Calendar,
-    /// The zone of CALENDAR's boundaries: a fixed offset from UTC.
+    /// The zone of CALENDAR's boundaries: a fixed offset from UTC or an
+    /// IANA zone name.
     Tz,
 }
 
@@ -58,7 +59,8 @@ pub enum Value {
     Flag,
     /// A calendar period's name (see `calendar::PERIODS`).
     Period,
-    /// A fixed offset from UTC, `+HH:MM` or `-HH:MM`.
+    /// A zone: a fixed offset from UTC, `+HH:MM` or `-HH:MM`, or an IANA
+    /// zone name.
     Offset,
 }
 
@@ -183,7 +185,7 @@ pub const OPTIONS: [OptSpec; 14] = [
     row(
         Opt::Tz,
         c"TZ",
-        (c"offset", Value::Offset, 0, OFFSET_FORM),
+        (c"zone", Value::Offset, 0, OFFSET_FORM),
         Some(c"tz"),
     ),
 ];
@@ -383,8 +385,8 @@ pub struct Options {
     /// ALIGN was given.
     pub align: bool,
     pub calendar: Option<Period>,
-    /// TZ's offset, ms east of UTC.
-    pub tz: Option<i32>,
+    /// TZ's zone.
+    pub tz: Option<Zone>,
     /// Any of issue 27's options (SHADOW, PENALTY, ALIGN, CALENDAR, TZ) was
     /// given: the plain call's resolution skips them all without it.
     pub extended: bool,
@@ -511,8 +513,8 @@ impl Options {
                 self.calendar.replace(period).is_some()
             }
             Opt::Tz => {
-                let offset = calendar::parse_offset(value).ok_or(Problem::OutOfRange)?;
-                self.tz.replace(offset).is_some()
+                let zone = calendar::parse_zone(value).ok_or(Problem::OutOfRange)?;
+                self.tz.replace(zone).is_some()
             }
             _ => false,
         };

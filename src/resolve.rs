@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 
-use crate::algo::calendar::{self, Period, OFFSET_FORM, PERIOD_NAMES};
+use crate::algo::calendar::{self, Period, Zone, OFFSET_FORM, PERIOD_NAMES};
 use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
@@ -28,8 +28,8 @@ pub struct Resolved {
     /// ALIGN, or META field `align` 1: windows start at multiples of the
     /// window since the epoch.
     align: bool,
-    /// CALENDAR's period and TZ's offset (ms east of UTC, 0 without TZ).
-    calendar: Option<(Period, i32)>,
+    /// CALENDAR's period and TZ's zone (UTC without TZ).
+    calendar: Option<(Period, Zone)>,
 }
 
 impl Resolved {
@@ -37,9 +37,7 @@ impl Resolved {
     pub fn policy(&self, now: i64) -> Result<Policy, RlError> {
         let window = match self.calendar {
             // The period's end, from now: this call's window.
-            Some((period, offset)) => {
-                Some((period_window(period, offset, now), Opt::Calendar.name()))
-            }
+            Some((period, zone)) => Some((period_window(period, zone, now), Opt::Calendar.name())),
             None => self.window,
         };
         let (window, source) = window.ok_or(RlError::NoWindow)?;
@@ -85,18 +83,18 @@ impl Resolved {
 
 /// The window a calendar period leaves from `now`: to its end.
 #[cold]
-fn period_window(period: Period, offset: i32, now: i64) -> i64 {
-    calendar::period_end(period, offset, now).saturating_sub(now)
+fn period_window(period: Period, zone: Zone, now: i64) -> i64 {
+    calendar::period_end(period, zone, now).saturating_sub(now)
 }
 
 /// The sliding window's policy over the calendar period holding `now`.
 #[cold]
-fn calendar_sliding(policy: Policy, (period, offset): (Period, i32), now: i64) -> Policy {
-    let start = calendar::period_start(period, offset, now);
-    let end = calendar::period_end(period, offset, now);
+fn calendar_sliding(policy: Policy, (period, zone): (Period, Zone), now: i64) -> Policy {
+    let start = calendar::period_start(period, zone, now);
+    let end = calendar::period_end(period, zone, now);
     Policy {
         window_ms: end - start,
-        calendar: Some((period, offset)),
+        calendar: Some((period, zone)),
         ..policy
     }
 }
@@ -215,7 +213,7 @@ fn calendar_of(
     opts: &Options,
     meta: Option<&Meta>,
     algo: Algo,
-) -> Result<Option<(Period, i32)>, RlError> {
+) -> Result<Option<(Period, Zone)>, RlError> {
     let period = match opts.calendar {
         Some(p) => Some((p, Opt::Calendar.name())),
         None => Meta::word_of(meta, Opt::Calendar)?.map(|p| (p, "META field 'calendar'")),
@@ -237,11 +235,11 @@ fn calendar_of(
             why,
         ));
     }
-    let offset = match opts.tz {
-        Some(offset) => offset,
-        None => Meta::offset_of(meta)?.unwrap_or(0),
+    let zone = match opts.tz {
+        Some(zone) => zone,
+        None => Meta::zone_of(meta)?.unwrap_or(Zone::Fixed(0)),
     };
-    Ok(Some((period, offset)))
+    Ok(Some((period, zone)))
 }
 
 /// A lease policy: at most `limit` leases, each for `ttl_ms`.
@@ -288,7 +286,7 @@ struct Meta {
     ints: [Option<Option<i64>>; OPTIONS.len()],
     algorithm: Option<Option<Algo>>,
     calendar: Option<Option<Period>>,
-    tz: Option<Option<i32>>,
+    tz: Option<Option<Zone>>,
 }
 
 impl Meta {
@@ -309,7 +307,7 @@ impl Meta {
         key.hash_fields(ctx, &names, |i, bytes| match fields[i].0 {
             Opt::Algo => meta.algorithm = Some(Algo::parse(bytes)),
             Opt::Calendar => meta.calendar = Some(Period::parse(bytes)),
-            Opt::Tz => meta.tz = Some(calendar::parse_offset(bytes)),
+            Opt::Tz => meta.tz = Some(calendar::parse_zone(bytes)),
             opt => meta.ints[opt as usize] = Some(parse_i64(bytes)),
         });
         Ok(meta)
@@ -353,11 +351,11 @@ impl Meta {
         }
     }
 
-    /// Field `tz`: absent, or a fixed offset (ms east of UTC).
-    fn offset_of(meta: Option<&Meta>) -> Result<Option<i32>, RlError> {
+    /// Field `tz`: absent, or a zone (a fixed offset or an IANA name).
+    fn zone_of(meta: Option<&Meta>) -> Result<Option<Zone>, RlError> {
         match meta.and_then(|m| m.tz) {
             None => Ok(None),
-            Some(Some(offset)) => Ok(Some(offset)),
+            Some(Some(zone)) => Ok(Some(zone)),
             Some(None) => Err(RlError::BadMetaField(Opt::Tz.meta_field(), OFFSET_FORM)),
         }
     }

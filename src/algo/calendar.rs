@@ -1,6 +1,7 @@
 //! Calendar periods (CALENDAR day|week|month|year, TZ): pure. Where the
-//! period that holds an instant ends, in a zone given as a fixed offset
-//! from UTC. Weeks start on Monday (ISO 8601); months and years have their
+//! period that holds an instant starts and ends, in a zone given as a
+//! fixed offset from UTC or an IANA name (`zone.rs`; a daylight-saving day
+//! is 23 or 25 hours long). Weeks start on Monday (ISO 8601); months and years have their
 //! real lengths, leap years included (the proleptic Gregorian calendar).
 
 /// A calendar period.
@@ -25,11 +26,14 @@ pub const PERIODS: [(&CStr, Period); 4] = [
 pub const PERIOD_NAMES: &str = "one of day, week, month, year";
 /// What TZ's value must be, for errors.
 pub const OFFSET_FORM: &str =
-    "a fixed offset from UTC such as +05:30 or -08:00 (zone names are not supported)";
+    "a fixed offset from UTC such as +05:30 or -08:00, or an IANA zone name such as Europe/Berlin";
 
 const MS_PER_DAY: i64 = 86_400_000;
 
 use std::ffi::CStr;
+
+use super::zone::Rule;
+pub use super::zone::Zone;
 
 impl Period {
     pub fn parse(word: &[u8]) -> Option<Period> {
@@ -59,6 +63,15 @@ pub fn parse_offset(text: &[u8]) -> Option<i32> {
     }
 }
 
+/// A TZ value: a fixed offset (`parse_offset`), or an IANA zone name as
+/// the generated table spells it (`zone.rs`).
+pub fn parse_zone(text: &[u8]) -> Option<Zone> {
+    match parse_offset(text) {
+        Some(offset) => Some(Zone::Fixed(offset)),
+        None => Zone::named(text),
+    }
+}
+
 /// Days since 1970-01-01 of a civil date (H. Hinnant's `days_from_civil`).
 pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     let y = if m <= 2 { y - 1 } else { y };
@@ -83,16 +96,26 @@ pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
-/// The end (absolute ms, exclusive) of the `period` that holds `now_ms`,
-/// in the zone `offset_ms` east of UTC: the next boundary after now.
-/// `now_ms` is a server clock (0 to about 2^62): nothing here overflows.
-pub fn period_end(period: Period, offset_ms: i32, now_ms: i64) -> i64 {
-    let offset_ms = i64::from(offset_ms);
-    let local = now_ms + offset_ms;
-    let day = local.div_euclid(MS_PER_DAY);
-    let end_day = match period {
-        Period::Day => day + 1,
+/// The local day a `period` holding local day `day` starts on.
+#[inline(always)]
+fn start_day(period: Period, day: i64) -> i64 {
+    match period {
+        Period::Day => day,
         // 1970-01-01 was a Thursday: Monday is day 4 of that week.
+        Period::Week => day - (day + 3).rem_euclid(7),
+        Period::Month => {
+            let (y, m, _) = civil_from_days(day);
+            days_from_civil(y, m, 1)
+        }
+        Period::Year => days_from_civil(civil_from_days(day).0, 1, 1),
+    }
+}
+
+/// The local day after the `period` holding local day `day`.
+#[inline(always)]
+fn end_day(period: Period, day: i64) -> i64 {
+    match period {
+        Period::Day => day + 1,
         Period::Week => day - (day + 3).rem_euclid(7) + 7,
         Period::Month => {
             let (y, m, _) = civil_from_days(day);
@@ -102,25 +125,51 @@ pub fn period_end(period: Period, offset_ms: i32, now_ms: i64) -> i64 {
             }
         }
         Period::Year => days_from_civil(civil_from_days(day).0 + 1, 1, 1),
-    };
-    end_day * MS_PER_DAY - offset_ms
+    }
+}
+
+/// The end (absolute ms, exclusive) of the `period` that holds `now_ms`,
+/// in `zone`: the next boundary after now. `now_ms` is a server clock (0
+/// to about 2^62): nothing here overflows.
+pub fn period_end(period: Period, zone: Zone, now_ms: i64) -> i64 {
+    match zone {
+        Zone::Fixed(offset_ms) => {
+            let offset_ms = i64::from(offset_ms);
+            let day = (now_ms + offset_ms).div_euclid(MS_PER_DAY);
+            end_day(period, day) * MS_PER_DAY - offset_ms
+        }
+        Zone::Rule(rule) => rule_bounds(period, rule, now_ms).1,
+    }
 }
 
 /// The start (absolute ms, inclusive) of the `period` that holds `now_ms`,
-/// in the zone `offset_ms` east of UTC: the last boundary at or before now.
-pub fn period_start(period: Period, offset_ms: i32, now_ms: i64) -> i64 {
-    let offset_ms = i64::from(offset_ms);
-    let day = (now_ms + offset_ms).div_euclid(MS_PER_DAY);
-    let start_day = match period {
-        Period::Day => day,
-        Period::Week => day - (day + 3).rem_euclid(7),
-        Period::Month => {
-            let (y, m, _) = civil_from_days(day);
-            days_from_civil(y, m, 1)
+/// in `zone`: the last boundary at or before now.
+pub fn period_start(period: Period, zone: Zone, now_ms: i64) -> i64 {
+    match zone {
+        Zone::Fixed(offset_ms) => {
+            let offset_ms = i64::from(offset_ms);
+            let day = (now_ms + offset_ms).div_euclid(MS_PER_DAY);
+            start_day(period, day) * MS_PER_DAY - offset_ms
         }
-        Period::Year => days_from_civil(civil_from_days(day).0, 1, 1),
-    };
-    start_day * MS_PER_DAY - offset_ms
+        Zone::Rule(rule) => rule_bounds(period, rule, now_ms).0,
+    }
+}
+
+/// The start and end of the `period` holding `now_ms` under a
+/// daylight-saving rule: the local midnights that start the local day at
+/// now's period and the next, each at its first instant (`zone.rs`); were
+/// the end at or before now (a fall-back over midnight, which today's
+/// rules never do), the period is the next one.
+#[cold]
+fn rule_bounds(period: Period, rule: &Rule, now_ms: i64) -> (i64, i64) {
+    let day = (now_ms + i64::from(rule.offset_at(now_ms))).div_euclid(MS_PER_DAY);
+    let end = end_day(period, day);
+    let at = |day: i64| rule.first_at_or_after(day * MS_PER_DAY);
+    let (start_ms, end_ms) = (at(start_day(period, day)), at(end));
+    match end_ms <= now_ms {
+        true => (end_ms, at(end_day(period, end))),
+        false => (start_ms, end_ms),
+    }
 }
 
 /// The periods a sliding window over calendar periods sees at `now_ms`:
@@ -135,14 +184,14 @@ pub struct Periods {
 }
 
 /// See `Periods`.
-pub fn periods(period: Period, offset_ms: i32, now_ms: i64) -> Periods {
-    let start = period_start(period, offset_ms, now_ms);
-    let end = period_end(period, offset_ms, now_ms);
+pub fn periods(period: Period, zone: Zone, now_ms: i64) -> Periods {
+    let start = period_start(period, zone, now_ms);
+    let end = period_end(period, zone, now_ms);
     Periods {
-        previous_start: period_start(period, offset_ms, start - 1),
+        previous_start: period_start(period, zone, start - 1),
         start,
         end,
-        next_end: period_end(period, offset_ms, end),
+        next_end: period_end(period, zone, end),
     }
 }
 
@@ -150,6 +199,8 @@ pub fn periods(period: Period, offset_ms: i32, now_ms: i64) -> Periods {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    const UTC: Zone = Zone::Fixed(0);
 
     /// ms of a UTC date and time.
     fn at(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, ms: i64) -> i64 {
@@ -160,42 +211,42 @@ mod tests {
     fn the_next_boundary_at_chosen_instants() {
         let leap_feb_end = at(2024, 2, 29, 23, 59, 59, 999);
         assert_eq!(
-            period_end(Period::Day, 0, leap_feb_end),
+            period_end(Period::Day, UTC, leap_feb_end),
             at(2024, 3, 1, 0, 0, 0, 0)
         );
         assert_eq!(
-            period_end(Period::Month, 0, leap_feb_end),
+            period_end(Period::Month, UTC, leap_feb_end),
             at(2024, 3, 1, 0, 0, 0, 0)
         );
         assert_eq!(
-            period_end(Period::Year, 0, leap_feb_end),
+            period_end(Period::Year, UTC, leap_feb_end),
             at(2025, 1, 1, 0, 0, 0, 0)
         );
         // 2024-02-29 was a Thursday: the week ends on Monday 2024-03-04.
         assert_eq!(
-            period_end(Period::Week, 0, leap_feb_end),
+            period_end(Period::Week, UTC, leap_feb_end),
             at(2024, 3, 4, 0, 0, 0, 0)
         );
         let year_end = at(2025, 12, 31, 23, 59, 59, 999);
         assert_eq!(
-            period_end(Period::Year, 0, year_end),
+            period_end(Period::Year, UTC, year_end),
             at(2026, 1, 1, 0, 0, 0, 0)
         );
         assert_eq!(
-            period_end(Period::Month, 0, year_end),
+            period_end(Period::Month, UTC, year_end),
             at(2026, 1, 1, 0, 0, 0, 0)
         );
         // Sunday 2025-03-16 23:59:59.999: the week ends a ms later.
         let sunday = at(2025, 3, 16, 23, 59, 59, 999);
-        assert_eq!(period_end(Period::Week, 0, sunday), sunday + 1);
+        assert_eq!(period_end(Period::Week, UTC, sunday), sunday + 1);
         // A Monday's first ms starts a week of its own.
         assert_eq!(
-            period_end(Period::Week, 0, sunday + 1),
+            period_end(Period::Week, UTC, sunday + 1),
             sunday + 1 + 7 * MS_PER_DAY
         );
         // Offsets of both signs: local midnight, in UTC.
-        let ist = parse_offset(b"+05:30").unwrap();
-        let pst = parse_offset(b"-08:00").unwrap();
+        let ist = Zone::Fixed(parse_offset(b"+05:30").unwrap());
+        let pst = Zone::Fixed(parse_offset(b"-08:00").unwrap());
         assert_eq!(
             period_end(Period::Day, ist, at(2024, 2, 29, 18, 29, 59, 999)),
             at(2024, 2, 29, 18, 30, 0, 0)
@@ -214,7 +265,7 @@ mod tests {
         );
         // February of a common year, and of a century that is no leap year.
         assert_eq!(
-            period_end(Period::Month, 0, at(2023, 2, 10, 0, 0, 0, 0)),
+            period_end(Period::Month, UTC, at(2023, 2, 10, 0, 0, 0, 0)),
             at(2023, 3, 1, 0, 0, 0, 0)
         );
         assert_eq!(
@@ -229,7 +280,7 @@ mod tests {
 
     #[test]
     fn the_periods_around_a_leap_february_end() {
-        let ps = periods(Period::Month, 0, at(2024, 3, 1, 0, 0, 0, 5));
+        let ps = periods(Period::Month, UTC, at(2024, 3, 1, 0, 0, 0, 5));
         assert_eq!(ps.previous_start, at(2024, 2, 1, 0, 0, 0, 0));
         assert_eq!(ps.start, at(2024, 3, 1, 0, 0, 0, 0));
         assert_eq!(ps.end, at(2024, 4, 1, 0, 0, 0, 0));
@@ -266,23 +317,23 @@ mod tests {
             offset_min in -(23 * 60 + 59)..=(23i32 * 60 + 59),
             period in proptest::sample::select(PERIODS.map(|p| p.1).to_vec()),
         ) {
-            let offset = offset_min * 60_000;
-            let end = period_end(period, offset, now);
-            prop_assert_eq!(period_end(period, offset, end - 1), end);
-            let offset = i64::from(offset);
+            let zone = Zone::Fixed(offset_min * 60_000);
+            let end = period_end(period, zone, now);
+            prop_assert_eq!(period_end(period, zone, end - 1), end);
+            let offset = i64::from(offset_min) * 60_000;
             prop_assert!(end > now);
             prop_assert_eq!((end + offset).rem_euclid(MS_PER_DAY), 0);
             let longest = match period {
                 Period::Day => 1, Period::Week => 7, Period::Month => 31, Period::Year => 366,
             };
             prop_assert!(end - now <= longest * MS_PER_DAY);
-            let start = period_start(period, offset as i32, now);
+            let start = period_start(period, zone, now);
             prop_assert!(start <= now);
-            prop_assert_eq!(period_end(period, offset as i32, start), end);
-            prop_assert_eq!(period_start(period, offset as i32, end - 1), start);
-            let ps = periods(period, offset as i32, now);
-            prop_assert_eq!(period_end(period, offset as i32, ps.previous_start), start);
-            prop_assert_eq!(period_start(period, offset as i32, ps.next_end - 1), end);
+            prop_assert_eq!(period_end(period, zone, start), end);
+            prop_assert_eq!(period_start(period, zone, end - 1), start);
+            let ps = periods(period, zone, now);
+            prop_assert_eq!(period_end(period, zone, ps.previous_start), start);
+            prop_assert_eq!(period_start(period, zone, ps.next_end - 1), end);
             let (y, m, d) = civil_from_days((end + offset).div_euclid(MS_PER_DAY));
             match period {
                 Period::Month => prop_assert_eq!(d, 1),

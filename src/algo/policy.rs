@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use crate::error::RlError;
 use crate::keyword::Keyword;
 
-use super::calendar::Period;
+use super::calendar::{Period, Zone};
 use super::state::{self, Layout, Prefix, MAX_FIELDS};
 use super::{fixed, gcra, leaky, sliding, token, State, NS_PER_MS};
 
@@ -142,9 +142,8 @@ pub struct Policy {
     /// Bucket capacity (`token`, `gcra`) or queue size (`leaky`).
     pub burst: i64,
     /// The sliding window over calendar periods: CALENDAR's period and
-    /// TZ's offset (ms east of UTC); `window_ms` is then the current
-    /// period's length.
-    pub calendar: Option<(Period, i32)>,
+    /// TZ's zone; `window_ms` is then the current period's length.
+    pub calendar: Option<(Period, Zone)>,
 }
 
 impl Policy {

@@ -8,7 +8,7 @@
 //! All comparisons are exact: `estimate + cost <= limit` is evaluated as
 //! `previous * (window - elapsed) + (current + cost) * window <= limit * window`.
 
-use super::calendar::{self, Period};
+use super::calendar::{self, Period, Zone};
 use super::state::Layout;
 use super::{div, Algo, Decision, Outcome, Policy, State, Write};
 
@@ -75,13 +75,13 @@ fn frame(policy: &Policy, now_ms: i64) -> Frame {
                 next: window,
             }
         }
-        Some((period, offset)) => calendar_frame(period, offset, now_ms),
+        Some((period, zone)) => calendar_frame(period, zone, now_ms),
     }
 }
 
 #[cold]
-fn calendar_frame(period: Period, offset: i32, now_ms: i64) -> Frame {
-    let p = calendar::periods(period, offset, now_ms);
+fn calendar_frame(period: Period, zone: Zone, now_ms: i64) -> Frame {
+    let p = calendar::periods(period, zone, now_ms);
     Frame {
         start: p.start,
         window: p.end - p.start,
@@ -449,17 +449,25 @@ mod tests {
             }
         }
 
-        /// Over calendar months, each with its own length: the retry-after
-        /// is exact across their boundaries too, and the state expires at
-        /// the end of the next month while the current one counts anything.
+        /// Over calendar months (or days, 23 or 25 hours long across a
+        /// daylight-saving change), each with its own length: the
+        /// retry-after is exact across their boundaries too, and the state
+        /// expires at the end of the next period while the current one
+        /// counts anything.
         #[test]
         fn over_calendar_months_retry_after_is_exact(
             limit in 1i64..20,
             offset_min in -(23 * 60 + 59)..=(23i32 * 60 + 59),
+            named in proptest::sample::select(vec![
+                "", "Europe/Berlin", "America/Santiago", "Australia/Lord_Howe", "Asia/Beirut",
+            ]),
+            day in proptest::bool::ANY,
             calls in proptest::collection::vec((0i64..200_000_000, 1i64..4), 1..60),
         ) {
+            let zone = Zone::named(named.as_bytes()).unwrap_or(Zone::Fixed(offset_min * 60_000));
+            let period = if day { Period::Day } else { Period::Month };
             let p = Policy {
-                calendar: Some((Period::Month, offset_min * 60_000)),
+                calendar: Some((period, zone)),
                 ..policy(limit, 1)
             };
             // 2024-01-30: through a leap February.
@@ -468,7 +476,7 @@ mod tests {
                 now += step_ms;
                 let out = admit(s, &p, cost, now);
                 if let Write::State { state, expires_at } = out.write {
-                    let ps = calendar::periods(Period::Month, offset_min * 60_000, now);
+                    let ps = calendar::periods(period, zone, now);
                     let at = match Windows::of(state) {
                         Some(Windows { current: 0, .. }) => ps.end,
                         _ => ps.next_end,
