@@ -9,7 +9,7 @@
 # Recipes run from the repo root even under `make -C`.
 ROOT := $(dir $(abspath $(lastword $(MAKEFILE_LIST))))
 
-.PHONY: all build build-test rls bench-rls run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure
+.PHONY: all build build-test rls bench-rls run functions test unit test-all test-valkey8 client-deps lint fmt clean bench profile budget figure tzdb
 
 all: build
 
@@ -125,6 +125,15 @@ budget: build
 # throwaway server (dev/algorithms_figure.py; Python standard library only).
 figure: build
 	cd "$(ROOT)" && python3 dev/algorithms_figure.py
+
+# The zone table for TZ's IANA names (src/algo/tzdb.rs and the generated
+# lines of functions/ratelimit.lua) from the tzdata version dev/tzdb.py pins,
+# pip-installed into a venv under target/.
+TZDATA_PIN = $(shell sed -n 's/^TZDATA_PIN = "\(.*\)"/\1/p' "$(ROOT)dev/tzdb.py")
+tzdb:
+	cd "$(ROOT)" && python3 -m venv target/tzdb-venv
+	cd "$(ROOT)" && target/tzdb-venv/bin/pip install --quiet "tzdata==$(TZDATA_PIN)"
+	cd "$(ROOT)" && target/tzdb-venv/bin/python dev/tzdb.py
 
 # Only cargo output; .deps (downloaded valkey-server wheels) is kept.
 clean:

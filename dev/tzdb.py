@@ -13,7 +13,7 @@ then on, under the zone's rules as of this tzdata version; names whose
 footer is empty or does not yet govern are left out (and printed).
 
 Usage: python3 -m pip install tzdata==2026.6 && python3 dev/tzdb.py
-(or `make tzdb`, which installs the pinned tzdata into a venv under .deps).
+(or `make tzdb`, which installs the pinned tzdata into a venv under target/).
 """
 
 import datetime
@@ -21,6 +21,7 @@ import importlib.resources
 import os
 import re
 import struct
+import subprocess
 import sys
 
 TZDATA_PIN = "2026.6"
@@ -259,6 +260,8 @@ def write_rust(version, rules, zones):
     out += ["];", ""]
     with open(RUST_OUT, "w") as f:
         f.write("\n".join(out))
+    # As `cargo fmt` leaves it.
+    subprocess.run(["rustfmt", "--edition", "2021", RUST_OUT], check=True)
 
 
 def write_lua(version, rules, zones):
