@@ -282,11 +282,13 @@ def write_lua(version, rules, zones):
         block.append(f"  ['{name}'] = {value},")
     block += ["}", LUA_END]
     text = open(LUA_FILE).read()
-    begin = text.index(LUA_BEGIN)
-    begin = text.rindex("\n", 0, begin) + 1
+    at = text.index(LUA_BEGIN)
+    begin = text.rindex("\n", 0, at) + 1
+    indent = text[begin:at]  # the block's, as the BEGIN line has it
     end = text.index(LUA_END, begin) + len(LUA_END)
+    block = "\n".join(indent + line if line else line for line in block)
     with open(LUA_FILE, "w") as f:
-        f.write(text[:begin] + "\n".join(block) + text[end:])
+        f.write(text[:begin] + block + text[end:])
 
 
 if __name__ == "__main__":

@@ -761,7 +761,16 @@ const INSTANTS: &[(&str, i64, [[i64; 4]; 3])] = &[
 #[test]
 fn calendar_periods_end_at_the_exact_next_boundary() {
     const PERIODS: [&str; 4] = ["day", "week", "month", "year"];
-    const ZONES: [Option<&str>; 3] = [None, Some("+05:30"), Some("-08:00")];
+    // Names of fixed zones give their offsets (Etc/GMT+8 is 8 hours west:
+    // POSIX signs); the index says which column of ends holds.
+    const ZONES: [(Option<&str>, usize); 6] = [
+        (None, 0),
+        (Some("+05:30"), 1),
+        (Some("-08:00"), 2),
+        (Some("Asia/Kolkata"), 1),
+        (Some("Etc/GMT+8"), 2),
+        (Some("Etc/UTC"), 0),
+    ];
     for backend in BOTH {
         for &(at, now, ends) in INSTANTS {
             let Some(server) = backend.start_frozen_at(at) else {
@@ -773,7 +782,7 @@ fn calendar_periods_end_at_the_exact_next_boundary() {
                 now,
                 "{backend:?}: the frozen clock"
             );
-            for (z, zone) in ZONES.iter().enumerate() {
+            for (z, &(zone, column)) in ZONES.iter().enumerate() {
                 for (p, period) in PERIODS.iter().enumerate() {
                     let key = format!("k:{period}:{z}");
                     let mut call = vec!["RL.ADMIT", &key, "LIMIT", "1", "CALENDAR", period];
@@ -781,7 +790,7 @@ fn calendar_periods_end_at_the_exact_next_boundary() {
                         call.extend(["TZ", zone]);
                     }
                     let d = common::ints(&common::run(&mut con, &backend.call(&call)));
-                    let want = ends[z][p];
+                    let want = ends[column][p];
                     let what = format!("{backend:?} {at} {period} {zone:?}");
                     assert_eq!(d[..4], [1, 1, 0, 0], "{what}");
                     assert_eq!(d[4], want - now, "{what}: reset_after_ms");
@@ -904,6 +913,234 @@ fn sliding_over_calendar_periods_weighs_each_period_by_its_own_length() {
             common::dump(&mut con, "s"),
             pexpiretime(&mut con, "t"),
         ));
+    }
+    if let [a, b] = &seen[..] {
+        assert_eq!(a, b, "the module and the library");
+    }
+}
+
+/// Instants around daylight-saving changes of 2027 (UTC), their ms, and
+/// for day, week, month and year the period's start, end and the next
+/// period's end, under the zone's rule from tzdata 2026f. Computed apart
+/// with Python's zoneinfo over the PyPI tzdata package: each local
+/// midnight at the first UTC minute whose local time is at or after it.
+/// Berlin: 2027-03-28 is 23 hours long, 2027-10-31 25. Santiago moves its
+/// clocks from 24:00 on Saturday 2027-09-04 to 01:00: Sunday starts at the
+/// change (04:00Z) and is 23 hours long. Beirut changes at 00:00 both
+/// ways: Sunday 2027-03-28 starts at the change (22:00Z on the 27th), and
+/// Saturday 2027-10-30 is 25 hours long (its midnight comes twice: the
+/// first is 23:00 again).
+#[allow(clippy::type_complexity)]
+const DST_INSTANTS: &[(&str, &str, i64, [[i64; 3]; 4])] = &[
+    (
+        "Europe/Berlin",
+        "2027-03-28 00:59:59.999",
+        1806195599999,
+        [
+            [1806188400000, 1806271200000, 1806357600000],
+            [1805670000000, 1806271200000, 1806876000000],
+            [1803855600000, 1806530400000, 1809122400000],
+            [1798758000000, 1830294000000, 1861916400000],
+        ],
+    ),
+    (
+        "Europe/Berlin",
+        "2027-03-28 01:00:00.000",
+        1806195600000,
+        [
+            [1806188400000, 1806271200000, 1806357600000],
+            [1805670000000, 1806271200000, 1806876000000],
+            [1803855600000, 1806530400000, 1809122400000],
+            [1798758000000, 1830294000000, 1861916400000],
+        ],
+    ),
+    (
+        "Europe/Berlin",
+        "2027-10-31 00:59:59.999",
+        1824944399999,
+        [
+            [1824933600000, 1825023600000, 1825110000000],
+            [1824415200000, 1825023600000, 1825628400000],
+            [1822341600000, 1825023600000, 1827615600000],
+            [1798758000000, 1830294000000, 1861916400000],
+        ],
+    ),
+    (
+        "Europe/Berlin",
+        "2027-10-31 01:00:00.000",
+        1824944400000,
+        [
+            [1824933600000, 1825023600000, 1825110000000],
+            [1824415200000, 1825023600000, 1825628400000],
+            [1822341600000, 1825023600000, 1827615600000],
+            [1798758000000, 1830294000000, 1861916400000],
+        ],
+    ),
+    // The last ms of the days before Berlin's 23 and 25-hour days.
+    (
+        "Europe/Berlin",
+        "2027-03-27 22:59:59.999",
+        1806188399999,
+        [
+            [1806102000000, 1806188400000, 1806271200000],
+            [1805670000000, 1806271200000, 1806876000000],
+            [1803855600000, 1806530400000, 1809122400000],
+            [1798758000000, 1830294000000, 1861916400000],
+        ],
+    ),
+    (
+        "Europe/Berlin",
+        "2027-10-30 21:59:59.999",
+        1824933599999,
+        [
+            [1824847200000, 1824933600000, 1825023600000],
+            [1824415200000, 1825023600000, 1825628400000],
+            [1822341600000, 1825023600000, 1827615600000],
+            [1798758000000, 1830294000000, 1861916400000],
+        ],
+    ),
+    (
+        "America/Santiago",
+        "2027-09-05 03:59:59.999",
+        1820116799999,
+        [
+            [1820030400000, 1820116800000, 1820199600000],
+            [1819598400000, 1820199600000, 1820804400000],
+            [1819771200000, 1822359600000, 1825038000000],
+            [1798772400000, 1830308400000, 1861930800000],
+        ],
+    ),
+    (
+        "America/Santiago",
+        "2027-09-05 04:00:00.000",
+        1820116800000,
+        [
+            [1820116800000, 1820199600000, 1820286000000],
+            [1819598400000, 1820199600000, 1820804400000],
+            [1819771200000, 1822359600000, 1825038000000],
+            [1798772400000, 1830308400000, 1861930800000],
+        ],
+    ),
+    (
+        "Asia/Beirut",
+        "2027-03-27 21:59:59.999",
+        1806184799999,
+        [
+            [1806098400000, 1806184800000, 1806267600000],
+            [1805666400000, 1806267600000, 1806872400000],
+            [1803852000000, 1806526800000, 1809118800000],
+            [1798754400000, 1830290400000, 1861912800000],
+        ],
+    ),
+    (
+        "Asia/Beirut",
+        "2027-03-27 22:00:00.000",
+        1806184800000,
+        [
+            [1806184800000, 1806267600000, 1806354000000],
+            [1805666400000, 1806267600000, 1806872400000],
+            [1803852000000, 1806526800000, 1809118800000],
+            [1798754400000, 1830290400000, 1861912800000],
+        ],
+    ),
+    (
+        "Asia/Beirut",
+        "2027-10-30 20:59:59.999",
+        1824929999999,
+        [
+            [1824843600000, 1824933600000, 1825020000000],
+            [1824411600000, 1825020000000, 1825624800000],
+            [1822338000000, 1825020000000, 1827612000000],
+            [1798754400000, 1830290400000, 1861912800000],
+        ],
+    ),
+    (
+        "Asia/Beirut",
+        "2027-10-30 21:00:00.000",
+        1824930000000,
+        [
+            [1824843600000, 1824933600000, 1825020000000],
+            [1824411600000, 1825020000000, 1825624800000],
+            [1822338000000, 1825020000000, 1827612000000],
+            [1798754400000, 1830290400000, 1861912800000],
+        ],
+    ),
+];
+
+/// Under a clock frozen around each daylight-saving change, with the zone
+/// named inline and in the META hash, on both backends: the fixed window's
+/// key expires at exactly the period's end (reset_after_ms and RL.TTL
+/// count to it); the sliding window stores the period's start (a day that
+/// starts in a gap starts at the change) and expires at the next period's
+/// end, and one more request fits once 1/100 of the next period (23, 24 or
+/// 25 hours, as it is) has passed. The module and the library give
+/// identical replies, bytes and expiries.
+#[test]
+fn calendar_periods_follow_daylight_saving_changes() {
+    const PERIODS: [&str; 4] = ["day", "week", "month", "year"];
+    let mut seen: Vec<Vec<(Vec<i64>, String, i64)>> = Vec::new();
+    for backend in BOTH {
+        let mut log = Vec::new();
+        for &(zone, at, now, bounds) in DST_INSTANTS {
+            let Some(server) = backend.start_frozen_at(at) else {
+                return;
+            };
+            let mut con = server.client();
+            assert_eq!(common::server_time_ms(&mut con), now, "{backend:?} {at}");
+            for (p, period) in PERIODS.iter().enumerate() {
+                let [start, end, next_end] = bounds[p];
+                let what = format!("{backend:?} {zone} {at} {period}");
+                // The fixed window, inline.
+                let key = format!("f:{period}");
+                let call = [
+                    "RL.ADMIT", &key, "LIMIT", "1", "CALENDAR", period, "TZ", zone,
+                ];
+                let d = common::ints(&common::run(&mut con, &backend.call(&call)));
+                assert_eq!(d[..5], [1, 1, 0, 0, end - now], "{what}");
+                assert_eq!(pexpiretime(&mut con, &key), end, "{what}");
+                let d = common::ints(&common::run(&mut con, &backend.call(&call)));
+                assert_eq!((d[0], d[3]), (0, end - now), "{what}: full");
+                let ttl = [&["RL.TTL"], &call[1..]].concat();
+                let ttl = common::int(&common::run(&mut con, &backend.call(&ttl)));
+                assert_eq!(ttl, end - now, "{what}: RL.TTL");
+                // The fixed window, the zone from the META hash.
+                let meta = format!("m:{period}");
+                let fields = ["HSET", &meta, "max", "1", "calendar", period, "tz", zone];
+                common::cmd_raw(&mut con, &fields);
+                let by_meta = format!("f:{period}:meta");
+                let d = common::ints(&common::run(
+                    &mut con,
+                    &backend.call(&["RL.ADMIT", &by_meta, "META", &meta]),
+                ));
+                assert_eq!(d[..5], [1, 1, 0, 0, end - now], "{what}: META");
+                assert_eq!(pexpiretime(&mut con, &by_meta), end, "{what}: META");
+                // The sliding window: the period's start in its state.
+                let key = format!("s:{period}");
+                let sliding = |cost: &'static str| {
+                    [
+                        "RL.ADMIT", &key, "ALGO", "sliding", "LIMIT", "100", "CALENDAR", period,
+                        "TZ", zone, "COST", cost,
+                    ]
+                    .map(str::to_owned)
+                };
+                let d = common::ints(&common::run(&mut con, &backend.call_owned(&sliding("100"))));
+                assert_eq!(d[..5], [1, 100, 0, 0, next_end - now], "{what}: sliding");
+                let state = common::get(&mut con, &key).expect("the state");
+                assert_eq!(state, format!("sliding:{start}:100:0"), "{what}");
+                assert_eq!(pexpiretime(&mut con, &key), next_end, "{what}");
+                let retry = end - now + (next_end - end) / 100;
+                let d = common::ints(&common::run(&mut con, &backend.call_owned(&sliding("1"))));
+                assert_eq!(d[..5], [0, 100, 0, retry, next_end - now], "{what}");
+                let ttl = [
+                    "RL.TTL", &key, "ALGO", "sliding", "LIMIT", "100", "CALENDAR", period, "TZ",
+                    zone,
+                ];
+                let ttl = common::int(&common::run(&mut con, &backend.call(&ttl)));
+                assert_eq!(ttl, retry, "{what}: sliding RL.TTL");
+                log.push((d, state, pexpiretime(&mut con, &key)));
+            }
+        }
+        seen.push(log);
     }
     if let [a, b] = &seen[..] {
         assert_eq!(a, b, "the module and the library");
