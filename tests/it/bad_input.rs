@@ -161,7 +161,16 @@ fn fixtures(con: &mut Connection) {
             "HSET", "badalign", "max", "3", "duration", "1000", "align", "yes",
         ],
         &["HSET", "badcalendar", "max", "3", "calendar", "hour"],
-        &["HSET", "badtz", "max", "3", "calendar", "day", "tz", "CET"],
+        &[
+            "HSET",
+            "badtz",
+            "max",
+            "3",
+            "calendar",
+            "day",
+            "tz",
+            "europe/berlin",
+        ],
         &[
             "HSET",
             "calendarwindowalign",
@@ -610,14 +619,28 @@ const NAMED: &[(&str, &str)] = &[
         "ERR CALENDAR applies only to the windows (ALGO fixed or sliding), not to ALGO token",
     ),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ", "TZ needs a value"),
-    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ Europe/Berlin", "zone names are not supported"),
+    (
+        "RL.ADMIT new LIMIT 5 CALENDAR day TZ Mars/Olympus",
+        "ERR TZ must be a fixed offset from UTC such as +05:30 or -08:00, or an IANA zone name such as Europe/Berlin",
+    ),
+    // Zone names are exact, as IANA spells them.
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ europe/berlin", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ Europe/Berlin/", "TZ must be a fixed offset"),
+    ("RL.ADMIT new ALGO sliding LIMIT 5 CALENDAR day TZ Europe", "TZ must be a fixed offset"),
+    // Left out of the table: its listed changes are not its rule's.
+    ("RL.TTL new LIMIT 5 CALENDAR day TZ America/Havana", "TZ must be a fixed offset"),
+    ("RL.ADMIT new LIMIT 5 CALENDAR day TZ Europe/Berlin TZ UTC", "TZ is given more than once"),
+    ("RL.ADMIT new LIMIT 5 WINDOW 10 TZ Europe/Berlin", "ERR TZ applies only with CALENDAR"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +5:30", "TZ must be a fixed offset"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +24:00", "TZ must be a fixed offset"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ -01:60", "TZ must be a fixed offset"),
     ("RL.ADMIT new LIMIT 5 CALENDAR day TZ +01:00 TZ +02:00", "TZ is given more than once"),
     ("RL.ADMIT new LIMIT 5 WINDOW 10 TZ +01:00", "ERR TZ applies only with CALENDAR"),
     ("RL.ADMIT new META badcalendar", "META hash field 'calendar' must be one of"),
-    ("RL.ADMIT new META badtz", "META hash field 'tz' must be a fixed offset"),
+    (
+        "RL.ADMIT new META badtz",
+        "ERR META hash field 'tz' must be a fixed offset from UTC such as +05:30 or -08:00, or an IANA zone name such as Europe/Berlin",
+    ),
     ("RL.ADMIT new META calendarwindowalign", "and CALENDAR exclude each other: calendar periods"),
     ("RL.TTL new LIMIT 5 CALENDAR fortnight", "CALENDAR"),
     ("RL.ADMITALL 1 a POLICY LIMIT 5 CALENDAR day WINDOW 10", "exclude each other"),
@@ -625,6 +648,12 @@ const NAMED: &[(&str, &str)] = &[
 
 /// A number with a leading space is not a number (its words hold a space).
 const LEADING_SPACE: (&[&str], &str) = (&["RL.ADMIT", "c", "LIMIT", " 5", "WINDOW", "10"], "LIMIT");
+
+/// An empty TZ is no zone.
+const EMPTY_TZ: (&[&str], &str) = (
+    &["RL.ADMIT", "c", "LIMIT", "5", "CALENDAR", "day", "TZ", ""],
+    "ERR TZ must be a fixed offset",
+);
 
 /// Calls of `NAMED` whose numkeys FCALL itself cannot use: the server
 /// refuses them before the library runs, with its own text
@@ -638,6 +667,7 @@ fn named_cases() -> Vec<(Vec<&'static str>, &'static str)> {
         .map(|(call, mention)| (split(call), *mention))
         .collect();
     cases.push((LEADING_SPACE.0.to_vec(), LEADING_SPACE.1));
+    cases.push((EMPTY_TZ.0.to_vec(), EMPTY_TZ.1));
     cases
 }
 
