@@ -804,6 +804,22 @@ const METAS: [&str; 13] = [
     "meta:badpenalty",
 ];
 
+/// TZ values the random runs draw: fixed offsets, and IANA names with
+/// daylight saving of every kind (Santiago and Beirut change at midnight,
+/// Lord Howe by 30 minutes, Dublin's is negative), or none.
+const TZS: [&str; 10] = [
+    "+05:30",
+    "-08:00",
+    "+00:00",
+    "Europe/Berlin",
+    "America/Santiago",
+    "Asia/Beirut",
+    "Australia/Lord_Howe",
+    "Europe/Dublin",
+    "Asia/Kolkata",
+    "UTC",
+];
+
 /// Policy options for a random call: mostly a complete inline policy,
 /// sometimes from a META hash, sometimes malformed.
 fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
@@ -836,7 +852,7 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
             rng.pick(&["day", "week", "month", "year"]),
         ]));
         if rng.pct(50) {
-            out.extend(words(&["TZ", rng.pick(&["+05:30", "-08:00", "+00:00"])]));
+            out.extend(words(&["TZ", rng.pick(&TZS)]));
         }
     }
     if rng.pct(10) {
@@ -1283,4 +1299,104 @@ fn the_library_refuses_what_doubles_cannot_hold() {
         ],
     );
     assert!(ok.starts_with("Ints"), "{ok}");
+}
+
+/// Calendar periods in zones with daylight saving, at random instants
+/// around their changes of 2027 to 2032 (jiff's tzdb lists them): the
+/// server's clock moved to each (libfaketime, a file read at every clock
+/// read), and fixed and sliding windows over days, weeks, months and years
+/// called on both backends, with the zone inline or from a META hash, and
+/// with state from the instant before (the clock moving both ways). They
+/// must agree exactly: replies, stored bytes and expiries.
+#[test]
+fn calendar_zones_agree_across_daylight_saving_changes() {
+    use jiff::tz::TimeZone;
+    use jiff::Timestamp;
+    let dir = std::env::temp_dir().join("rl-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let clock = dir.join(format!("clock-{}-zones", std::process::id()));
+    let set_clock = |ms: i64| {
+        let at = Timestamp::from_millisecond(ms).unwrap();
+        // Half a ms more: libfaketime reads the fraction as a double, which
+        // may fall just below the ms written.
+        let text = format!("@{}5 x0\n", at.strftime("%Y-%m-%d %H:%M:%S%.3f"));
+        std::fs::write(&clock, text).unwrap();
+    };
+    set_clock(1_806_195_599_999);
+    let Some(server) = Server::start_with_clock_file(&clock, true) else {
+        return;
+    };
+    let mut oracle = Oracle::new(&server);
+    let mut rng = Rng::new(common::seed("calendar_zones_agree"));
+    // The changes of the zones that have them.
+    let from = Timestamp::from_millisecond(1_798_761_600_000).unwrap(); // 2027-01-01
+    let mut changes: Vec<(&str, i64)> = Vec::new();
+    for zone in TZS.iter().filter(|z| z.contains('/')) {
+        let tz = TimeZone::get(zone).unwrap();
+        for t in tz.following(from) {
+            let at = t.timestamp().as_millisecond();
+            if at >= 1_988_150_400_000 {
+                break; // 2033-01-01
+            }
+            changes.push((zone, at));
+        }
+    }
+    assert!(changes.len() >= 50, "{} changes", changes.len());
+    const HOUR: i64 = 3_600_000;
+    for step in 0..500usize {
+        let (zone, change) = rng.pick(&changes);
+        // Near the change: the ms around it, the hours around it (and the
+        // midnights there), or anywhere in the days around it.
+        let now = match rng.below(4) {
+            0 => change + rng.below(3) as i64 - 1,
+            1 => change + (rng.below(61) as i64 - 30) * HOUR + rng.below(3) as i64 - 1,
+            2 => change + (rng.below(121) as i64 - 60) * HOUR / 2,
+            _ => change + rng.below(4 * 24 * HOUR as usize) as i64 - 2 * 24 * HOUR,
+        };
+        set_clock(now);
+        assert_eq!(
+            common::server_time_ms(&mut oracle.con),
+            now,
+            "step {step}: the clock"
+        );
+        if rng.pct(30) {
+            oracle.both(&["DEL", "K1", "K2"]);
+        }
+        let period = rng.pick(&["day", "week", "month", "year"]);
+        let meta = format!("meta:zone:{period}");
+        if rng.pct(20) {
+            cmd_raw(
+                &mut oracle.con,
+                &["HSET", &meta, "max", "3", "calendar", period, "tz", zone],
+            );
+        }
+        for _ in 0..1 + rng.below(3) {
+            let algo = rng.pick(&["fixed", "sliding"]);
+            let key = if algo == "fixed" { "K1" } else { "K2" };
+            let cost = rng.below(3) as i64;
+            let mut call = match rng.below(10) {
+                0 => words(&["RL.TTL", key]),
+                _ => words(&["RL.ADMIT", key]),
+            };
+            let limit = (1 + rng.below(4)).to_string();
+            if rng.pct(15) {
+                call.extend(words(&["ALGO", algo, "META", &meta]));
+            } else {
+                call.extend(words(&[
+                    "ALGO", algo, "LIMIT", &limit, "CALENDAR", period, "TZ", zone,
+                ]));
+            }
+            if call[0] == "RL.ADMIT" {
+                call.extend(words(&["COST", &cost.to_string()]));
+            }
+            oracle.call(&format!("step {step} at {now}"), &call, cost);
+        }
+    }
+    let _ = std::fs::remove_file(&clock);
+    oracle.verdict("calendar zones");
+    let seen = &oracle.seen;
+    assert!(
+        seen.admitted > 0 && seen.refused_wait > 0 && seen.writes > 0,
+        "{seen:?}"
+    );
 }

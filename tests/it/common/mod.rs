@@ -253,6 +253,32 @@ impl Server {
         Some(Server::start_with_env(extra, with_module, env))
     }
 
+    /// A server whose clock stands still at the instant `clock` holds, a
+    /// file the test rewrites to move it (`@YYYY-MM-DD hh:mm:ss[.fff] x0`):
+    /// libfaketime's FAKETIME_TIMESTAMP_FILE, read again at every clock
+    /// read (FAKETIME_NO_CACHE). `None` as `start_frozen_at`.
+    pub fn start_with_clock_file(clock: &Path, with_module: bool) -> Option<Server> {
+        let Some(lib) = faketime_library() else {
+            let msg = "no libfaketime: apt-get install faketime (scripts/setup.sh test does)";
+            assert!(
+                !missing_tool_fails(),
+                "{msg} (RL_ALLOW_SKIP=1 skips instead)"
+            );
+            eprintln!("SKIPPED: {msg}");
+            return None;
+        };
+        let env = vec![
+            ("LD_PRELOAD".to_string(), lib.display().to_string()),
+            (
+                "FAKETIME_TIMESTAMP_FILE".to_string(),
+                clock.display().to_string(),
+            ),
+            ("FAKETIME_NO_CACHE".to_string(), "1".to_string()),
+            ("TZ".to_string(), "UTC".to_string()),
+        ];
+        Some(Server::start_with_env(&[], with_module, env))
+    }
+
     fn start_loading_module(extra: &[&str], with_module: bool) -> Server {
         Server::start_with_env(extra, with_module, Vec::new())
     }
