@@ -37,7 +37,7 @@ export interface Policy {
   align?: boolean;
   /** CALENDAR: the window is this calendar period (fixed or sliding; no windowMs, no align). */
   calendar?: CalendarPeriod;
-  /** TZ, with calendar: where its boundaries fall, a fixed offset such as "+05:30" or "-08:00". */
+  /** TZ, with calendar: where its boundaries fall, a fixed offset such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin". */
   tz?: string;
 }
 
@@ -209,7 +209,7 @@ export interface ValkeyStoreOptions {
   align?: boolean;
   /** CALENDAR: the window is this period (windowMs then only sizes the store's bookkeeping). */
   calendar?: CalendarPeriod;
-  /** TZ, with calendar: "+05:30", "-08:00". */
+  /** TZ, with calendar: "+05:30", "-08:00", "Europe/Berlin". */
   tz?: string;
   /** Told of each shadow refusal (the request passes); what it throws is logged, not raised. */
   onShadowRefusal?: (key: string, decision: Decision) => void | Promise<void>;

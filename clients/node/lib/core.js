@@ -83,10 +83,11 @@ const POLICY_NAME = {
 };
 const FUNCTION = { rule: "a function", ok: (v) => typeof v === "function" };
 const BOOLEAN = { rule: "true or false", ok: (v) => typeof v === "boolean" };
-// TZ: a fixed offset from UTC, as both backends read it (hours 00 to 23).
+// TZ: a fixed offset from UTC, as both backends read it (hours 00 to 23), or
+// what has the shape of an IANA zone name (the server knows which exist).
 const TZ_OFFSET = {
-  rule: 'a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported)',
-  ok: (v) => typeof v === "string" && /^[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]$/.test(v),
+  rule: 'a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin"',
+  ok: (v) => typeof v === "string" && /^(?:[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]|[A-Za-z][A-Za-z0-9_+-]*(?:\/[A-Za-z0-9_+-]+)*)$/.test(v),
 };
 
 function check(option, value, { rule, ok }) {

@@ -185,7 +185,7 @@ async function policies(expect) {
     [{ limit: 1, windowMs: 1000, penalty: -1 }, /^penalty must be a safe integer >= 1 \(got -1\)$/],
     [{ limit: 1, windowMs: 1000, shadow: "on" }, /^shadow must be true or false/],
     [{ limit: 1, calendar: "fortnight" }, /^calendar must be one of day, week, month, year/],
-    [{ limit: 1, calendar: "day", tz: "Europe/Berlin" }, /^tz must be a fixed offset from UTC/],
+    [{ limit: 1, calendar: "day", tz: "Europe//Berlin" }, /^tz must be a fixed offset from UTC/],
     [{ limit: 1, windowMs: 1000, tz: "+01:00" }, /^tz must be left out without calendar/],
     [{ limit: 1, windowMs: 1000, calendar: "day" }, /^windowMs must be left out with calendar/],
     [{ limit: 1, windowMs: 1000, algorithm: "gcra", align: true }, /^align must be left out with algorithm "gcra"/],

@@ -293,12 +293,16 @@ def test_ceil_seconds_of_t() -> None:
         (dict(limit=1, window_ms=1, align=1), "align must be True or False (got 1)"),
         (dict(limit=1, calendar="fortnight"), "calendar must be one of 'day', 'week', 'month', 'year' (got 'fortnight')"),
         (
-            dict(limit=1, calendar="day", tz="Europe/Berlin"),
-            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got \'Europe/Berlin\')',
+            dict(limit=1, calendar="day", tz="Europe Berlin"),
+            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got \'Europe Berlin\')',
+        ),
+        (
+            dict(limit=1, calendar="day", tz="/Berlin"),
+            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got \'/Berlin\')',
         ),
         (
             dict(limit=1, calendar="day", tz="+24:00"),
-            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got \'+24:00\')',
+            'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got \'+24:00\')',
         ),
         (
             dict(limit=1, window_ms=1000, tz="+01:00"),
@@ -332,6 +336,9 @@ def test_issue_27_options_go_out_as_both_backends_take_them() -> None:
     assert s.args() == ["ALGO", "sliding", "LIMIT", "5", "CALENDAR", "month", "TZ", "+05:30"]
     # With a META hash, tz may go with the hash's calendar field.
     assert Policy(meta="plan", tz="+05:30").args() == ["TZ", "+05:30"]
+    # Zone names go to the server as given (it knows which exist).
+    for name in ("Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+8", "UTC"):
+        assert Policy(1, None, calendar="day", tz=name).args()[-2:] == ["TZ", name]
 
 
 def test_a_shadow_refusal_is_told_by_the_map_field_else_by_the_wait() -> None:

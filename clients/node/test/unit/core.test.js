@@ -119,9 +119,10 @@ test("issue 27's options: checked, refused in the combinations the server refuse
     [{ limit: 1, windowMs: 1, penalty: "30s" }, 'penalty must be a safe integer >= 1 (got "30s")'],
     [{ limit: 1, windowMs: 1, align: 1 }, "align must be true or false (got 1)"],
     [{ limit: 1, calendar: "fortnight" }, 'calendar must be one of day, week, month, year (got "fortnight")'],
-    [{ limit: 1, calendar: "day", tz: "Europe/Berlin" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got "Europe/Berlin")'],
-    [{ limit: 1, calendar: "day", tz: "+24:00" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got "+24:00")'],
-    [{ limit: 1, calendar: "day", tz: "5:30" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported) (got "5:30")'],
+    [{ limit: 1, calendar: "day", tz: "Europe Berlin" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got "Europe Berlin")'],
+    [{ limit: 1, calendar: "day", tz: "/Berlin" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got "/Berlin")'],
+    [{ limit: 1, calendar: "day", tz: "+24:00" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got "+24:00")'],
+    [{ limit: 1, calendar: "day", tz: "5:30" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got "5:30")'],
     [{ limit: 1, windowMs: 1000, tz: "+01:00" }, 'tz must be left out without calendar (or a META hash whose calendar field it goes with) (got "+01:00")'],
     [{ limit: 1, windowMs: 1000, calendar: "day" }, "windowMs must be left out with calendar (the period is the window) (got 1000)"],
     [{ limit: 1, calendar: "day", align: true }, "align must be left out with calendar (calendar periods are aligned) (got true)"],
@@ -140,6 +141,10 @@ test("issue 27's options: checked, refused in the combinations the server refuse
   assert.deepEqual(core.policyArgs(slidingMonth), ["ALGO", "sliding", "LIMIT", "5", "CALENDAR", "month", "TZ", "+05:30"]);
   // With a META hash, TZ may go with the hash's calendar field.
   assert.deepEqual(core.policyArgs(core.checkPolicy({ meta: "plan", tz: "+05:30" })), ["TZ", "+05:30"]);
+  // Zone names go to the server as given (it knows which exist).
+  for (const name of ["Europe/Berlin", "America/Argentina/Buenos_Aires", "Etc/GMT+8", "UTC"]) {
+    assert.deepEqual(core.policyArgs(core.checkPolicy({ limit: 1, calendar: "day", tz: name })).slice(-2), ["TZ", name]);
+  }
   assert.deepEqual(core.callWords("functions", core.CALLS.admit, ["k"], core.policyArgs(all)).slice(0, 5), ["FCALL", "rl_admit", "1", "k", "LIMIT"]);
 });
 

@@ -16,9 +16,10 @@ BUCKETS = ("token", "gcra", "leaky")
 WINDOWS = ("fixed", "sliding")
 # CALENDAR's periods: the day, the ISO week (from Monday), the month, the year.
 CALENDAR_PERIODS = ("day", "week", "month", "year")
-# TZ: a fixed offset from UTC, as both backends read it (hours 00 to 23).
-_TZ = re.compile(r"^[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]$")
-TZ_RULE = 'a fixed offset from UTC such as "+05:30" or "-08:00" (zone names are not supported)'
+# TZ: a fixed offset from UTC, as both backends read it (hours 00 to 23), or
+# what has the shape of an IANA zone name (the server knows which exist).
+_TZ = re.compile(r"^(?:[+-](?:[01][0-9]|2[0-3]):[0-5][0-9]|[A-Za-z][A-Za-z0-9_+-]*(?:/[A-Za-z0-9_+-]+)*)$")
+TZ_RULE = 'a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin"'
 BACKENDS = ("auto", "module", "functions")
 FAILURE_POLICIES = ("open", "closed")
 UNCONFIRMED_POLICIES = ("keep", "refuse")
