@@ -1400,3 +1400,29 @@ fn calendar_zones_agree_across_daylight_saving_changes() {
         "{seen:?}"
     );
 }
+
+/// Every name of the module's zone table, given to both backends (a peek
+/// over each period, and an admit over the day): the same replies, so the
+/// library's table holds the same names with the same zones, as far as
+/// the periods around now show.
+#[test]
+fn every_zone_name_agrees() {
+    use valkey_ratelimit::algo::tzdb::ZONES;
+    let server = Server::start();
+    let mut oracle = Oracle::new(&server);
+    for (name, _) in ZONES.iter() {
+        for period in ["day", "week", "month", "year"] {
+            let call = words(&[
+                "RL.ADMIT", "K1", "LIMIT", "5", "CALENDAR", period, "TZ", name, "COST", "0",
+            ]);
+            oracle.call(&format!("{name} {period}"), &call, 0);
+        }
+        let call = words(&[
+            "RL.ADMIT", "K2", "ALGO", "sliding", "LIMIT", "5", "CALENDAR", "day", "TZ", name,
+        ]);
+        oracle.call(name, &call, 1);
+        oracle.both(&["DEL", "K2"]);
+    }
+    oracle.verdict("every zone name");
+    assert!(oracle.seen.calls >= 5 * 594, "{:?}", oracle.seen);
+}
