@@ -61,7 +61,7 @@ pub enum Value {
     Period,
     /// A zone: a fixed offset from UTC, `+HH:MM` or `-HH:MM`, or an IANA
     /// zone name.
-    Offset,
+    Zone,
 }
 
 /// One option: its keyword, how COMMAND DOCS names its value, and the META
@@ -185,7 +185,7 @@ pub const OPTIONS: [OptSpec; 14] = [
     row(
         Opt::Tz,
         c"TZ",
-        (c"zone", Value::Offset, 0, OFFSET_FORM),
+        (c"zone", Value::Zone, 0, OFFSET_FORM),
         Some(c"tz"),
     ),
 ];

@@ -142,7 +142,7 @@ pub const fn option_args<const N: usize>(opts: &[Opt], key_spec: i32) -> [Arg; N
             Value::Text => ArgKind::String,
             Value::Flag => ArgKind::PureToken,
             Value::Period => ArgKind::OneOf(PERIOD_WORDS),
-            Value::Offset => ArgKind::String,
+            Value::Zone => ArgKind::String,
         };
         out[i] = match kind {
             // A flag: `[TOKEN]`, named as its META field.
