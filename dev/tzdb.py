@@ -238,6 +238,7 @@ def write_rust(version, rules, zones):
         f'pub const VERSION: &str = "{version}";',
         "",
     ]
+    out += ["/// The daylight-saving rules, R0 to Rn (`Zone::rule`'s index).", f"pub static RULES: [Rule; {len(rules)}] = ["]
     for i, (std, dst_rule) in enumerate(rules):
         std, dst, start, end = rule_fields(std, dst_rule)
 
@@ -246,16 +247,18 @@ def write_rust(version, rules, zones):
             return f"Change {{ month: {m}, week: {w}, weekday: {d}, time: {t} }}"
 
         out += [
-            f"const R{i}: Rule = Rule {{",
-            f"    std: {std},",
-            f"    dst: {dst},",
-            f"    start: {change(start)},",
-            f"    end: {change(end)},",
-            "};",
+            f"    // R{i}",
+            "    Rule {",
+            f"        std: {std},",
+            f"        dst: {dst},",
+            f"        start: {change(start)},",
+            f"        end: {change(end)},",
+            "    },",
         ]
+    out += ["];"]
     out += ["", "/// Name -> zone, sorted by name (bytes).", f"pub static ZONES: [(&str, Zone); {len(zones)}] = ["]
     for name, (kind, v) in zones:
-        value = f"Zone::Fixed({v})" if kind == "fixed" else f"Zone::Rule(&R{v})"
+        value = f"Zone::fixed({v})" if kind == "fixed" else f"Zone::rule({v})"
         out.append(f'    ("{name}", {value}),')
     out += ["];", ""]
     with open(RUST_OUT, "w") as f:

@@ -237,7 +237,7 @@ fn calendar_of(
     }
     let zone = match opts.tz {
         Some(zone) => zone,
-        None => Meta::zone_of(meta)?.unwrap_or(Zone::Fixed(0)),
+        None => Meta::zone_of(meta)?.unwrap_or(Zone::UTC),
     };
     Ok(Some((period, zone)))
 }

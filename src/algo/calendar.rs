@@ -32,8 +32,8 @@ const MS_PER_DAY: i64 = 86_400_000;
 
 use std::ffi::CStr;
 
-use super::zone::Rule;
 pub use super::zone::Zone;
+use super::zone::{Kind, Rule};
 
 impl Period {
     pub fn parse(word: &[u8]) -> Option<Period> {
@@ -67,7 +67,7 @@ pub fn parse_offset(text: &[u8]) -> Option<i32> {
 /// the generated table spells it (`zone.rs`).
 pub fn parse_zone(text: &[u8]) -> Option<Zone> {
     match parse_offset(text) {
-        Some(offset) => Some(Zone::Fixed(offset)),
+        Some(offset) => Some(Zone::fixed(offset)),
         None => Zone::named(text),
     }
 }
@@ -132,26 +132,26 @@ fn end_day(period: Period, day: i64) -> i64 {
 /// in `zone`: the next boundary after now. `now_ms` is a server clock (0
 /// to about 2^62): nothing here overflows.
 pub fn period_end(period: Period, zone: Zone, now_ms: i64) -> i64 {
-    match zone {
-        Zone::Fixed(offset_ms) => {
+    match zone.kind() {
+        Kind::Fixed(offset_ms) => {
             let offset_ms = i64::from(offset_ms);
             let day = (now_ms + offset_ms).div_euclid(MS_PER_DAY);
             end_day(period, day) * MS_PER_DAY - offset_ms
         }
-        Zone::Rule(rule) => rule_bounds(period, rule, now_ms).1,
+        Kind::Rule(rule) => rule_bounds(period, rule, now_ms).1,
     }
 }
 
 /// The start (absolute ms, inclusive) of the `period` that holds `now_ms`,
 /// in `zone`: the last boundary at or before now.
 pub fn period_start(period: Period, zone: Zone, now_ms: i64) -> i64 {
-    match zone {
-        Zone::Fixed(offset_ms) => {
+    match zone.kind() {
+        Kind::Fixed(offset_ms) => {
             let offset_ms = i64::from(offset_ms);
             let day = (now_ms + offset_ms).div_euclid(MS_PER_DAY);
             start_day(period, day) * MS_PER_DAY - offset_ms
         }
-        Zone::Rule(rule) => rule_bounds(period, rule, now_ms).0,
+        Kind::Rule(rule) => rule_bounds(period, rule, now_ms).0,
     }
 }
 
@@ -200,7 +200,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const UTC: Zone = Zone::Fixed(0);
+    const UTC: Zone = Zone::UTC;
 
     /// ms of a UTC date and time.
     fn at(y: i64, mo: i64, d: i64, h: i64, mi: i64, s: i64, ms: i64) -> i64 {
@@ -245,8 +245,8 @@ mod tests {
             sunday + 1 + 7 * MS_PER_DAY
         );
         // Offsets of both signs: local midnight, in UTC.
-        let ist = Zone::Fixed(parse_offset(b"+05:30").unwrap());
-        let pst = Zone::Fixed(parse_offset(b"-08:00").unwrap());
+        let ist = Zone::fixed(parse_offset(b"+05:30").unwrap());
+        let pst = Zone::fixed(parse_offset(b"-08:00").unwrap());
         assert_eq!(
             period_end(Period::Day, ist, at(2024, 2, 29, 18, 29, 59, 999)),
             at(2024, 2, 29, 18, 30, 0, 0)
@@ -317,7 +317,7 @@ mod tests {
             offset_min in -(23 * 60 + 59)..=(23i32 * 60 + 59),
             period in proptest::sample::select(PERIODS.map(|p| p.1).to_vec()),
         ) {
-            let zone = Zone::Fixed(offset_min * 60_000);
+            let zone = Zone::fixed(offset_min * 60_000);
             let end = period_end(period, zone, now);
             prop_assert_eq!(period_end(period, zone, end - 1), end);
             let offset = i64::from(offset_min) * 60_000;

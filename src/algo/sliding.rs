@@ -464,7 +464,7 @@ mod tests {
             day in proptest::bool::ANY,
             calls in proptest::collection::vec((0i64..200_000_000, 1i64..4), 1..60),
         ) {
-            let zone = Zone::named(named.as_bytes()).unwrap_or(Zone::Fixed(offset_min * 60_000));
+            let zone = Zone::named(named.as_bytes()).unwrap_or(Zone::fixed(offset_min * 60_000));
             let period = if day { Period::Day } else { Period::Month };
             let p = Policy {
                 calendar: Some((period, zone)),

@@ -6,14 +6,21 @@
 //! whose local time is at or after them: in a spring-forward gap, the
 //! change itself; in a fall-back overlap, the earlier instant.
 
-use super::tzdb::ZONES;
+use super::tzdb::{RULES, ZONES};
 
 const MS_PER_DAY: i64 = 86_400_000;
 
-/// Where CALENDAR's boundaries fall.
+/// Where CALENDAR's boundaries fall: a fixed offset (ms east of UTC, less
+/// than a day either way), or a rule of the generated table, held as
+/// `i32::MIN` plus its index. One i32, as the offset alone was: the hot
+/// path copies the policies that hold it (make budget).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Zone {
-    /// A fixed offset, ms east of UTC (at most a day).
+pub struct Zone(i32);
+
+/// What a `Zone` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A fixed offset, ms east of UTC.
     Fixed(i32),
     /// A daylight-saving rule.
     Rule(&'static Rule),
@@ -41,6 +48,34 @@ pub struct Change {
 }
 
 impl Zone {
+    /// UTC.
+    pub const UTC: Zone = Zone(0);
+
+    /// A fixed offset, ms east of UTC: less than a day either way (as
+    /// `calendar::parse_offset` gives).
+    pub const fn fixed(offset_ms: i32) -> Zone {
+        assert!(offset_ms > -86_400_000 && offset_ms < 86_400_000);
+        Zone(offset_ms)
+    }
+
+    /// Rule `index` of the generated table.
+    pub const fn rule(index: u16) -> Zone {
+        Zone(i32::MIN + index as i32)
+    }
+
+    /// What this zone is.
+    #[inline(always)]
+    pub fn kind(self) -> Kind {
+        if self.0 > -86_400_000 {
+            return Kind::Fixed(self.0);
+        }
+        // Only `rule` makes such a value, from the table's indexes.
+        match RULES.get(self.0.wrapping_sub(i32::MIN) as usize) {
+            Some(rule) => Kind::Rule(rule),
+            None => Kind::Fixed(0),
+        }
+    }
+
     /// The zone an IANA name names (exactly, case included), if the table
     /// has it.
     pub fn named(name: &[u8]) -> Option<Zone> {
@@ -142,10 +177,12 @@ mod tests {
 
     #[test]
     fn names_are_exact() {
-        assert!(matches!(Zone::named(b"Europe/Berlin"), Some(Zone::Rule(_))));
-        assert_eq!(Zone::named(b"Asia/Kolkata"), Some(Zone::Fixed(19_800_000)));
-        assert_eq!(Zone::named(b"UTC"), Some(Zone::Fixed(0)));
-        assert_eq!(Zone::named(b"Etc/UTC"), Some(Zone::Fixed(0)));
+        let berlin = Zone::named(b"Europe/Berlin").unwrap();
+        assert!(matches!(berlin.kind(), Kind::Rule(r) if r.std == 3_600_000 && r.dst == 7_200_000));
+        assert_eq!(Zone::named(b"Asia/Kolkata"), Some(Zone::fixed(19_800_000)));
+        assert_eq!(Zone::named(b"UTC"), Some(Zone::UTC));
+        assert_eq!(Zone::named(b"Etc/UTC"), Some(Zone::UTC));
+        assert_eq!(Zone::fixed(-86_399_999).kind(), Kind::Fixed(-86_399_999));
         for bad in [
             &b"europe/berlin"[..],
             b"Mars/Olympus",
