@@ -6,7 +6,8 @@ ratio in bench/instruction-budget.tsv. A row with a third column is divided
 by that row's count instead: the library's FCALL rows by the hand-written
 script of their shape (bench/lua/hand_*.lua), in the same run. tests/instruction_budget.rs runs this
 in `make test`; a regression of a few percent fails it, noise does not
-(three profile runs agree within 0.2%).
+(three profile runs agree within 0.2%; a row over budget is counted again,
+with its base, and the lower counts are judged).
 
 A ratio to the floor, not a raw count, so that a different server build or
 compiler moves both sides alike. Rows and arguments are `make bench`'s
@@ -89,6 +90,23 @@ def main():
                     print("%s cannot run: %s" % (rid, reason))
                     return 2
                 counts[rid], _ = p.profile(rows[rid])
+            # Noise only adds instructions (a server cron tick that lands in
+            # a row's calls on a loaded machine: once, 3% on one row), so a
+            # row over budget is counted again with its base, and each keeps
+            # the lower count. A regression is over in both runs.
+            # Each row is counted at most twice (a lower base can put
+            # another row over: it is counted again in turn).
+            recounted = set()
+            while True:
+                over = [r for r in budget if counts[r] / counts[base[r]] > budget[r]
+                        and not {r, base[r]} <= recounted]
+                if not over:
+                    break
+                for again in sorted({x for r in over for x in (r, base[r])} - recounted):
+                    count, _ = p.profile(rows[again])
+                    print("%s counted again: %.0f, then %.0f" % (again, counts[again], count))
+                    counts[again] = min(counts[again], count)
+                    recounted.add(again)
             if p.b.errors:
                 print("errors: %s" % "; ".join(p.b.errors))
                 return 2
