@@ -13,7 +13,7 @@ says how to load and call it and lists every difference.
   FCALL    rl_throttle 1 key max_burst count_per_period period [quantity] [FORMAT map]
   FCALL    rl_admitall numkeys counter... [metakey...] [COST n] [FORMAT map]
                        POLICY [ALGO a] [LIMIT n] [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
-  FCALL    rl_acquire  1|2 key [metakey] [LIMIT n] [TTL ms] [ID lease-id] [FORMAT map]
+  FCALL    rl_acquire  1|2 key [metakey] [LIMIT n] [TTL ms] [ID lease-id] [SHADOW] [FORMAT map]
   FCALL    rl_release  1 key lease-id
   FCALL    rl_extend   1 key lease-id TTL ms
   FCALL_RO rl_inflight 1 key
@@ -2748,7 +2748,10 @@ local LEASE_READERS = {
   ID = function(v) return non_empty(v, 'ID') end,
   FORMAT = OPTIONS.FORMAT,
 }
-local ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, FORMAT = true}
+local ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, SHADOW = true, FORMAT = true}
+-- A shadow refusal's fields: the lease's and `shadow` 1.
+local LEASE_SHADOW_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
+                             status('retry_after_ms'), status('lease_id'), status('shadow')}
 
 -- now + ttl as a deadline; refused past 2^53 (exact: now < 2^53).
 local function deadline_after(now, ttl)
@@ -2756,14 +2759,15 @@ local function deadline_after(now, ttl)
   return now + ttl
 end
 
--- The limit and TTL of an acquire: inline options win over the META hash's
--- fields `max` and `ttl`. nil for no limit (none, or 0).
+-- The limit, TTL and shadow mode of an acquire: inline options win over
+-- the META hash's fields `max`, `ttl` and `shadow`. nil for no limit (none,
+-- or 0).
 local function lease_policy(opts, metakey, now)
   local meta = NO_META
   if metakey ~= nil then
-    local fields = server.pcall('HMGET', metakey, 'max', 'ttl')
+    local fields = server.pcall('HMGET', metakey, 'max', 'ttl', 'shadow')
     if fields.err then fail('WRONGTYPE META key does not hold a hash') end
-    meta = {max = fields[1] or nil, ttl = fields[2] or nil}
+    meta = {max = fields[1] or nil, ttl = fields[2] or nil, shadow = fields[3] or nil}
   end
   local limit = opts.LIMIT
   if limit == nil then limit = meta_int(meta, 'max', 0, NON_NEGATIVE) or 0 end
@@ -2773,10 +2777,11 @@ local function lease_policy(opts, metakey, now)
   if ttl == nil then
     fail('ERR a limit is set but no TTL: give TTL or set field \'ttl\' in the META hash')
   end
+  local shadow = opts.SHADOW or meta_flag(meta, 'shadow')
   local deadline = deadline_after(now, ttl)
   -- The library's own: the limit is replied, and must be exact.
   if limit > EXACT then fail(BEYOND_DOUBLES) end
-  return limit, deadline
+  return limit, deadline, shadow
 end
 
 -- A deadline or expiry inside a string argument, in plain digits. Given as
@@ -2940,7 +2945,7 @@ local function rl_acquire(keys, args)
   local key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
   local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS, true)
   local now, now_us = lease_clock()
-  local limit, deadline = lease_policy(opts, metakey, now)
+  local limit, deadline, shadow = lease_policy(opts, metakey, now)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
     local id = opts.ID or fresh_id(now, now_us, nothing_taken)
@@ -2956,6 +2961,14 @@ local function rl_acquire(keys, args)
     local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
     local retry = deadline_of(first[2]) - now
     if held.expired > 0 then store_leases(key, held, nil, nil, nil, latest_deadline(held, now)) end
+    if shadow then
+      -- Shadow mode: the refusal (no lease taken), answered as acquired
+      -- with the id the lease would have had.
+      local function taken(id) return server.call('ZSCORE', key, id) ~= false end
+      local id = opts.ID or fresh_id(now, now_us, taken)
+      if opts.FORMAT then return named(LEASE_SHADOW_FIELDS, {1, limit, live, retry, id, 1}, opts.FORMAT) end
+      return {1, limit, live, retry, id}
+    end
     return five(LEASE_FIELDS, opts.FORMAT, 0, limit, live, retry, false)
   end
   local function taken(id) return server.call('ZSCORE', key, id) ~= false end

@@ -304,7 +304,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 /// The META fields a limiter reads, for its policy options.
 pub const META_FIELDS: [(Opt, &CStr); 9] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
-pub const LEASE_META_FIELDS: [(Opt, &CStr); 2] = meta_fields(LEASE);
+pub const LEASE_META_FIELDS: [(Opt, &CStr); 3] = meta_fields(LEASE);
 
 /// The option whose value is a key (META), for getkeys scanning.
 const KEY_OPTION: &OptSpec = {
@@ -358,7 +358,14 @@ pub const ADMIT: &[Opt] = &[
     Opt::Block,
 ];
 /// RL.ACQUIRE's options.
-pub const LEASE: &[Opt] = &[Opt::Limit, Opt::Ttl, Opt::Meta, Opt::Id, Opt::Block];
+pub const LEASE: &[Opt] = &[
+    Opt::Limit,
+    Opt::Ttl,
+    Opt::Meta,
+    Opt::Id,
+    Opt::Shadow,
+    Opt::Block,
+];
 /// `POLICY`, `LIMITER` and `LEASE` as sets, for parsing.
 pub const POLICY_SET: OptSet = OptSet::of(POLICY);
 pub const LIMITER_SET: OptSet = OptSet::of(LIMITER);

@@ -80,6 +80,9 @@ pub enum LeaseOutcome {
     /// A new lease, or a live one renewed.
     Acquired,
     Refused,
+    /// Would have been refused, but answered as acquired in shadow mode
+    /// (no lease taken): counted apart.
+    ShadowRefused,
     Released,
     Extended,
     /// A release or extend of a lease that was not live.
@@ -95,7 +98,8 @@ pub struct LeaseTally {
 }
 
 /// The receipt of a lease call: its counters, and `rl.hit` for a refusal
-/// when hit events are on, as for the limiters' refusals.
+/// when hit events are on (`rl.shadow` for a shadow refusal), as for the
+/// limiters' refusals.
 pub fn of_lease(
     outcome: LeaseOutcome,
     reclaimed: usize,
@@ -105,8 +109,12 @@ pub fn of_lease(
         outcome,
         reclaimed: reclaimed as u64,
     };
-    let hit = hit_events && outcome == LeaseOutcome::Refused;
-    (tally, hit.then_some(Event::Hit))
+    let event = match outcome {
+        LeaseOutcome::Refused => Some(Event::Hit),
+        LeaseOutcome::ShadowRefused => Some(Event::Shadow),
+        _ => None,
+    };
+    (tally, event.filter(|_| hit_events))
 }
 
 #[cfg(test)]
@@ -118,6 +126,9 @@ mod tests {
         let (tally, event) = of_lease(LeaseOutcome::Refused, 2, true);
         assert_eq!((tally.reclaimed, event), (2, Some(Event::Hit)));
         assert_eq!(of_lease(LeaseOutcome::Refused, 0, false).1, None);
+        let (tally, event) = of_lease(LeaseOutcome::ShadowRefused, 1, true);
+        assert_eq!((tally.reclaimed, event), (1, Some(Event::Shadow)));
+        assert_eq!(of_lease(LeaseOutcome::ShadowRefused, 0, false).1, None);
         for outcome in [
             LeaseOutcome::Acquired,
             LeaseOutcome::Released,

@@ -192,6 +192,41 @@ pub fn acquired(ctx: Ctx, a: &Acquired) {
     }
 }
 
+/// RL.ACQUIRE's shadow refusal: acquired 1, the refusal's limit, in-flight
+/// count and wait, the would-be id; a RESP3 map adds `shadow 1`.
+#[cold]
+pub fn acquired_in_shadow(ctx: Ctx, a: &Acquired) {
+    let Some(id) = &a.lease_id else {
+        return acquired(ctx, a);
+    };
+    let resp3 = speaks_resp3(ctx);
+    let values = [1, a.limit, a.in_flight, a.retry_after_ms];
+    let len = ACQUIRE_FIELDS.len() + usize::from(resp3);
+    // SAFETY: the running call's context; `len` elements as announced (each
+    // after its C-string name for RESP3, which adds `shadow`), the id a
+    // buffer of its own length.
+    unsafe {
+        match resp3 {
+            true => api!(RedisModule_ReplyWithMap)(ctx, len as _),
+            false => api!(RedisModule_ReplyWithArray)(ctx, len as _),
+        };
+        for (name, v) in ACQUIRE_FIELDS.iter().zip(values) {
+            if resp3 {
+                api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+            }
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+        if resp3 {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, ACQUIRE_FIELDS[4].as_ptr());
+        }
+        api!(RedisModule_ReplyWithStringBuffer)(ctx, id.as_ptr().cast(), id.len());
+        if resp3 {
+            api!(RedisModule_ReplyWithSimpleString)(ctx, c"shadow".as_ptr());
+            api!(RedisModule_ReplyWithLongLong)(ctx, 1);
+        }
+    }
+}
+
 pub fn int(ctx: Ctx, value: i64) {
     // SAFETY: the running call's context.
     unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, value as c_longlong) };

@@ -242,14 +242,17 @@ fn calendar_of(
     Ok(Some((period, zone)))
 }
 
-/// A lease policy: at most `limit` leases, each for `ttl_ms`.
+/// A lease policy: at most `limit` leases, each for `ttl_ms`; in shadow
+/// mode (`shadow`) a would-be refusal is answered as acquired.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeasePolicy {
     pub limit: i64,
     pub ttl_ms: i64,
+    pub shadow: bool,
 }
 
-/// RL.ACQUIRE's limit and TTL, inline or from the META hash (inline wins);
+/// RL.ACQUIRE's limit, TTL and shadow mode (SHADOW, or META field `shadow`
+/// 1), inline or from the META hash (inline wins);
 /// `None` when there is no limit (then the TTL is neither needed nor read).
 pub fn lease_policy(
     ctx: Ctx,
@@ -271,7 +274,17 @@ pub fn lease_policy(
         Some(ttl) => ttl,
         None => meta.int(Opt::Ttl, 1, POSITIVE)?.ok_or(RlError::NoTtl)?,
     };
-    Ok(Some(LeasePolicy { limit, ttl_ms }))
+    // The plain call (no META hash, no SHADOW) skips the field.
+    let shadow = match (opts.shadow, opts.meta) {
+        (true, _) => true,
+        (false, None) => false,
+        (false, Some(_)) => Meta::flag_of(Some(&meta), Opt::Shadow)?,
+    };
+    Ok(Some(LeasePolicy {
+        limit,
+        ttl_ms,
+        shadow,
+    }))
 }
 
 /// RL.LIMIT: the META hash's limit, 0 when it has none.

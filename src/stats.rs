@@ -53,12 +53,13 @@ struct Counters {
 }
 
 /// The lease counters' INFO names, each after `leases_`.
-const LEASE_FIELDS: [&str; 5] = [
+const LEASE_FIELDS: [&str; 6] = [
     "leases_acquired",
     "leases_refused",
     "leases_released",
     "leases_extended",
     "leases_reclaimed",
+    "leases_shadow_refused",
 ];
 const RECLAIMED: usize = 4;
 
@@ -103,6 +104,7 @@ pub fn lease(tally: LeaseTally) {
         LeaseOutcome::Refused => Some(1),
         LeaseOutcome::Released => Some(2),
         LeaseOutcome::Extended => Some(3),
+        LeaseOutcome::ShadowRefused => Some(5),
         LeaseOutcome::Nothing => None,
     };
     if let Some(slot) = slot {

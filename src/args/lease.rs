@@ -5,7 +5,8 @@
 use super::{limiter_keys, unknown, Opt, OptSet, Options, LEASE_SET};
 use crate::error::{RlError, NON_EMPTY, POSITIVE};
 
-/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id]. A lease
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [SHADOW]
+/// [BLOCK timeout_ms] (SHADOW a flag: no value). A lease
 /// LIMIT of 0 admits nobody, so it is refused: unlimited is said by
 /// leaving LIMIT out (or META 'max' 0).
 pub fn acquire(args: &[&[u8]]) -> Result<Options, RlError> {
@@ -15,14 +16,14 @@ pub fn acquire(args: &[&[u8]]) -> Result<Options, RlError> {
         let Some(opt) = Opt::parse(args[at], LEASE_SET) else {
             return Err(unknown(args[at]));
         };
-        opts.set(opt, args, at + 1).map_err(|err| match err {
+        let words = opts.set(opt, args, at + 1).map_err(|err| match err {
             RlError::BadValue(..) if opt == Opt::Limit => RlError::BadValue(opt.name(), POSITIVE),
             err => err,
         })?;
         if opt == Opt::Limit && opts.limit == Some(0) {
             return Err(RlError::BadValue(opt.name(), POSITIVE));
         }
-        at += 2;
+        at += words;
     }
     Ok(opts)
 }
@@ -89,11 +90,20 @@ mod tests {
             ("TTL 1 ttl 2", RlError::Repeated("TTL")),
             ("COST 1", RlError::UnknownOption("COST".into())),
             ("WINDOW 1", RlError::UnknownOption("WINDOW".into())),
+            ("SHADOW 1", RlError::UnknownOption("1".into())),
+            ("SHADOW shadow", RlError::Repeated("SHADOW")),
         ];
         for (tail, want) in cases {
             let line = format!("RL.ACQUIRE k {tail}");
             assert_eq!(acquire(&words(&line)).as_ref(), Err(want), "{tail}");
         }
+        // SHADOW is a flag: the next word is the next option.
+        let shadow = acquire(&words("RL.ACQUIRE k shadow LIMIT 2 TTL 5")).unwrap();
+        assert_eq!(
+            (shadow.shadow, shadow.limit, shadow.ttl),
+            (true, Some(2), Some(5))
+        );
+        assert!(!ok.shadow);
         let empty_id: Vec<&[u8]> = vec![b"RL.ACQUIRE", b"k", b"ID", b""];
         assert_eq!(acquire(&empty_id), Err(RlError::BadValue("ID", NON_EMPTY)));
     }

@@ -36,7 +36,8 @@ fn next_nonce() -> u64 {
 
 const DEADLINE_TOO_LATE: RlError = RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
 
-/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [BLOCK timeout_ms]
+/// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [SHADOW] [BLOCK timeout_ms]
+/// (a shadow refusal is answered as acquired, so it never waits)
 pub fn acquire(call: &Call) -> Result<(), RlError> {
     let opts = args::lease::acquire(call.args)?;
     // A waiter (BLOCK) woken or timed out; only the head may take a slot.
@@ -83,10 +84,15 @@ fn acquire_once(
     };
     let deadline = lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
     let name = call.argv[1];
+    let shadow = policy.shadow;
     // BLOCK where the server allows blocking, and first come, first
     // served: while others wait, a call joins them, or may only renew.
-    // (The context is asked only when the call would wait.)
-    let wait = || opts.block.filter(|_| fresh && block::may_block(call.ctx));
+    // (The context is asked only when the call would wait.) A call in
+    // shadow mode never waits: its refusal is answered at once.
+    let wait = || {
+        opts.block
+            .filter(|_| fresh && !shadow && block::may_block(call.ctx))
+    };
     let queued = match fresh {
         true => block::queued(call.ctx, name, now),
         false => None,
@@ -154,7 +160,7 @@ fn acquire_once(
             )?;
             return Ok(None);
         }
-        if !fresh && !timed_out {
+        if !fresh && !timed_out && !shadow {
             return Ok(Some(answer.retry_after_ms));
         }
         if let Some(head_at) = queued {
@@ -165,6 +171,10 @@ fn acquire_once(
         store::execute_leases(call.ctx, &mut key, name, &plan, given_str, put_done);
     }
     drop(key);
+    if shadow && !answer.acquired {
+        shadow_refused(call, name, answer, wanted, now, plan.reclaimed);
+        return Ok(None);
+    }
     let outcome = match answer.acquired {
         true => LeaseOutcome::Acquired,
         false => LeaseOutcome::Refused,
@@ -172,6 +182,28 @@ fn acquire_once(
     record(call, name, outcome, plan.reclaimed);
     reply::acquired(call.ctx, &answer);
     Ok(None)
+}
+
+/// A shadow refusal (see docs/reference.md "Shadow mode"): the refusal
+/// was carried out (it took no lease, and reclaimed as a refusal does); it
+/// is answered as acquired, with the would-be wait and the id the lease
+/// would have had, which the key does not hold.
+#[cold]
+#[inline(never)]
+fn shadow_refused(
+    call: &Call,
+    name: Str,
+    mut answer: Acquired,
+    wanted: WantedId,
+    now: i64,
+    reclaimed: usize,
+) {
+    answer.lease_id = Some(match wanted {
+        WantedId::Given(id) => id.to_vec(),
+        WantedId::Generated(nonce) => lease::generated_id(now, nonce),
+    });
+    record(call, name, LeaseOutcome::ShadowRefused, reclaimed);
+    reply::acquired_in_shadow(call.ctx, &answer);
 }
 
 /// RL.RELEASE key lease-id
@@ -226,7 +258,8 @@ pub fn in_flight(call: &Call) -> Result<(), RlError> {
     Ok(())
 }
 
-/// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`.
+/// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`
+/// (`rl.shadow` for a shadow refusal).
 fn record(call: &Call, name: Str, outcome: LeaseOutcome, reclaimed: usize) {
     let (tally, event) = receipt::of_lease(outcome, reclaimed, config::hit_events());
     stats::lease(tally);

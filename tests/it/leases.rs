@@ -1465,6 +1465,33 @@ fn crafted() -> Vec<(String, Vec<Step>)> {
     let a = |rest: &[&str]| call(&[&["RL.ACQUIRE", "L"][..], rest].concat());
     let v: Vec<(&str, Vec<Step>)> = vec![
         (
+            "shadow: fill, would-be refusals, release of a shadow id, meta shadow on then off",
+            vec![
+                a(&["LIMIT", "2", "TTL", "1000", "SHADOW", "ID", "x"]),
+                a(&["LIMIT", "2", "TTL", "2000", "SHADOW"]),
+                a(&["LIMIT", "2", "TTL", "3000", "SHADOW", "ID", "z"]),
+                a(&["LIMIT", "2", "TTL", "3000", "SHADOW"]),
+                a(&["SHADOW", "LIMIT", "2", "TTL", "3000", "ID", "x"]),
+                call(&["RL.RELEASE", "L", "z"]),
+                call(&["RL.EXTEND", "L", "z", "TTL", "50"]),
+                call(&["RL.INFLIGHT", "L"]),
+                call(&["HSET", "{meta}", "max", "2", "ttl", "300", "shadow", "1"]),
+                a(&["META", "{meta}", "ID", "q"]),
+                a(&["META", "{meta}", "ID", "q", "SHADOW"]),
+                call(&["HSET", "{meta}", "shadow", "0"]),
+                a(&["META", "{meta}", "ID", "q"]),
+                a(&["META", "{meta}", "ID", "q", "SHADOW"]),
+                call(&["HSET", "{meta}", "shadow", "yes"]),
+                a(&["META", "{meta}", "ID", "q"]),
+                a(&["META", "{meta}", "ID", "q", "SHADOW"]),
+                call(&["HSET", "{meta}", "max", "0"]),
+                a(&["META", "{meta}", "ID", "q"]),
+                a(&["LIMIT", "2", "SHADOW", "1", "TTL", "5"]),
+                a(&["LIMIT", "2", "TTL", "5", "SHADOW", "SHADOW"]),
+                a(&["LIMIT", "2", "SHADOW", "TTL", "9007199254740992"]),
+            ],
+        ),
+        (
             "fill, refuse, release, acquire again",
             vec![
                 a(&["LIMIT", "2", "TTL", "1000", "ID", "x"]),
@@ -1914,7 +1941,11 @@ fn random_scenario(rng: &mut Rng) -> Vec<Step> {
     if rng.pct(30) {
         let max = rng.pick(&["0", "1", "2", "x"]);
         let ttl = rng.pick(&["1", "300", "0"]);
-        steps.push(call(&["HSET", "{meta}", "max", max, "ttl", ttl]));
+        let mut w = vec!["HSET", "{meta}", "max", max, "ttl", ttl];
+        if rng.pct(40) {
+            w.extend(["shadow", rng.pick(&["1", "0", "2", "on"])]);
+        }
+        steps.push(call(&w));
     }
     for _ in 0..1 + rng.below(10) {
         let key = rng.pick(KEYS);
@@ -1940,6 +1971,9 @@ fn random_scenario(rng: &mut Rng) -> Vec<Step> {
                 }
                 if rng.pct(10) {
                     w.extend(["META", "{meta}"]);
+                }
+                if rng.pct(20) {
+                    w.push("SHADOW");
                 }
                 call(&w)
             }
@@ -2013,6 +2047,17 @@ fn acquire_maps_match_for_resp3() {
     let calls = [
         vec!["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "60000", "ID", "a"],
         vec!["RL.ACQUIRE", "L", "LIMIT", "1", "TTL", "60000", "ID", "b"],
+        vec![
+            "RL.ACQUIRE",
+            "L",
+            "LIMIT",
+            "1",
+            "TTL",
+            "60000",
+            "ID",
+            "c",
+            "SHADOW",
+        ],
     ];
     let sorted = |v: &Value| -> Vec<(String, String)> {
         match v {
@@ -2049,6 +2094,14 @@ fn acquire_maps_match_for_resp3() {
         refused.contains(&("+lease_id".to_string(), "nil".to_string())),
         "{refused:?}"
     );
+    // A shadow refusal: acquired 1, its would-be id, and `shadow 1`; only
+    // it has the field.
+    let shadowed = sorted(&module_replies[2]);
+    for field in [("+acquired", "1"), ("+lease_id", "\"c\""), ("+shadow", "1")] {
+        let field = (field.0.to_string(), field.1.to_string());
+        assert!(shadowed.contains(&field), "{shadowed:?}");
+    }
+    assert!(!refused.iter().any(|(k, _)| k == "+shadow"), "{refused:?}");
     assert!(error_text(&library_replies[0]).is_none());
 }
 
@@ -2114,4 +2167,212 @@ fn out_of_memory_a_holder_still_extends_and_releases() {
         let r = cmd_raw(&mut con, &["CONFIG", "SET", "maxmemory", "0"]);
         assert_eq!(r, Value::Okay, "{backend:?}");
     }
+}
+
+/// Shadow mode (issue 27): with LIMIT 2 and SHADOW, five acquires are all
+/// answered acquired; the 3rd-5th with the wait for the earliest live
+/// lease and the id they would have had, and they take nothing: the key,
+/// its deadlines and its expiry are those of two enforced acquires, and
+/// nothing of the three is propagated. The shadow ids are not held: a
+/// release or extend of one answers 0. META `shadow 1` then `shadow 0`
+/// enforces from there.
+#[test]
+fn shadow_acquires_answer_acquired_and_keep_the_enforced_state() {
+    for backend in BOTH {
+        shadow_acquires_keep_the_enforced_state_on(backend);
+    }
+}
+
+fn shadow_acquires_keep_the_enforced_state_on(backend: Backend) {
+    let primary = backend.start_with(QUIET);
+    let replica = backend.start();
+    replica.replica_of(&primary);
+    let mut con = primary.client();
+    let calls: Vec<Vec<String>> = [
+        "RL.ACQUIRE s LIMIT 2 TTL 1000 ID a SHADOW",
+        "RL.ACQUIRE s LIMIT 2 TTL 2000 SHADOW ID b",
+        "RL.ACQUIRE e LIMIT 2 TTL 1000 ID a",
+        "RL.ACQUIRE e LIMIT 2 TTL 2000 ID b",
+    ]
+    .iter()
+    .map(|c| line(backend, c))
+    .collect();
+    let (first, replies) = timed(&mut con, &calls);
+    for (reply, id) in replies.iter().zip(["a", "b", "a", "b"]) {
+        assert_eq!(acquired(reply).0, 1, "{backend:?}");
+        assert_eq!(acquired(reply).4.as_deref(), Some(id), "{backend:?}");
+    }
+    wait_replica_offset(&primary, &replica);
+    let before = repl_offset(&mut con);
+    let calls: Vec<Vec<String>> = [
+        "RL.ACQUIRE s LIMIT 2 TTL 5000 SHADOW",
+        "RL.ACQUIRE s LIMIT 2 TTL 5000 SHADOW ID mine",
+        "RL.ACQUIRE s shadow LIMIT 2 TTL 5000",
+    ]
+    .iter()
+    .map(|c| line(backend, c))
+    .collect();
+    let (now, replies) = timed(&mut con, &calls);
+    let mut ids = Vec::new();
+    for reply in &replies {
+        let (ok, limit, in_flight, retry, id) = acquired(reply);
+        // The wait for the earliest live lease: a's, 1000 ms from `first`.
+        assert_eq!((ok, limit, in_flight), (1, 2, 2), "{backend:?}");
+        assert_eq!(retry, first + 1000 - now, "{backend:?}");
+        assert!(retry > 0, "{backend:?}: {retry}");
+        ids.push(id.expect("the would-be id"));
+    }
+    assert!(
+        is_generated_id(&ids[0]) && is_generated_id(&ids[2]),
+        "{ids:?}"
+    );
+    assert_eq!(ids[1], "mine");
+    assert_eq!(
+        repl_offset(&mut con),
+        before,
+        "{backend:?}: nothing propagated"
+    );
+    assert_eq!(cmd_int(&mut con, &["ZCARD", "s"]), 2);
+    let state = lease_state(&mut con, "s");
+    assert_eq!(state, lease_state(&mut con, "e"), "{backend:?}");
+    assert_eq!(state.1, first + 2000, "{backend:?}");
+    // The shadow ids are not held.
+    for call in [
+        "RL.RELEASE s mine".to_string(),
+        format!("RL.EXTEND s {} TTL 10", ids[0]),
+    ] {
+        assert_eq!(show(&run(&mut con, &line(backend, &call))), "0", "{call}");
+    }
+    assert_eq!(repl_offset(&mut con), before, "{backend:?}");
+    wait_replica_offset(&primary, &replica);
+    assert_eq!(lease_state(&mut replica.client(), "s"), state);
+    // Without SHADOW the same call is refused.
+    let v = run(&mut con, &line(backend, "RL.ACQUIRE s LIMIT 2 TTL 5000"));
+    assert_eq!((acquired(&v).0, acquired(&v).4), (0, None), "{backend:?}");
+    // META shadow 1, then 0: enforced from there.
+    cmd_raw(&mut con, &split("HSET m max 2 ttl 5000 shadow 1"));
+    let v = run(&mut con, &line(backend, "RL.ACQUIRE s META m"));
+    let (ok, _, _, retry, id) = acquired(&v);
+    assert!(ok == 1 && retry > 0 && id.is_some(), "{backend:?}: {v:?}");
+    cmd_raw(&mut con, &split("HSET m shadow 0"));
+    let v = run(&mut con, &line(backend, "RL.ACQUIRE s META m"));
+    assert_eq!(acquired(&v).0, 0, "{backend:?}: {v:?}");
+    // The inline flag wins over `shadow 0`.
+    let v = run(&mut con, &line(backend, "RL.ACQUIRE s META m SHADOW"));
+    assert_eq!(acquired(&v).0, 1, "{backend:?}: {v:?}");
+    assert_eq!(state, lease_state(&mut con, "s"), "{backend:?}");
+    // A free slot in shadow mode is taken as usual.
+    let v = run(
+        &mut con,
+        &line(backend, "RL.ACQUIRE s LIMIT 3 TTL 5000 SHADOW ID c"),
+    );
+    assert_eq!(acquired(&v), (1, 3, 3, 0, Some("c".into())), "{backend:?}");
+    assert_eq!(cmd_int(&mut con, &["ZCARD", "s"]), 3);
+    // Bad input: the same errors on both backends.
+    for (call, want) in [
+        (
+            "RL.ACQUIRE s LIMIT 2 TTL 5 SHADOW 1",
+            "ERR unknown option '1'",
+        ),
+        (
+            "RL.ACQUIRE s LIMIT 2 TTL 5 SHADOW SHADOW",
+            "ERR SHADOW is given more than once",
+        ),
+    ] {
+        let v = run(&mut con, &line(backend, call));
+        assert_eq!(error_text(&v).as_deref(), Some(want), "{backend:?} {call}");
+    }
+    cmd_raw(&mut con, &split("HSET m shadow yes"));
+    let v = run(&mut con, &line(backend, "RL.ACQUIRE s META m"));
+    assert_eq!(
+        error_text(&v).as_deref(),
+        Some("ERR META hash field 'shadow' must be 0 or 1"),
+        "{backend:?}"
+    );
+}
+
+/// Shadow refusals of RL.ACQUIRE are counted in `leases_shadow_refused`
+/// (not in `leases_refused`, nor in the limiters' `calls_*`), and each
+/// fires `rl.shadow`, not `rl.hit`.
+#[test]
+fn module_only_shadow_acquires_are_counted_apart_and_fire_rl_shadow() {
+    let server = Server::start_with(&["--notify-keyspace-events", "Ed"]);
+    let mut con = server.client();
+    common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
+    for i in 0..5 {
+        let v = cmd_raw(&mut con, &split("RL.ACQUIRE k LIMIT 2 TTL 60000 SHADOW"));
+        let (ok, _, _, retry, _) = acquired(&v);
+        assert_eq!((ok, retry > 0), (1, i >= 2), "#{i}: {v:?}");
+    }
+    // One real refusal, to end the events.
+    let v = cmd_raw(&mut con, &split("RL.ACQUIRE k LIMIT 2 TTL 60000"));
+    assert_eq!(acquired(&v).0, 0);
+    let field = |con: &mut Connection, f: &str| -> i64 {
+        info_field(con, "ratelimit", &format!("ratelimit_{f}"))
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(field(&mut con, "leases_shadow_refused"), 3);
+    assert_eq!(leases_info(&mut con), [2, 1, 0, 0, 0]);
+    assert_eq!(field(&mut con, "calls_shadow_refused"), 0);
+    let channels: Vec<String> = (0..4)
+        .map(|_| pubsub.get_message().unwrap().get_channel_name().to_string())
+        .collect();
+    let want = ["rl.shadow", "rl.shadow", "rl.shadow", "rl.hit"];
+    for (got, want) in channels.iter().zip(want) {
+        assert_eq!(got, &format!("__keyevent@0__:{want}"), "{channels:?}");
+    }
+}
+
+/// BLOCK with SHADOW: a shadow refusal never waits, even behind a waiter.
+#[test]
+fn module_only_a_shadow_acquire_with_block_answers_at_once() {
+    let server = Server::start();
+    let mut con = server.client();
+    cmd_raw(&mut con, &split("RL.ACQUIRE k LIMIT 1 TTL 60000 ID a"));
+    let v = cmd_raw(
+        &mut con,
+        &split("RL.ACQUIRE k LIMIT 1 TTL 60000 SHADOW BLOCK 0"),
+    );
+    let (ok, _, _, retry, _) = acquired(&v);
+    assert!(ok == 1 && retry > 0, "{v:?}");
+    let blocked = |con: &mut Connection| -> i64 {
+        info_field(con, "ratelimit", "ratelimit_blocked_clients")
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    // An enforced waiter, then a shadow call behind it: answered at once.
+    let mut waiter_con = server.client();
+    let waiter = thread::spawn(move || {
+        cmd_raw(
+            &mut waiter_con,
+            &split("RL.ACQUIRE k LIMIT 1 TTL 60000 ID w BLOCK 0"),
+        )
+    });
+    let start = Instant::now();
+    while blocked(&mut con) != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the waiter waits"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+    let v = cmd_raw(
+        &mut con,
+        &split("RL.ACQUIRE k LIMIT 1 TTL 60000 SHADOW BLOCK 0 ID s"),
+    );
+    assert_eq!(acquired(&v).0, 1, "{v:?}");
+    assert!(acquired(&v).3 > 0, "{v:?}");
+    assert_eq!(
+        blocked(&mut con),
+        1,
+        "the shadow call did not join the queue"
+    );
+    // The shadow call took no slot: the release serves the waiter.
+    assert_eq!(cmd_int(&mut con, &["RL.RELEASE", "k", "a"]), 1);
+    let served = waiter.join().unwrap();
+    assert_eq!(acquired(&served), (1, 1, 1, 0, Some("w".into())));
+    assert_eq!(cmd_int(&mut con, &["RL.RELEASE", "k", "s"]), 0);
 }
