@@ -364,10 +364,10 @@ fn info_counts_each_call_under_what_decided_it() {
     ] {
         assert_eq!(stats[&format!("ratelimit_{what}")], 0, "{what}");
     }
-    // calls_shadow_refused, and <name>_shadow_refused for every algorithm
-    // and RL.ADMITALL (issue 27).
+    // calls_shadow_refused, and <name>_shadow_refused for every algorithm,
+    // RL.ADMITALL and RL.ACQUIRE (`leases_`) (issue 27).
     for name in [
-        "fixed", "sliding", "token", "gcra", "leaky", "admitall", "calls",
+        "fixed", "sliding", "token", "gcra", "leaky", "admitall", "calls", "leases",
     ] {
         assert_eq!(
             stats[&format!("ratelimit_{name}_shadow_refused")],
@@ -375,7 +375,7 @@ fn info_counts_each_call_under_what_decided_it() {
             "{name}"
         );
     }
-    assert_eq!(stats.len(), 35, "{stats:?}");
+    assert_eq!(stats.len(), 36, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];
