@@ -108,6 +108,11 @@ export interface AcquireOptions {
   /** The lease's id (a job id, say): re-acquiring a live id renews it. Default: the server makes one. */
   id?: string;
   /**
+   * Shadow mode (SHADOW): never refused; a would-be refusal answers
+   * acquired with `shadow` true and its wait, and takes no lease.
+   */
+  shadow?: boolean;
+  /**
    * Wait up to this many ms for a slot: RL.ACQUIRE ... BLOCK on the module
    * (first come, first served; give it a connection of its own), sleeping
    * retryAfterMs with jitter on the library (not fair).
@@ -131,6 +136,12 @@ export interface Lease {
   readonly retryAfterMs: number;
   /** The id to release or extend; null when refused. */
   readonly leaseId: string | null;
+  /**
+   * A shadow refusal: acquired (with retryAfterMs > 0 and the id it would
+   * have had), but the ceiling would have refused it; no lease was taken,
+   * and releasing it is a harmless no-op (false).
+   */
+  readonly shadow: boolean;
   readonly backend: "module" | "functions";
   /** With waitReplicas: the replicas that confirmed, when fewer than asked. */
   readonly unconfirmed?: number;

@@ -177,6 +177,7 @@ fn lease_checks(lang: &str, name: &str) -> Vec<String> {
     let mut checks = vec![
         format!("ok {name}: acquire/release/extend/"),
         format!("ok {name}: unlimited stores nothing; META max/ttl apply"),
+        format!("ok {name}: shadow acquires never refuse, take no lease, release as a no-op"),
         format!("ok {name}: the heartbeat keeps a 300 ms lease alive through 1 s"),
     ];
     match lang {

@@ -346,17 +346,28 @@ function unconfirmedDecision(decision, replicas) {
 
 const LEASE_FIELDS = ["acquired", "limit", "in_flight", "retry_after_ms", "lease_id"];
 
-/** RL.ACQUIRE's reply as a frozen Lease. */
+/**
+ * RL.ACQUIRE's reply as a frozen Lease. `shadow`: a shadow refusal (SHADOW,
+ * or the META hash's `shadow 1`): acquired, yet the ceiling would have
+ * refused it, and no lease was taken. A map says it with its `shadow`
+ * field; an array by `acquired` 1 with `retry_after_ms` > 0, which only a
+ * shadow refusal answers.
+ */
 function parseLease(reply, backend) {
-  const values = fieldsOf(reply, LEASE_FIELDS, "RL.ACQUIRE");
+  const read = readFields(reply, LEASE_FIELDS, "RL.ACQUIRE", ["shadow"]);
+  const { values } = read;
   const [acquired, limit, inFlight, retryAfterMs] = values.slice(0, 4).map(toInt);
   const id = values[4];
+  const shadow = read.named
+    ? read.extra.shadow !== undefined && toInt(read.extra.shadow) === 1
+    : acquired === 1 && retryAfterMs > 0;
   return Object.freeze({
     acquired: acquired === 1,
     limit,
     inFlight,
     retryAfterMs,
     leaseId: id === null || id === undefined ? null : String(id),
+    shadow,
     backend,
   });
 }

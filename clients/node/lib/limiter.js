@@ -315,7 +315,8 @@ class Limiter {
    * Takes one of `limit` slots on `key` for `ttlMs` (RL.ACQUIRE). `id` names
    * the lease (a job id; re-acquiring it renews it), else the server makes
    * one. Refused: `acquired` false, `retryAfterMs` until the earliest lease
-   * ends by itself. With waitReplicas, a lease WAIT did not confirm is
+   * ends by itself. `shadow: true` trials the ceiling: a would-be refusal is
+   * acquired with `shadow` true (and its wait), but no lease is taken. With waitReplicas, a lease WAIT did not confirm is
    * released and refused (or kept, with `unconfirmed`).
    */
   async acquire(key, options = {}) {
@@ -327,13 +328,15 @@ class Limiter {
       args.push("TTL", String(core.safeInteger("ttlMs", options.ttlMs, 1)));
     }
     if (options.id !== undefined && options.id !== null) args.push("ID", checkLeaseId(options.id));
+    if (options.shadow !== undefined && options.shadow !== null && core.bool("shadow", options.shadow)) args.push("SHADOW");
     const meta = options.meta === undefined || options.meta === null ? undefined : core.keyPart("meta", options.meta);
     const waitMs = waitOption(options);
     const keys = this.keysOf(key, meta);
     const { reply, backend } =
       waitMs === undefined ? await this.run(CALLS.acquire, keys, args) : await this.waiting(CALLS.acquire, keys, args, waitMs);
     const lease = core.parseLease(reply, backend);
-    if (!lease.acquired || lease.limit === 0 || this.waitReplicas === undefined) return lease;
+    // A shadow refusal took no lease: nothing to confirm.
+    if (!lease.acquired || lease.shadow || lease.limit === 0 || this.waitReplicas === undefined) return lease;
     const acks = await this.confirmed();
     if (acks >= this.waitReplicas) return lease;
     if (this.unconfirmed === "keep") return Object.freeze({ ...lease, unconfirmed: acks });
@@ -383,8 +386,9 @@ class Limiter {
       held.lost = true;
       controller.abort(new LeaseLostError(key, lease.leaseId));
     };
-    // Unlimited (limit 0): nothing was stored, nothing to keep alive or release.
-    const stored = lease.limit > 0;
+    // Unlimited (limit 0), or a shadow refusal: nothing was stored, nothing
+    // to keep alive or release (fn runs all the same).
+    const stored = lease.limit > 0 && !lease.shadow;
     let timer;
     if (heartbeat && stored) {
       let beating = false;

@@ -44,7 +44,10 @@ async function plainCalls(c, limiter, expect) {
   const t0 = await timeMs(c);
   const a = await limiter.acquire("plain", { limit: 2, ttlMs: 5000 });
   const t1 = await timeMs(c);
-  assert.deepEqual({ ...a, leaseId: "" }, { acquired: true, limit: 2, inFlight: 1, retryAfterMs: 0, leaseId: "", backend: expect });
+  assert.deepEqual(
+    { ...a, leaseId: "" },
+    { acquired: true, limit: 2, inFlight: 1, retryAfterMs: 0, leaseId: "", shadow: false, backend: expect },
+  );
   assert.match(a.leaseId, GENERATED_ID);
   const deadline = Number(await c.zscore(key, a.leaseId));
   assert.ok(t0 + 5000 <= deadline && deadline <= t1 + 5000, `${t0} ${deadline} ${t1}`);
@@ -83,6 +86,34 @@ async function plainCalls(c, limiter, expect) {
   assert.equal((await limiter.acquire("m", { meta: "lease:meta" })).acquired, false);
   assert.equal(await limiter.release("m", m.leaseId), true);
   ok(`${expect}: unlimited stores nothing; META max/ttl apply`);
+}
+
+// A shadow lease ceiling (shadow: true): never refused; a would-be refusal
+// is acquired with `shadow` true and takes no lease; releasing it, or
+// running withLease on it, is a harmless no-op.
+async function shadowChecks(c, limiter, expect) {
+  const key = "lease:sh";
+  const first = await limiter.acquire("sh", { limit: 1, ttlMs: 5000, id: "real", shadow: true });
+  assert.deepEqual([first.acquired, first.shadow, first.retryAfterMs], [true, false, 0]);
+  const would = await limiter.acquire("sh", { limit: 1, ttlMs: 5000, shadow: true });
+  assert.equal(would.acquired, true);
+  assert.equal(would.shadow, true);
+  assert.ok(would.retryAfterMs > 0, String(would.retryAfterMs));
+  assert.match(would.leaseId, GENERATED_ID);
+  assert.equal(would.inFlight, 1);
+  assert.deepEqual(await c.zrange(key, 0, -1), ["real"], "a shadow refusal takes no lease");
+  assert.equal(await limiter.release("sh", would.leaseId), false, "releasing a shadow lease: a no-op");
+  const ran = await limiter.withLease("sh", { limit: 1, ttlMs: 300, shadow: true }, async (held) => {
+    await sleep(250);
+    return held.lease.shadow;
+  });
+  assert.equal(ran, true, "withLease runs fn on a shadow lease, and neither extends nor releases it");
+  assert.equal((await limiter.acquire("sh", { limit: 1, ttlMs: 5000 })).acquired, false, "enforced: refused");
+  await c.hset("lease:shmeta", "max", "1", "ttl", "5000", "shadow", "1");
+  assert.equal((await limiter.acquire("sh", { meta: "lease:shmeta" })).shadow, true);
+  await assert.rejects(limiter.acquire("sh", { limit: 1, ttlMs: 5, shadow: "yes" }), /shadow/);
+  assert.equal(await limiter.release("sh", "real"), true);
+  ok(`${expect}: shadow acquires never refuse, take no lease, release as a no-op`);
 }
 
 async function withLeaseChecks(c, limiter, expect) {
@@ -253,6 +284,7 @@ async function live(expect) {
     const limiter = new Limiter({ sendCommand: (...args) => c.call(...args), timeoutMs: 5000, prefix: "lease:" });
     assert.equal(await limiter.backend(), expect);
     await plainCalls(c, limiter, expect);
+    await shadowChecks(c, limiter, expect);
     await withLeaseChecks(c, limiter, expect);
     await crowd(sampling, limiter, expect);
     await waitChecks(c, expect);

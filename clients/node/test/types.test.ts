@@ -83,6 +83,8 @@ void plain;
 async function leases(): Promise<number> {
   const limiter = new Limiter({ sendCommand: (...args) => client.call(...args) });
   const lease: Lease = await limiter.acquire("gpu", { limit: 4, ttlMs: 30_000, id: "job-1" });
+  const trial: Lease = await limiter.acquire("gpu", { limit: 4, ttlMs: 30_000, shadow: true });
+  const wouldRefuse: boolean = trial.shadow;
   const id: string | null = lease.leaseId;
   const released: boolean = id !== null && (await limiter.release("gpu", id));
   const extended: boolean = await limiter.extend("gpu", "job-1", 30_000);

@@ -179,10 +179,22 @@ test("a shadow refusal: admitted, with the would-be wait; told by the map's shad
 
 test("RL.ACQUIRE replies: the lease id, or null when refused", () => {
   assert.deepEqual({ ...core.parseLease([1, 3, 1, 0, "job-1"], "module") }, {
-    acquired: true, limit: 3, inFlight: 1, retryAfterMs: 0, leaseId: "job-1", backend: "module",
+    acquired: true, limit: 3, inFlight: 1, retryAfterMs: 0, leaseId: "job-1", shadow: false, backend: "module",
   });
   assert.equal(core.parseLease([0, 3, 3, 100, null], "functions").leaseId, null);
   assert.equal(core.parseLease(new Map([["acquired", 1], ["limit", 0], ["in_flight", 0], ["retry_after_ms", 0], ["lease_id", "x"]]), "module").leaseId, "x");
+});
+
+test("RL.ACQUIRE shadow refusals: a map's shadow field, or acquired 1 with a wait", () => {
+  const array = core.parseLease([1, 2, 2, 900, "job-3"], "functions");
+  assert.deepEqual([array.acquired, array.shadow, array.leaseId, array.retryAfterMs], [true, true, "job-3", 900]);
+  assert.equal(core.parseLease([0, 2, 2, 900, null], "module").shadow, false);
+  assert.equal(core.parseLease([1, 2, 1, 0, "a"], "module").shadow, false);
+  const fields = [["acquired", 1], ["limit", 2], ["in_flight", 2], ["retry_after_ms", 900], ["lease_id", "x"]];
+  assert.equal(core.parseLease(new Map([...fields, ["shadow", 1]]), "module").shadow, true);
+  // FORMAT map through RESP2: a flat list, the library's order.
+  assert.equal(core.parseLease(["shadow", 1, ...fields.flat()], "functions").shadow, true);
+  assert.equal(core.parseLease(new Map(fields), "module").shadow, false);
 });
 
 test("headers() needs no arguments: name and window come from the decision", () => {
