@@ -1236,6 +1236,7 @@ fn module_only_command_docs_info_and_getkeys_describe_the_lease_commands() {
          [\"name\", \"ms\", \"type\", \"integer\", \"display_text\", \"ms\", \"token\", \"TTL\", \"flags\", [+optional]], \
          [\"name\", \"metakey\", \"type\", \"key\", \"display_text\", \"metakey\", \"key_spec_index\", 1, \"token\", \"META\", \"flags\", [+optional]], \
          [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\", \"token\", \"ID\", \"flags\", [+optional]], \
+         [\"name\", \"SHADOW\", \"type\", \"pure-token\", \"display_text\", \"SHADOW\", \"token\", \"SHADOW\", \"flags\", [+optional]], \
          [\"name\", \"timeout_ms\", \"type\", \"integer\", \"display_text\", \"timeout_ms\", \"token\", \"BLOCK\", \"flags\", [+optional]]]]",
         "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
          [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"]]]",
@@ -2323,6 +2324,12 @@ fn module_only_shadow_acquires_are_counted_apart_and_fire_rl_shadow() {
     for (got, want) in channels.iter().zip(want) {
         assert_eq!(got, &format!("__keyevent@0__:{want}"), "{channels:?}");
     }
+    // getkeys steps over the flag to find the META hash.
+    let keys = cmd_raw(
+        &mut con,
+        &split("COMMAND GETKEYS RL.ACQUIRE k SHADOW META m LIMIT 1"),
+    );
+    assert_eq!(show(&keys), "[\"k\", \"m\"]");
 }
 
 /// BLOCK with SHADOW: a shadow refusal never waits, even behind a waiter.
