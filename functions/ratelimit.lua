@@ -2777,7 +2777,8 @@ local function lease_policy(opts, metakey, now)
   if ttl == nil then
     fail('ERR a limit is set but no TTL: give TTL or set field \'ttl\' in the META hash')
   end
-  local shadow = opts.SHADOW or meta_flag(meta, 'shadow')
+  -- (The plain call, no META hash, reads no field.)
+  local shadow = opts.SHADOW or (metakey ~= nil and meta_flag(meta, 'shadow'))
   local deadline = deadline_after(now, ttl)
   -- The library's own: the limit is replied, and must be exact.
   if limit > EXACT then fail(BEYOND_DOUBLES) end

@@ -368,3 +368,19 @@ def test_a_limit_of_0_in_shadow_mode_is_a_shadow_refusal_without_a_call() -> Non
     assert refused_by_zero(1000, None) == Decision(False, 0, 0, -1, 0, 1000)
     d = refused_by_zero(1000, None, shadow=True)
     assert d.admitted and d.shadow and d.retry_after_ms == -1 and d.backend is None
+
+
+def test_a_shadow_lease_is_told_by_its_map_field_or_by_acquired_with_a_wait() -> None:
+    from valkey_ratelimit._core import lease_args, parse_lease
+
+    array = parse_lease([1, 2, 2, 900, b"job-3"], "functions")
+    assert (array.acquired, array.shadow, array.lease_id, array.retry_after_ms) == (True, True, "job-3", 900)
+    assert not parse_lease([0, 2, 2, 900, None], "module").shadow
+    assert not parse_lease([1, 2, 1, 0, b"a"], "module").shadow
+    fields = {b"acquired": 1, b"limit": 2, b"in_flight": 2, b"retry_after_ms": 900, b"lease_id": b"x"}
+    assert parse_lease({**fields, b"shadow": 1}, "module").shadow
+    assert not parse_lease(fields, "module").shadow
+    assert lease_args(2, 100, None, True) == ["SHADOW", "LIMIT", "2", "TTL", "100"]
+    assert lease_args(2, 100, None) == ["LIMIT", "2", "TTL", "100"]
+    with pytest.raises(ConfigError, match="shadow"):
+        lease_args(2, 100, None, 1)

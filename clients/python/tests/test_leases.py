@@ -96,6 +96,43 @@ def test_plain_calls(sync: Any, limiter: Limiter, expect: str, port: int) -> Non
     c3.close()
 
 
+def test_shadow_lease_ceiling(sync: Any, limiter: Limiter, expect: str, port: int) -> None:
+    """shadow=True (SHADOW) trials a ceiling: never refused; a would-be
+    refusal is acquired with ``shadow`` True, its wait and the id it would
+    have had, but takes no lease; releasing it is a no-op, and the context
+    manager runs its block without extending or releasing it."""
+    from valkey_ratelimit import LeaseRefused
+
+    key = "lease:sh"
+    first = limiter.acquire("sh", limit=1, ttl_ms=5000, lease_id="real", shadow=True)
+    assert (first.acquired, first.shadow, first.retry_after_ms) == (True, False, 0), first
+    would = limiter.acquire("sh", limit=1, ttl_ms=5000, shadow=True)
+    assert (would.acquired, would.shadow, would.in_flight) == (True, True, 1), would
+    assert would.retry_after_ms > 0 and GENERATED_ID.match(would.lease_id), would
+    assert sync.zrange(key, 0, -1) == [b"real"], "a shadow refusal takes no lease"
+    assert limiter.release("sh", would.lease_id) is False, "releasing a shadow lease: a no-op"
+    with limiter.lease("sh", limit=1, ttl_ms=300, shadow=True) as held:
+        assert held.lease.shadow
+        time.sleep(0.25)
+    assert sync.zrange(key, 0, -1) == [b"real"]
+    with pytest.raises(LeaseRefused):
+        with limiter.lease("sh", limit=1, ttl_ms=300):
+            pass
+    sync.hset("lease:shmeta", mapping={"max": 1, "ttl": 5000, "shadow": 1})
+    assert limiter.acquire("sh", meta="lease:shmeta").shadow
+    with pytest.raises(ConfigError, match="shadow"):
+        limiter.acquire("sh", limit=1, ttl_ms=5, shadow="yes")
+    # RESP3: the module's map says `shadow 1`; the library's array tells by the wait.
+    import valkey
+
+    c3 = valkey.Valkey(host=HOST, port=port, protocol=3)
+    l3 = Limiter(c3, prefix="lease:", timeout=TIMEOUT)
+    r3 = l3.acquire("sh", limit=1, ttl_ms=5000, shadow=True, lease_id="y")
+    assert (r3.acquired, r3.shadow, r3.lease_id) == (True, True, "y"), r3
+    c3.close()
+    assert limiter.release("sh", "real") is True
+
+
 def test_context_manager(sync: Any, limiter: Limiter) -> None:
     from valkey_ratelimit import LeaseLost, LeaseRefused
 

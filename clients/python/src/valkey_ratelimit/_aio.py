@@ -529,6 +529,7 @@ class AsyncLimiter:
         meta: Optional[Key] = None,
         lease_id: Optional[str] = None,
         wait_ms: Optional[int] = None,
+        shadow: bool = False,
     ) -> Lease:
         """Takes one of ``limit`` slots on ``key`` for ``ttl_ms`` (RL.ACQUIRE).
         ``wait_ms``: wait up to that long for a slot, as ``wait`` does
@@ -538,8 +539,10 @@ class AsyncLimiter:
         it); else the server makes one. Refused, ``acquired`` is False and
         ``retry_after_ms`` says when the earliest lease ends by itself. No
         ``limit`` (and no ``max`` in the META hash): no limit; ``limit=0``
-        is an error."""
-        args = _core.lease_args(limit, ttl_ms, lease_id)
+        is an error. ``shadow=True`` (SHADOW) trials the ceiling: never
+        refused, a would-be refusal is acquired with ``shadow`` True (and
+        its wait) but takes no lease."""
+        args = _core.lease_args(limit, ttl_ms, lease_id, shadow)
         if wait_ms is not None:
             wait_ms = _options.integer("wait_ms", wait_ms, 1, 2**31 - 1)
             return await self._run_waiting(wait_ms, self._waiting, self._acquire, wait_ms, self._keys(key, meta), args)
@@ -549,7 +552,8 @@ class AsyncLimiter:
         words = args + (["BLOCK", str(block_ms)] if block_ms is not None else [])
         reply, acks, backend = await self._request("RL.ACQUIRE", "rl_acquire", False, keys, words, wait=True)
         lease = _core.parse_lease(reply, backend)
-        if lease.acquired and lease.limit > 0 and not self._confirmed(acks):
+        # A shadow refusal took no lease: nothing to confirm.
+        if lease.acquired and not lease.shadow and lease.limit > 0 and not self._confirmed(acks):
             assert lease.lease_id is not None
             await self._send(backend, "RL.RELEASE", "rl_release", False, keys[:1], [lease.lease_id])
             return _core.unconfirmed_lease(lease, acks, self.wait_replicas)
@@ -582,6 +586,7 @@ class AsyncLimiter:
         meta: Optional[Key] = None,
         lease_id: Optional[str] = None,
         heartbeat: bool = True,
+        shadow: bool = False,
     ) -> "AsyncHeldLease":
         """A context manager around one lease::
 
@@ -598,10 +603,13 @@ class AsyncLimiter:
         ``LeaseLost``, unless another exception is under way; under asyncio
         the block is also cancelled at its next await, with ``LeaseLost``
         in place of the cancellation. A release that finds the lease
-        expired raises ``LeaseLost`` too."""
-        _core.lease_args(limit, ttl_ms, lease_id)
+        expired raises ``LeaseLost`` too. ``shadow=True``: never refused; on
+        a shadow refusal the block runs with no lease taken, so there is
+        nothing to extend or release."""
+        _core.lease_args(limit, ttl_ms, lease_id, shadow)
         interval = _core.heartbeat_s(ttl_ms, heartbeat)
-        return AsyncHeldLease(self, key, dict(limit=limit, ttl_ms=ttl_ms, meta=meta, lease_id=lease_id), interval)
+        acquire = dict(limit=limit, ttl_ms=ttl_ms, meta=meta, lease_id=lease_id, shadow=shadow)
+        return AsyncHeldLease(self, key, acquire, interval)
 
 
 class AsyncHeldLease:
@@ -636,8 +644,9 @@ class AsyncHeldLease:
         if not lease.acquired:
             raise LeaseRefused(self.key, lease)
         self.lease = lease
-        # No limit: nothing was stored, so nothing to keep alive.
-        if self._interval is not None and lease.limit > 0:
+        # No limit, or a shadow refusal: nothing was stored, so nothing to
+        # keep alive.
+        if self._interval is not None and lease.limit > 0 and not lease.shadow:
             self._beats = AsyncBeats(self._interval, self._beat)
         return self
 
@@ -650,7 +659,7 @@ class AsyncHeldLease:
         if self._beats is not None:
             interrupted = await self._beats.stop(exc_type)
         assert self.lease is not None and self.lease.lease_id is not None
-        if self.lease.limit > 0 and not self.lost:
+        if self.lease.limit > 0 and not self.lease.shadow and not self.lost:
             try:
                 # False: the lease ran out before the block ended.
                 if not await self._limiter.release(self.key, self.lease.lease_id):

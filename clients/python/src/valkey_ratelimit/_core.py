@@ -401,7 +401,11 @@ class Lease:
     itself (the soonest a slot can free up); acquired, 0. ``lease_id``: the
     id to release or extend, None when refused. ``limit`` 0 in the reply
     means there was no limit (no ``limit`` given and none in the META
-    hash): acquired, and nothing was written."""
+    hash): acquired, and nothing was written. ``shadow``: a shadow refusal
+    (``shadow=True``, or ``shadow 1`` in the META hash): acquired, with
+    ``retry_after_ms`` > 0 and the id it would have had, but the ceiling
+    would have refused it and no lease was taken (releasing it is a
+    no-op)."""
 
     acquired: bool
     limit: int
@@ -412,6 +416,7 @@ class Lease:
     backend: Optional[str] = None
     #: ReplicationUnconfirmed when ``wait_replicas`` refused the grant.
     error: Optional[BaseException] = field(default=None, compare=False)
+    shadow: bool = False
 
 
 class LeaseRefused(Exception):
@@ -441,10 +446,10 @@ class LeaseLost(Exception):
         self.lease_id = lease_id
 
 
-def lease_args(limit: Optional[int], ttl_ms: Optional[int], lease_id: Optional[str]) -> List[str]:
+def lease_args(limit: Optional[int], ttl_ms: Optional[int], lease_id: Optional[str], shadow: bool = False) -> List[str]:
     """RL.ACQUIRE's options, as both backends take them (META goes in keys).
     ``limit`` left out means no limit; 0 is an error, as on the server."""
-    args: List[str] = []
+    args: List[str] = ["SHADOW"] if _options.flag("shadow", shadow) else []
     if limit is not None:
         args += ["LIMIT", str(_options.integer("limit", limit, 1))]
     if ttl_ms is not None:
@@ -469,10 +474,15 @@ def unconfirmed_lease(lease: Lease, acks: Optional[int], wanted: int) -> Lease:
 
 def parse_lease(reply: Any, backend: str) -> Lease:
     """RL.ACQUIRE reply."""
-    values = _fields(reply, LEASE_FIELDS, "RL.ACQUIRE")
+    values, by_name = _read(reply, LEASE_FIELDS, "RL.ACQUIRE")
     acquired, limit, in_flight, retry = (to_int(v) for v in values[:4])
     lease_id = None if values[4] is None else text(values[4])
-    return Lease(acquired == 1, limit, in_flight, retry, lease_id, backend)
+    # Only a shadow refusal is acquired with a wait; a map says it too.
+    if by_name is not None:
+        shadow = acquired == 1 and "shadow" in by_name and to_int(by_name["shadow"]) == 1
+    else:
+        shadow = acquired == 1 and retry > 0
+    return Lease(acquired == 1, limit, in_flight, retry, lease_id, backend, shadow=shadow)
 
 
 def heartbeat_s(ttl_ms: Optional[int], heartbeat: bool) -> Optional[float]:
