@@ -1070,7 +1070,8 @@ fn valkey_cli_hints_show_every_commands_syntax() {
         ),
         (
             "RL.ACQUIRE k ",
-            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id] [BLOCK timeout_ms]".to_string(),
+            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id] [SHADOW] [BLOCK timeout_ms]"
+                .to_string(),
         ),
         ("RL.RELEASE k ", "lease-id".to_string()),
         ("RL.EXTEND k job ", "TTL ms".to_string()),
