@@ -627,9 +627,15 @@ fn random_lease_call(rng: &mut Rng, held: &[(String, String)]) -> Vec<String> {
     }
     let w = |words: &[&str]| -> Vec<String> { words.iter().map(|s| s.to_string()).collect() };
     match rng.below(100) {
-        0..=29 => {
+        0..=25 => {
             let limit = rng.pick(&["2", "4", "8"]);
             w(&["RL.ACQUIRE", &key, "LIMIT", limit, "TTL", &ttl])
+        }
+        // Shadow mode: a would-be refusal takes no lease and propagates
+        // nothing (its id, never held, is released or extended with 0).
+        26..=29 => {
+            let limit = rng.pick(&["1", "2"]);
+            w(&["RL.ACQUIRE", &key, "LIMIT", limit, "TTL", &ttl, "SHADOW"])
         }
         30..=44 => {
             let limit = rng.pick(&["1", "2", "4"]);
