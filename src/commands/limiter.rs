@@ -18,7 +18,7 @@ use crate::{clock, reply, stats};
 const ADMIT_OPTIONS: OptSet = args::ADMIT_SET;
 const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms] [ESCALATE cap_ms]
 /// [ALIGN] [CALENDAR period] [TZ offset] [COST n] [BLOCK timeout_ms]
 /// (a shadow refusal is answered as an admission, so it never waits)
 pub fn admit(call: &Call) -> Result<(), RlError> {
@@ -177,7 +177,7 @@ fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
     outcome
 }
 
-/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms]
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms] [ESCALATE cap_ms]
 /// [ALIGN] [CALENDAR period] [TZ offset] [COST n]
 pub fn refund(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
