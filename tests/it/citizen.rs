@@ -198,7 +198,7 @@ fn command_docs_describe_every_command() {
         tokens,
         [
             "ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "PENALTY", "ALIGN", "CALENDAR",
-            "TZ", "COST", "BLOCK"
+            "TZ", "ESCALATE", "COST", "BLOCK"
         ]
     );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
