@@ -1131,6 +1131,7 @@ local OPTIONS = {
   BURST = read_burst,
   COST = function(v) return int_arg(v, 'COST', 0) end,
   PENALTY = function(v) return int_arg(v, 'PENALTY', 1) end,
+  ESCALATE = function(v) return int_arg(v, 'ESCALATE', 1) end,
   CALENDAR = function(v) return PERIODS[string.lower(v)] or bad_value('CALENDAR', PERIOD_NAMES) end,
   TZ = function(v) return parse_zone(v) or bad_value('TZ', OFFSET_FORM) end,
   -- The library's own: replies as a map (see `named`).
@@ -1150,13 +1151,15 @@ local OPTION_NAMES = {
   TTL = 'TTL', ID = 'ID', ttl = 'TTL', id = 'ID',
   SHADOW = 'SHADOW', shadow = 'SHADOW', PENALTY = 'PENALTY', penalty = 'PENALTY',
   ALIGN = 'ALIGN', align = 'ALIGN', CALENDAR = 'CALENDAR', calendar = 'CALENDAR', TZ = 'TZ', tz = 'TZ',
+  ESCALATE = 'ESCALATE', escalate = 'ESCALATE',
 }
 
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
-                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true}
+                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
-                       PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, COST = true, FORMAT = true}
+                       PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true,
+                       COST = true, FORMAT = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
@@ -1216,12 +1219,12 @@ local NO_META = {}
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
   local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty',
-                              'align', 'calendar', 'tz')
+                              'align', 'calendar', 'tz', 'escalate')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
           algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil,
           penalty = fields[6] or nil, align = fields[7] or nil, calendar = fields[8] or nil,
-          tz = fields[9] or nil}
+          tz = fields[9] or nil, escalate = fields[10] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -1304,6 +1307,16 @@ local function resolve(opts, metakey)
     r.penalty, r.penalty_source = opts.PENALTY, 'PENALTY'
   else
     r.penalty, r.penalty_source = meta_int(meta, 'penalty', 1, POSITIVE), 'META field \'penalty\''
+  end
+  -- ESCALATE (src/resolve.rs `policies`): only with PENALTY, at least its ms.
+  local cap, cap_source = opts.ESCALATE, 'ESCALATE'
+  if cap == nil then
+    cap, cap_source = meta_int(meta, 'escalate', 1, POSITIVE), 'META field \'escalate\''
+  end
+  if cap ~= nil then
+    if r.penalty == nil then fail('ERR ' .. cap_source .. ' applies only with PENALTY') end
+    if cap < r.penalty then fail('ERR ' .. cap_source .. ' must be at least the penalty\'s ms') end
+    r.escalate, r.escalate_source = cap, cap_source
   end
   local align = nil
   if opts.ALIGN then
@@ -1400,7 +1413,11 @@ local function penalty_checks(p, now)
   if p.penalty > I64_LIMIT - now then
     fail('ERR ' .. p.penalty_source .. ' is too large: the penalty end overflows')
   end
-  if now + p.penalty > EXACT then fail(BEYOND_DOUBLES) end
+  local cap = p.escalate
+  if cap and (cap > I64_LIMIT - now or cap > I64_LIMIT - now - cap) then
+    fail('ERR ' .. p.escalate_source .. ' is too large: the penalty end overflows')
+  end
+  if now + p.penalty > EXACT or cap and now + 2 * cap > EXACT then fail(BEYOND_DOUBLES) end
 end
 
 -- `...`, once `q.window` is `w` again.
@@ -1485,6 +1502,7 @@ local function policy_of(r, now_ms)
     penalty_checks(p, now)
     p.clock = true
     p.now_hi = math.min(p.now_hi, EXACT - p.penalty)
+    if p.escalate then p.now_hi = math.min(p.now_hi, EXACT - 2 * p.escalate) end
     p.admit, p.refund = penalised(p.admit, false), penalised(p.refund, true)
   end
   return p
@@ -2120,19 +2138,31 @@ lives in the limiter's own key, around the algorithm's state:
 
 <state> as the algorithm stores it, or empty (then the expiry is 0); the
 key expires at the later of the two times. An ended penalty reads as its
-state alone, written plainly again by the next write.
+state alone, written plainly again by the next write. Under ESCALATE
+cap_ms (the ladder) the first field also holds the penalty's length,
+`<until_ms>/<length_ms>`; a penalty starting less than cap_ms after the
+last one's end gets twice its length, within [ms, cap_ms] (a form without
+a length counts as ms); the form is kept, and the key lives, until
+`until + cap_ms` at least.
 ]]
 local PENALTY_FORM = '^penalty:([^:]*):([^:]*):(.*)$'
 local CORRUPT_PENALTY = 'ERR limiter key holds a corrupt penalty'
 
--- A penalty's form: its end, its state's expiry (nil: no state) and its
--- state (nil: none, or expired at `now`); or nil and the error.
+-- A penalty's form: its end, its state's expiry (nil: no state), its
+-- state (nil: none, or expired at `now`) and its length (nil: not
+-- recorded); or nil and the error.
 local function unwrap(raw, now)
   local until_, expiry, state = match(raw, PENALTY_FORM)
+  local len = nil
+  if until_ ~= nil and find(until_, '/', 1, true) then
+    local u, l = match(until_, '^([^/]*)/(.*)$')
+    until_, len = u, parse_i64(l)
+    if len == nil or len < 1 then return nil, CORRUPT_PENALTY end
+  end
   until_, expiry = parse_i64(until_ or ''), parse_i64(expiry or '')
   if until_ == nil or expiry == nil or until_ < 0 or expiry < 0 then return nil, CORRUPT_PENALTY end
-  if state == '' or expiry <= now then return until_, nil, nil end
-  return until_, expiry, state
+  if state == '' or expiry <= now then return until_, nil, nil, len end
+  return until_, expiry, state, len
 end
 
 local function is_wrapped(raw)
@@ -2152,13 +2182,20 @@ local function after(kind, value, at, state, expiry, now)
   return nil, nil -- DELETE
 end
 
--- The penalty's form for its end and a state: the write that stores it.
-local function wrap(until_, state, expiry)
-  if state == nil then return SET_AT, fmt('penalty:%d:0:', until_), until_ end
-  expiry = expiry or until_
+-- The penalty's form for its end, its length (nil: not recorded), the
+-- ladder's memory `hold` (nil: none) and a state: the write that stores it.
+local function wrap(until_, len, hold, state, expiry)
+  local head = fmt('penalty:%d', until_)
+  if len then head = fmt('penalty:%d/%d', until_, len) end
   local at = until_
+  if state == nil then
+    if hold and hold > at then at = hold end
+    return SET_AT, head .. ':0:', at
+  end
+  expiry = expiry or until_
   if expiry > at then at = expiry end
-  return SET_AT, fmt('penalty:%d:%d:%s', until_, expiry, state), at
+  if hold and hold > at then at = hold end
+  return SET_AT, fmt('%s:%d:%s', head, expiry, state), at
 end
 
 -- A decision refused by a penalty `left` ms from its end.
@@ -2205,10 +2242,10 @@ function penalised(decide, refund)
     if now_ms == nil then now_ms, now_sub = clock() end
     local raw = server_pcall('GET', key)
     if raw and raw.err then return nil, WRONGTYPE end
-    local wrapped, until_, state, expiry = is_wrapped(raw), nil, nil, nil
+    local wrapped, until_, state, expiry, len = is_wrapped(raw), nil, nil, nil, nil
     local a, l, r, t, s, kind, value, at
     if wrapped then
-      until_, expiry, state = unwrap(raw, now_ms)
+      until_, expiry, state, len = unwrap(raw, now_ms)
       if until_ == nil then return nil, expiry end
       a, l, r, t, s, kind, value, at = decide_inside(decide, q, key, cost, now_ms, now_sub, state, expiry)
     else
@@ -2222,21 +2259,39 @@ function penalised(decide, refund)
     if a == nil then return nil, l end
     local left = 0
     if until_ ~= nil and until_ > now_ms then left = until_ - now_ms end
+    -- The ladder's form is kept under ESCALATE (and dropped without it).
+    local cap = q.escalate
+    if not cap then len = nil end
     if left > 0 then
       -- In the penalty: refused, consuming nothing; a refund gives back to
       -- the state, but does not lift the penalty.
       a, l, r, t, s = boxed(a, l, t, s, left)
       if refund and kind then
-        return a, l, r, t, s, wrap(until_, after(kind, value, at, state, expiry, now_ms))
+        local hold = cap and until_ + cap
+        return a, l, r, t, s, wrap(until_, len, hold, after(kind, value, at, state, expiry, now_ms))
       end
       return a, l, r, t, s
     end
     local penalty = q.penalty
     if not refund and a == 0 and cost > 0 and penalty then
-      -- A refusal starts the penalty; the state as the refusal leaves it.
+      -- A refusal starts the penalty (on the ladder, twice the last, within
+      -- [ms, cap]); the state as the refusal leaves it.
       local st, ex = after(kind, value, at, state, expiry, now_ms)
+      if cap and until_ ~= nil and now_ms - until_ < cap then
+        local last = (len or penalty) * 2
+        if last > cap then last = cap end
+        if last > penalty then penalty = last end
+      end
       a, l, r, t, s = boxed(a, l, t, s, penalty)
-      return a, l, r, t, s, wrap(now_ms + penalty, st, ex)
+      if cap then
+        return a, l, r, t, s, wrap(now_ms + penalty, penalty, now_ms + penalty + cap, st, ex)
+      end
+      return a, l, r, t, s, wrap(now_ms + penalty, nil, nil, st, ex)
+    end
+    if wrapped and kind and cap and now_ms - until_ < cap then
+      -- An ended penalty the ladder still remembers: its form is kept.
+      local st, ex = after(kind, value, at, state, expiry, now_ms)
+      return a, l, r, t, s, wrap(until_, len, until_ + cap, st, ex)
     end
     if wrapped and kind then
       -- An ended penalty: the state written plainly again.

@@ -43,6 +43,8 @@ pub enum Opt {
     /// The zone of CALENDAR's boundaries: a fixed offset from UTC or an
     /// IANA zone name.
     Tz,
+    /// The penalty's escalation ladder: its cap in ms (with PENALTY).
+    Escalate,
 }
 
 /// What an option's value is.
@@ -108,7 +110,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 14] = [
+pub const OPTIONS: [OptSpec; 15] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -188,6 +190,12 @@ pub const OPTIONS: [OptSpec; 14] = [
         (c"zone", Value::Zone, 0, OFFSET_FORM),
         Some(c"tz"),
     ),
+    row(
+        Opt::Escalate,
+        c"ESCALATE",
+        (c"cap_ms", Value::Integer, 1, POSITIVE),
+        Some(c"escalate"),
+    ),
 ];
 
 impl Opt {
@@ -242,6 +250,7 @@ impl Opt {
         const ALIGN: (usize, u64) = key(Opt::Align);
         const CALENDAR: (usize, u64) = key(Opt::Calendar);
         const TZ: (usize, u64) = key(Opt::Tz);
+        const ESCALATE: (usize, u64) = key(Opt::Escalate);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -257,6 +266,7 @@ impl Opt {
             ALIGN => Opt::Align,
             CALENDAR => Opt::Calendar,
             TZ => Opt::Tz,
+            ESCALATE => Opt::Escalate,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -302,7 +312,7 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
 }
 
 /// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 9] = meta_fields(POLICY);
+pub const META_FIELDS: [(Opt, &CStr); 10] = meta_fields(POLICY);
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 3] = meta_fields(LEASE);
 
@@ -327,6 +337,7 @@ pub const POLICY: &[Opt] = &[
     Opt::Align,
     Opt::Calendar,
     Opt::Tz,
+    Opt::Escalate,
 ];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &[
@@ -340,6 +351,7 @@ pub const LIMITER: &[Opt] = &[
     Opt::Align,
     Opt::Calendar,
     Opt::Tz,
+    Opt::Escalate,
     Opt::Cost,
 ];
 /// RL.ADMIT's: RL.REFUND's and BLOCK.
@@ -354,6 +366,7 @@ pub const ADMIT: &[Opt] = &[
     Opt::Align,
     Opt::Calendar,
     Opt::Tz,
+    Opt::Escalate,
     Opt::Cost,
     Opt::Block,
 ];
@@ -394,10 +407,13 @@ pub struct Options {
     pub calendar: Option<Period>,
     /// TZ's zone.
     pub tz: Option<Zone>,
-    /// Any of issue 27's options (SHADOW, PENALTY, ALIGN, CALENDAR, TZ) was
+    /// Any of issue 27's options (SHADOW, PENALTY, ALIGN, CALENDAR, TZ,
+    /// ESCALATE) was
     /// given: the plain call's resolution skips them all without it.
     pub extended: bool,
     pub penalty: Option<i64>,
+    /// ESCALATE's cap (ms).
+    pub escalate: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -483,7 +499,9 @@ impl Options {
             Opt::Id => self.id.replace(at).is_some(),
             Opt::Block => self.block.replace(int()?).is_some(),
             // set_policy's
-            Opt::Shadow | Opt::Penalty | Opt::Align | Opt::Calendar | Opt::Tz => false,
+            Opt::Shadow | Opt::Penalty | Opt::Align | Opt::Calendar | Opt::Tz | Opt::Escalate => {
+                false
+            }
         };
         match repeated {
             true => Err(Problem::Repeated),
@@ -491,7 +509,7 @@ impl Options {
         }
     }
 
-    /// SHADOW, PENALTY, ALIGN, CALENDAR and TZ (see `try_set`).
+    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE (see `try_set`).
     #[cold]
     #[inline(never)]
     fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
@@ -514,6 +532,12 @@ impl Options {
                     .filter(|&v| v >= opt.spec().min)
                     .ok_or(Problem::OutOfRange)?;
                 self.penalty.replace(ms).is_some()
+            }
+            Opt::Escalate => {
+                let ms = parse_i64(value)
+                    .filter(|&v| v >= opt.spec().min)
+                    .ok_or(Problem::OutOfRange)?;
+                self.escalate.replace(ms).is_some()
             }
             Opt::Calendar => {
                 let period = Period::parse(value).ok_or(Problem::OutOfRange)?;

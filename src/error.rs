@@ -35,6 +35,10 @@ pub enum RlError {
     Conflict(&'static str, &'static str, &'static str),
     /// TZ (as given) without CALENDAR.
     TzWithoutCalendar(&'static str),
+    /// ESCALATE (as given) without PENALTY.
+    EscalateWithoutPenalty(&'static str),
+    /// ESCALATE (as given) below PENALTY's ms.
+    EscalateBelowPenalty(&'static str),
     DuplicateKeys,
     /// An option before the first POLICY of RL.ADMITALL.
     PolicyFirst,
@@ -91,6 +95,10 @@ impl fmt::Display for RlError {
             NotForAlgo(opt, algo) => write!(f, "ERR {opt} does not apply to ALGO {algo}"),
             Conflict(a, b, why) => write!(f, "ERR {a} and {b} exclude each other: {why}"),
             TzWithoutCalendar(what) => write!(f, "ERR {what} applies only with CALENDAR"),
+            EscalateWithoutPenalty(what) => write!(f, "ERR {what} applies only with PENALTY"),
+            EscalateBelowPenalty(what) => {
+                write!(f, "ERR {what} must be at least the penalty's ms")
+            }
             OnlyWindows(what, algo) => write!(
                 f,
                 "ERR {what} applies only to the windows (ALGO fixed or sliding), not to ALGO {algo}"

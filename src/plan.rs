@@ -108,10 +108,15 @@ pub fn penalised<'a>(plan: Plan, read: &Read, buf: &'a mut [u8; penalty::MAX_LEN
                 Change::Delete => Change::Delete,
             }
         }
-        Plan::Wrap { until, state } => {
-            let at = penalty::expires_at(until, state);
+        Plan::Wrap {
+            until,
+            len,
+            state,
+            hold,
+        } => {
+            let at = penalty::expires_at(until, hold, state);
             Change::Value {
-                bytes: penalty::wrap(until, state, buf),
+                bytes: penalty::wrap(until, len, state, buf),
                 new_key,
                 expires_at: Some(at),
                 replicate: Replicate::SetPxat(at),
@@ -162,7 +167,9 @@ mod tests {
         // A penalty starts on a plain key: its form, until the later end.
         let start = Plan::Wrap {
             until: 5_000,
+            len: None,
             state: found,
+            hold: 0,
         };
         assert_eq!(
             penalised(start, Read::plain(found)),
@@ -177,6 +184,7 @@ mod tests {
         let boxed = Read {
             found,
             until: Some(100),
+            len: None,
         };
         let next = Plan::Plain(counter(2, 900));
         assert_eq!(

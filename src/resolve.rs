@@ -4,6 +4,7 @@
 use std::ffi::CStr;
 
 use crate::algo::calendar::{self, Period, Zone, OFFSET_FORM, PERIOD_NAMES};
+use crate::algo::penalty::Penalty;
 use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
@@ -25,6 +26,8 @@ pub struct Resolved {
     /// The penalty (ms, 0: none), and whether META gave it (for the
     /// overflow error).
     penalty: (i64, bool),
+    /// ESCALATE's cap (ms, 0: none), and whether META gave it.
+    escalate: (i64, bool),
     /// ALIGN, or META field `align` 1: windows start at multiples of the
     /// window since the epoch.
     align: bool,
@@ -67,17 +70,31 @@ impl Resolved {
         })
     }
 
-    /// The penalty in ms (0: none), checked against the clock `now`.
+    /// The penalty (ms 0: none) and its ladder's cap (0: none), checked
+    /// against the clock `now`: `now + ms` and `now + 2 * cap` (the ladder's
+    /// memory past its longest penalty) fit.
     #[inline(always)]
-    pub fn penalty(&self, now: i64) -> Result<i64, RlError> {
+    pub fn penalty(&self, now: i64) -> Result<Penalty, RlError> {
         let (ms, from_meta) = self.penalty;
-        match now.checked_add(ms) {
-            Some(_) => Ok(ms),
-            None => Err(RlError::PenaltyOverflow(match from_meta {
+        if now.checked_add(ms).is_none() {
+            return Err(RlError::PenaltyOverflow(match from_meta {
                 true => "META field 'penalty'",
                 false => Opt::Penalty.name(),
-            })),
+            }));
         }
+        let (cap, from_meta) = self.escalate;
+        if cap > 0
+            && now
+                .checked_add(cap)
+                .and_then(|v| v.checked_add(cap))
+                .is_none()
+        {
+            return Err(RlError::PenaltyOverflow(match from_meta {
+                true => "META field 'escalate'",
+                false => Opt::Escalate.name(),
+            }));
+        }
+        Ok(Penalty { ms, cap })
     }
 }
 
@@ -137,6 +154,7 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
             burst: opts.burst.map(|b| (b, false)),
             shadow: false,
             penalty: (0, false),
+            escalate: (0, false),
             align: false,
             calendar: None,
         }));
@@ -175,6 +193,7 @@ fn resolve_rest(
         burst,
         shadow: false,
         penalty: (0, false),
+        escalate: (0, false),
         align: false,
         calendar,
     };
@@ -182,13 +201,30 @@ fn resolve_rest(
     Ok(resolved)
 }
 
-/// SHADOW, PENALTY and ALIGN, inline or from META, into `r`.
+/// SHADOW, PENALTY, ESCALATE and ALIGN, inline or from META, into `r`.
 fn policies(r: &mut Resolved, opts: &Options, meta: Option<&Meta>) -> Result<(), RlError> {
     r.shadow = opts.shadow || Meta::flag_of(meta, Opt::Shadow)?;
     r.penalty = match opts.penalty {
         Some(p) => (p, false),
         None => Meta::int_of(meta, Opt::Penalty, 1, POSITIVE)?.map_or((0, false), |p| (p, true)),
     };
+    let escalate = match opts.escalate {
+        Some(cap) => Some((cap, false)),
+        None => Meta::int_of(meta, Opt::Escalate, 1, POSITIVE)?.map(|cap| (cap, true)),
+    };
+    if let Some((cap, from_meta)) = escalate {
+        let what = match from_meta {
+            true => "META field 'escalate'",
+            false => Opt::Escalate.name(),
+        };
+        if r.penalty.0 == 0 {
+            return Err(RlError::EscalateWithoutPenalty(what));
+        }
+        if cap < r.penalty.0 {
+            return Err(RlError::EscalateBelowPenalty(what));
+        }
+        r.escalate = (cap, from_meta);
+    }
     let align = if opts.align {
         Some(Opt::Align.name())
     } else if Meta::flag_of(meta, Opt::Align)? {

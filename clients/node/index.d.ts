@@ -39,6 +39,8 @@ export interface Policy {
   calendar?: CalendarPeriod;
   /** TZ, with calendar: where its boundaries fall, a fixed offset such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin". */
   tz?: string;
+  /** ESCALATE ms, with penalty: a penalty starting within this long of the last one's end is twice as long, at most this. */
+  escalate?: number;
 }
 
 export interface AdmitOptions extends Policy {
@@ -222,6 +224,8 @@ export interface ValkeyStoreOptions {
   calendar?: CalendarPeriod;
   /** TZ, with calendar: "+05:30", "-08:00", "Europe/Berlin". */
   tz?: string;
+  /** ESCALATE ms, with penalty (the server decides). */
+  escalate?: number;
   /** Told of each shadow refusal (the request passes); what it throws is logged, not raised. */
   onShadowRefusal?: (key: string, decision: Decision) => void | Promise<void>;
   backend?: BackendOption;

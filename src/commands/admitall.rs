@@ -6,7 +6,7 @@
 //! nothing (it makes only the repair a refusal makes) and blocks no other.
 
 use super::Call;
-use crate::algo::penalty::{self, Plan, Read};
+use crate::algo::penalty::{self, Penalty, Plan, Read};
 use crate::algo::{self, Decision, Policy, Write};
 use crate::args::AdmitAll;
 use crate::error::RlError;
@@ -22,20 +22,20 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
     let now = clock::now();
     let mut limiters = Vec::with_capacity(request.keys);
     for (i, opts) in request.policies.iter().enumerate() {
-        let (policy, shadow, penalty_ms) = match resolve(ctx, call.argv, opts)? {
+        let (policy, shadow, penalty) = match resolve(ctx, call.argv, opts)? {
             Some(r) => (Some(r.policy(now.ms)?), r.shadow, r.penalty(now.ms)?),
-            None => (None, false, 0),
+            None => (None, false, Penalty::default()),
         };
-        limiters.push((call.argv[2 + i], policy, shadow, penalty_ms));
+        limiters.push((call.argv[2 + i], policy, shadow, penalty));
     }
     let mut members = Vec::with_capacity(limiters.len());
-    for &(name, policy, shadow, penalty_ms) in &limiters {
+    for &(name, policy, shadow, penalty) in &limiters {
         let Some(policy) = policy else {
             members.push(Member {
                 name,
                 policy: None,
                 shadow,
-                penalty_ms,
+                penalty,
                 now_ms: now.ms,
                 read: Read::plain(None),
                 decision: Decision::UNLIMITED,
@@ -50,7 +50,7 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             algo::admit,
             read,
             &policy,
-            penalty_ms,
+            penalty,
             request.cost,
             now,
             false,
@@ -59,7 +59,7 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             name,
             policy: Some(policy),
             shadow,
-            penalty_ms,
+            penalty,
             now_ms: now.ms,
             read,
             decision,
@@ -92,7 +92,7 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             }
         } else if let Some(policy) = &m.policy {
             // Nothing was consumed: report this member as it stands.
-            let peek = penalty::decide(algo::admit, m.read, policy, m.penalty_ms, 0, now, false);
+            let peek = penalty::decide(algo::admit, m.read, policy, m.penalty, 0, now, false);
             m.decision = peek.0;
         }
     }
@@ -137,8 +137,8 @@ struct Member {
     policy: Option<Policy>,
     /// Shadow mode: a refusal is answered as an admission.
     shadow: bool,
-    /// The policy's penalty (ms, 0: none).
-    penalty_ms: i64,
+    /// The policy's penalty (ms 0: none).
+    penalty: Penalty,
     /// The call's clock (ms), to read the key again by.
     now_ms: i64,
     read: Read,

@@ -3,7 +3,7 @@
 //! exact count), so only the options are checked here.
 
 use super::Call;
-use crate::algo::penalty::{self, Plan};
+use crate::algo::penalty::{self, Penalty, Plan};
 use crate::algo::Now;
 use crate::algo::{self, fixed, Algo, Decide, Decision, Found, Outcome, Policy, Write};
 use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
@@ -18,7 +18,7 @@ use crate::{clock, reply, stats};
 const ADMIT_OPTIONS: OptSet = args::ADMIT_SET;
 const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 
-/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms]
+/// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms] [ESCALATE cap_ms]
 /// [ALIGN] [CALENDAR period] [TZ offset] [COST n] [BLOCK timeout_ms]
 /// (a shadow refusal is answered as an admission, so it never waits)
 pub fn admit(call: &Call) -> Result<(), RlError> {
@@ -177,7 +177,7 @@ fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
     outcome
 }
 
-/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms]
+/// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms] [ESCALATE cap_ms]
 /// [ALIGN] [CALENDAR period] [TZ offset] [COST n]
 pub fn refund(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
@@ -223,18 +223,17 @@ fn update(
         return Ok(None);
     };
     let policy = resolved.policy(now.ms)?;
-    let penalty_ms = resolved.penalty(now.ms)?;
+    let penalty = resolved.penalty(now.ms)?;
     let name = call.key();
     let mut key = Key::write(call.ctx, name);
     let cost = opts.cost.unwrap_or(1);
     // A penalty's form is no state: it comes back as an error, read again
     // by `boxed`, as is any key under a policy with PENALTY.
     let found = match key.read_state(policy.algo) {
-        Ok(found) if penalty_ms == 0 => found,
+        Ok(found) if penalty.ms == 0 => found,
         _ => {
-            let (decision, wrote) = boxed(
-                call, &mut key, decide, &policy, penalty_ms, cost, now, refund,
-            )?;
+            let (decision, wrote) =
+                boxed(call, &mut key, decide, &policy, penalty, cost, now, refund)?;
             return Ok(Some(Updated {
                 algo: policy.algo,
                 cost,
@@ -265,14 +264,14 @@ fn boxed(
     key: &mut Key,
     decide: Decide,
     policy: &algo::Policy,
-    penalty_ms: i64,
+    penalty: Penalty,
     cost: i64,
     now: algo::Now,
     refund: bool,
 ) -> Result<(Decision, bool), RlError> {
     // The key read again, its penalty's form included (`algo::penalty`).
     let read = key.read_limiter(policy.algo, now.ms)?;
-    let (decision, plan) = penalty::decide(decide, read, policy, penalty_ms, cost, now, refund);
+    let (decision, plan) = penalty::decide(decide, read, policy, penalty, cost, now, refund);
     super::write_penalised(call.ctx, key, call.key(), plan, &read);
     Ok((decision, plan != Plan::Plain(Write::Nothing)))
 }

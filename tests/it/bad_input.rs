@@ -32,6 +32,9 @@ const KEYS: &[&str] = &[
     "wordshadow",
     "badpenalty",
     "zeropenalty",
+    "escalatealone",
+    "escalatebelow",
+    "badescalate",
     "corrupt",
     "alignedtoken",
     "badalign",
@@ -143,6 +146,40 @@ fn fixtures(con: &mut Connection) {
             "1000",
             "penalty",
             "0",
+        ],
+        &[
+            "HSET",
+            "escalatealone",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "escalate",
+            "5000",
+        ],
+        &[
+            "HSET",
+            "escalatebelow",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "penalty",
+            "5000",
+            "escalate",
+            "4999",
+        ],
+        &[
+            "HSET",
+            "badescalate",
+            "max",
+            "3",
+            "duration",
+            "1000",
+            "penalty",
+            "5000",
+            "escalate",
+            "-1",
         ],
         &["SET", "corrupt", "penalty:1:x:", "PX", "60000"],
         &[
@@ -581,6 +618,66 @@ const NAMED: &[(&str, &str)] = &[
     (
         "RL.ADMITALL 1 corrupt POLICY LIMIT 5 WINDOW 10",
         "corrupt penalty",
+    ),
+    // ESCALATE (issue 27): a positive integer of ms, only with PENALTY, at
+    // least its ms, whose ladder fits the clock.
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 ESCALATE 5000",
+        "ERR ESCALATE applies only with PENALTY",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE 99",
+        "ERR ESCALATE must be at least the penalty's ms",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE",
+        "ESCALATE needs a value",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE -100",
+        "ESCALATE must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE 0",
+        "ESCALATE must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE later",
+        "ESCALATE must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE 200 escalate 300",
+        "ESCALATE is given more than once",
+    ),
+    (
+        "RL.ADMIT c LIMIT 5 WINDOW 10 PENALTY 100 ESCALATE 4611686018427387903",
+        "ERR ESCALATE is too large: the penalty end overflows",
+    ),
+    (
+        "RL.ADMIT c META escalatealone",
+        "ERR META field 'escalate' applies only with PENALTY",
+    ),
+    (
+        "RL.ADMIT c META escalatebelow",
+        "ERR META field 'escalate' must be at least the penalty's ms",
+    ),
+    (
+        "RL.ADMIT c META badescalate",
+        "META hash field 'escalate' must be an integer from 1",
+    ),
+    (
+        "RL.ADMIT c META m ESCALATE 5000",
+        "ERR ESCALATE applies only with PENALTY",
+    ),
+    ("RL.TTL c LIMIT 5 WINDOW 10 ESCALATE 5", "ESCALATE applies only with PENALTY"),
+    ("RL.REFUND c LIMIT 5 WINDOW 10 PENALTY 9 ESCALATE 8", "at least the penalty's ms"),
+    (
+        "RL.ADMITALL 1 a POLICY LIMIT 5 WINDOW 10 PENALTY 9 ESCALATE x",
+        "ESCALATE must be an integer from 1",
+    ),
+    (
+        "RL.ADMITALL 2 a b POLICY LIMIT 5 WINDOW 10 POLICY LIMIT 5 WINDOW 10 ESCALATE 9",
+        "ESCALATE applies only with PENALTY",
     ),
     // ALIGN (issue 27): a flag, once, for the windows only.
     ("RL.ADMIT c LIMIT 5 WINDOW 10 ALIGN ALIGN", "ALIGN is given more than once"),

@@ -198,7 +198,7 @@ fn command_docs_describe_every_command() {
         tokens,
         [
             "ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "PENALTY", "ALIGN", "CALENDAR",
-            "TZ", "COST", "BLOCK"
+            "TZ", "ESCALATE", "COST", "BLOCK"
         ]
     );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
@@ -1043,7 +1043,7 @@ fn valkey_cli_hints_show_every_commands_syntax() {
     let port = server.port.to_string();
     let policy = "[ALGO fixed|sliding|token|gcra|leaky] [LIMIT max] [WINDOW ms] [BURST n] \
                   [META metakey] [SHADOW] [PENALTY ms] [ALIGN] \
-                  [CALENDAR day|week|month|year] [TZ zone]";
+                  [CALENDAR day|week|month|year] [TZ zone] [ESCALATE cap_ms]";
     let cases = [
         (
             "RL.ADMIT k ",

@@ -53,7 +53,7 @@ fn counter_keys(c: &Call) -> &[Vec<u8>] {
 const OPTIONS: &[&str] = &[
     "ALGO", "LIMIT", "WINDOW", "BURST", "META", "COST", "POLICY", "algo", "limit", "window",
     "burst", "meta", "cost", "policy", "TTL", "ID", "ttl", "id", "SHADOW", "shadow", "PENALTY",
-    "ALIGN", "CALENDAR", "TZ",
+    "ALIGN", "CALENDAR", "TZ", "ESCALATE",
 ];
 
 const UNKNOWN_OPTIONS: &[&str] = &[

@@ -782,13 +782,35 @@ fn meta_fixtures(con: &mut Connection) {
             "penalty",
             "-4",
         ],
+        &[
+            "HSET",
+            "meta:escalate",
+            "max",
+            "2",
+            "duration",
+            "13",
+            "penalty",
+            "40",
+            "escalate",
+            "250",
+        ],
+        &[
+            "HSET",
+            "meta:badescalate",
+            "max",
+            "2",
+            "duration",
+            "13",
+            "escalate",
+            "250",
+        ],
     ];
     for cmd in setup {
         let _: Value = redis::cmd(cmd[0]).arg(&cmd[1..]).query(con).unwrap();
     }
 }
 
-const METAS: [&str; 13] = [
+const METAS: [&str; 15] = [
     "meta:gcra",
     "meta:sliding",
     "meta:leaky",
@@ -802,6 +824,8 @@ const METAS: [&str; 13] = [
     "meta:badshadow",
     "meta:penalty",
     "meta:badpenalty",
+    "meta:escalate",
+    "meta:badescalate",
 ];
 
 /// TZ values the random runs draw: fixed offsets, and IANA names with
@@ -858,6 +882,10 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
     if rng.pct(10) {
         // The penalty box (issue 27).
         out.extend(words(&["PENALTY", &rng.pick(&WINDOWS).to_string()]));
+        if rng.pct(60) {
+            // Its ladder (issue 27): a cap below the penalty is an error.
+            out.extend(words(&["ESCALATE", &rng.pick(&WINDOWS).to_string()]));
+        }
     }
     for flag in ["SHADOW", "ALIGN"] {
         if rng.pct(15) {
@@ -882,6 +910,9 @@ fn random_policy(rng: &mut Rng, algo: &str) -> Vec<String> {
             &["SHADOW", "1"],
             &["PENALTY", "0"],
             &["PENALTY"],
+            &["ESCALATE", "40"],
+            &["PENALTY", "40", "ESCALATE"],
+            &["PENALTY", "40", "ESCALATE", "-1"],
         ];
         out = words(rng.pick(bad));
     }
@@ -911,6 +942,9 @@ fn random_calls_agree() {
         "leaky:9223372036854775807",
         "gcra:1",
         "",
+        "penalty:1/5:0:",
+        "penalty:1/0:0:",
+        "penalty:1:1:3",
     ];
     for step in 0..5_200usize {
         let k = rng.below(4);

@@ -565,9 +565,10 @@ fn penalty_holds_for_every_algorithm_in_real_time() {
 }
 
 /// A replica holds the penalty's form with the same absolute expiry, and a
-/// restart from the AOF keeps it: refused there still.
+/// restart from the AOF keeps it: refused there still. The same for the
+/// ladder's form (ESCALATE) and its longer expiry.
 #[test]
-fn penalty_survives_a_replica_and_an_aof_restart() {
+fn penalty_and_its_ladder_survive_a_replica_and_an_aof_restart() {
     for backend in BOTH {
         let mut primary = backend.start_with(&["--appendonly", "yes", "--appendfsync", "always"]);
         let replica = backend.start();
@@ -583,11 +584,41 @@ fn penalty_survives_a_replica_and_an_aof_restart() {
         assert_eq!(admit(&mut con)[..4], [0, 1, 0, 60000], "{backend:?}");
         let value: String = redis::cmd("GET").arg("k").query(&mut con).unwrap();
         let at = pexpiretime(&mut con, "k");
+        // The ladder's key: its second penalty (twice the first, preset as
+        // ended 1 s ago), kept cap_ms past its end.
+        let ladder = [
+            "RL.ADMIT", "l", "LIMIT", "1", "WINDOW", "500", "PENALTY", "60000", "ESCALATE",
+            "600000",
+        ];
+        let now = common::time_ms(&common::cmd_raw(&mut con, &["TIME"]));
+        let preset = format!("penalty:{}/60000:{}:1", now - 1000, now + 400);
+        common::cmd_raw(
+            &mut con,
+            &["SET", "l", &preset, "PXAT", &(now + 599_000).to_string()],
+        );
+        let second = common::ints(&common::run(&mut con, &backend.call(&ladder)));
+        assert_eq!(second[..4], [0, 1, 0, 120000], "{backend:?}");
+        let ladder_value: String = redis::cmd("GET").arg("l").query(&mut con).unwrap();
+        let ladder_at = pexpiretime(&mut con, "l");
+        let until: i64 = ladder_value["penalty:".len()..]
+            .split('/')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(
+            ladder_value.contains("/120000:"),
+            "{backend:?}: {ladder_value}"
+        );
+        assert_eq!(ladder_at, until + 600_000, "{backend:?}");
         wait_replica_offset(&primary, &replica);
         let mut rcon = replica.client();
         let on_replica: String = redis::cmd("GET").arg("k").query(&mut rcon).unwrap();
         assert_eq!(on_replica, value, "{backend:?}");
         assert_eq!(pexpiretime(&mut rcon, "k"), at, "{backend:?}");
+        let on_replica: String = redis::cmd("GET").arg("l").query(&mut rcon).unwrap();
+        assert_eq!(on_replica, ladder_value, "{backend:?}");
+        assert_eq!(pexpiretime(&mut rcon, "l"), ladder_at, "{backend:?}");
         drop(con);
         drop(rcon);
         drop(replica);
@@ -605,6 +636,188 @@ fn penalty_survives_a_replica_and_an_aof_restart() {
             held[3] > 50_000 && held[3] < 60_000,
             "{backend:?}: {held:?}"
         );
+        let after: String = redis::cmd("GET").arg("l").query(&mut con).unwrap();
+        assert_eq!(after, ladder_value, "{backend:?}");
+        assert_eq!(pexpiretime(&mut con, "l"), ladder_at, "{backend:?}");
+    }
+}
+
+// ESCALATE --------------------------------------------------------------
+
+/// The ladder's scenarios on a frozen clock, the same transcript and bytes
+/// from both backends (earlier penalties preset in the key): a first
+/// penalty of `ms`, twice the last one's within cap_ms of its end, at most
+/// cap_ms, `ms` again cap_ms after it; a form without a length counts as
+/// `ms`; the form is kept (and the key until `until + cap_ms`) while the
+/// ladder remembers; a policy without ESCALATE writes plainly; a refund or
+/// RL.TTL in the penalty leave it; RL.RESET clears it.
+#[test]
+fn escalation_scenarios_agree_and_hold() {
+    let ladder = [
+        "RL.ADMIT", "k", "LIMIT", "1", "WINDOW", "50", "PENALTY", "200", "ESCALATE", "700",
+    ];
+    let call =
+        |words: &[&str]| -> Step { Step::Call(words.iter().map(|w| w.to_string()).collect()) };
+    let scenarios: Vec<Scenario> = vec![
+        (
+            "the first penalty is ms, the key kept cap_ms past its end",
+            vec![call(&ladder), call(&ladder), call(&ladder)],
+            vec![
+                "[1, 1, 0, 0, 50]",
+                "[0, 1, 0, 200, 200]",
+                "[0, 1, 0, 200, 200]",
+            ],
+            vec!["k +string penalty:ms+200/200:ms+50:1 now+900"],
+        ),
+        (
+            "within cap_ms of the last one's end: twice its length",
+            vec![
+                preset("k", "penalty:{ms-100}/200:{ms+30}:1", Some(600)),
+                call(&ladder),
+            ],
+            vec!["[0, 1, 0, 400, 400]"],
+            vec!["k +string penalty:ms+400/400:ms+30:1 now+1100"],
+        ),
+        (
+            "at most cap_ms",
+            vec![
+                preset("k", "penalty:{ms-100}/400:{ms+30}:1", Some(600)),
+                call(&ladder),
+                call(&["RL.TTL", "k", "LIMIT", "1", "WINDOW", "50"]),
+            ],
+            vec!["[0, 1, 0, 700, 700]", "700"],
+            vec!["k +string penalty:ms+700/700:ms+30:1 now+1400"],
+        ),
+        (
+            "cap_ms after the last one's end: ms again",
+            vec![
+                preset("k", "penalty:{ms-700}/700:{ms+30}:1", Some(30)),
+                call(&ladder),
+            ],
+            vec!["[0, 1, 0, 200, 200]"],
+            vec!["k +string penalty:ms+200/200:ms+30:1 now+900"],
+        ),
+        (
+            "a form without a length counts as ms",
+            vec![
+                preset("k", "penalty:{ms-100}:{ms+30}:1", Some(30)),
+                call(&ladder),
+            ],
+            vec!["[0, 1, 0, 400, 400]"],
+            vec!["k +string penalty:ms+400/400:ms+30:1 now+1100"],
+        ),
+        (
+            "an admission the ladder remembers keeps the form",
+            vec![
+                preset("k", "penalty:{ms-100}/400:0:", Some(600)),
+                call(&ladder),
+                call(&["RL.TTL", "k", "LIMIT", "1", "WINDOW", "50"]),
+            ],
+            vec!["[1, 1, 0, 0, 50]", "50"],
+            vec!["k +string penalty:ms-100/400:ms+50:1 now+600"],
+        ),
+        (
+            "a policy without ESCALATE writes the state plainly",
+            vec![
+                preset("k", "penalty:{ms-100}/400:0:", Some(600)),
+                call(&ladder[..8]),
+            ],
+            vec!["[1, 1, 0, 0, 50]"],
+            vec!["k +string 1 now+50"],
+        ),
+        (
+            "a refund and RL.ADMITALL in the penalty leave it",
+            vec![
+                preset("k", "penalty:{ms+300}/400:{ms+30}:2", Some(300)),
+                call(&[
+                    "RL.REFUND",
+                    "k",
+                    "LIMIT",
+                    "2",
+                    "WINDOW",
+                    "50",
+                    "PENALTY",
+                    "200",
+                    "ESCALATE",
+                    "700",
+                ]),
+                call(&[
+                    "RL.ADMITALL",
+                    "1",
+                    "k",
+                    "POLICY",
+                    "LIMIT",
+                    "2",
+                    "WINDOW",
+                    "50",
+                    "PENALTY",
+                    "200",
+                    "ESCALATE",
+                    "700",
+                ]),
+            ],
+            vec!["[0, 2, 0, 300, 300]", "[0, 1, 300, [[0, 2, 0, 300, 300]]]"],
+            vec!["k +string penalty:ms+300/400:ms+30:1 now+1000"],
+        ),
+        (
+            "RL.RESET clears the ladder",
+            vec![
+                preset("k", "penalty:{ms-100}/400:{ms+30}:1", Some(600)),
+                call(&["RL.RESET", "k"]),
+                call(&ladder),
+                call(&ladder),
+            ],
+            vec!["1", "[1, 1, 0, 0, 50]", "[0, 1, 0, 200, 200]"],
+            vec!["k +string penalty:ms+200/200:ms+50:1 now+900"],
+        ),
+        (
+            "a corrupt length is an error",
+            vec![preset("k", "penalty:1/0:0:", None), call(&ladder)],
+            vec!["!ERR limiter key holds a corrupt penalty"],
+            vec!["k +string penalty:1/0:0: -1"],
+        ),
+    ];
+    let servers: Vec<(Backend, Server)> = BOTH.iter().map(|&b| (b, b.start())).collect();
+    for (name, steps, replies, state) in &scenarios {
+        let mut transcripts = Vec::new();
+        for (backend, server) in &servers {
+            let mut con = server.client();
+            transcripts.push(run_scenario(*backend, &mut con, steps, &["k"], None));
+        }
+        let module = &transcripts[0];
+        assert_eq!(&module.replies, replies, "{name}");
+        assert_eq!(&module.state, state, "{name}");
+        assert_eq!(module, &transcripts[1], "{name}: the library differs");
+    }
+}
+
+/// The ladder in real time (PENALTY 200 ESCALATE 700 on LIMIT 1 WINDOW
+/// 50), both backends: a client that comes back as each penalty ends gets
+/// 200, 400, 700, 700 ms; after 700 clean ms, 200 again.
+#[test]
+fn the_ladder_climbs_to_its_cap_and_resets_in_real_time() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let call = [
+            "RL.ADMIT", "e", "LIMIT", "1", "WINDOW", "50", "PENALTY", "200", "ESCALATE", "700",
+        ];
+        let admit = |con: &mut Connection| -> Vec<i64> {
+            common::ints(&common::run(con, &backend.call(&call)))
+        };
+        let mut seen = Vec::new();
+        for _ in 0..4 {
+            assert_eq!(admit(&mut con)[0], 1, "{backend:?} after {seen:?}");
+            let refused = admit(&mut con);
+            assert_eq!(refused[0], 0, "{backend:?}");
+            seen.push(refused[3]);
+            sleep(Duration::from_millis(refused[3] as u64 + 60));
+        }
+        assert_eq!(seen, [200, 400, 700, 700], "{backend:?}");
+        // The last one ended ~60 ms ago: 700 clean ms more forget it.
+        sleep(Duration::from_millis(700));
+        assert_eq!(admit(&mut con)[0], 1, "{backend:?}");
+        assert_eq!(admit(&mut con)[..4], [0, 1, 0, 200], "{backend:?}");
     }
 }
 

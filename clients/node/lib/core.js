@@ -112,13 +112,15 @@ const given = (v) => v !== undefined && v !== null;
 
 /**
  * The policy options of one call, checked: { algorithm, limit, windowMs,
- * burst, meta, cost, name, shadow, penalty, align, calendar, tz }, each
+ * burst, meta, cost, name, shadow, penalty, align, calendar, tz, escalate }, each
  * left out when not given (shadow and align: when not true). With a META
  * hash, limit and window may come from its fields (options that are given
  * win). The combinations the server refuses are refused here too, before
  * any call: ALIGN and CALENDAR only with a window algorithm (CALENDAR:
  * fixed), CALENDAR without windowMs or ALIGN, TZ only with CALENDAR (or a
- * META hash, whose `calendar` field it may go with).
+ * META hash, whose `calendar` field it may go with), escalate only with
+ * penalty (or a META hash, whose `penalty` field it may go with) and not
+ * below it.
  */
 function checkPolicy(policy, { needsRate = true } = {}) {
   const out = {};
@@ -134,6 +136,7 @@ function checkPolicy(policy, { needsRate = true } = {}) {
   if (given(policy.align) && bool("align", policy.align)) out.align = true;
   if (given(policy.calendar)) out.calendar = oneOf("calendar", policy.calendar, CALENDAR_PERIODS);
   if (given(policy.tz)) out.tz = check("tz", policy.tz, TZ_OFFSET);
+  if (given(policy.escalate)) out.escalate = safeInteger("escalate", policy.escalate, 1);
   const windowed = (what, value) => {
     if (out.algorithm !== undefined && !WINDOWS.includes(out.algorithm)) {
       throw new ConfigError(what, `left out with algorithm ${show(out.algorithm)} (it applies only to fixed and sliding)`, value);
@@ -147,6 +150,14 @@ function checkPolicy(policy, { needsRate = true } = {}) {
   }
   if (out.tz !== undefined && out.calendar === undefined && out.meta === undefined) {
     throw new ConfigError("tz", "left out without calendar (or a META hash whose calendar field it goes with)", out.tz);
+  }
+  if (out.escalate !== undefined) {
+    if (out.penalty === undefined && out.meta === undefined) {
+      throw new ConfigError("escalate", "left out without penalty (or a META hash whose penalty field it goes with)", out.escalate);
+    }
+    if (out.penalty !== undefined && out.escalate < out.penalty) {
+      throw new ConfigError("escalate", `at least penalty (${out.penalty})`, out.escalate);
+    }
   }
   if (needsRate && out.meta === undefined) {
     if (out.limit === undefined) throw new ConfigError("limit", "a safe integer >= 0, unless meta is given", policy.limit);
@@ -185,6 +196,7 @@ function policyArgs(policy) {
   if (policy.align) args.push("ALIGN");
   if (policy.calendar !== undefined) args.push("CALENDAR", policy.calendar);
   if (policy.tz !== undefined) args.push("TZ", policy.tz);
+  if (policy.escalate !== undefined) args.push("ESCALATE", String(policy.escalate));
   return args;
 }
 

@@ -29,7 +29,7 @@ class Limiter {
    * Options: sendCommand (required), prefix, backend, failure, timeoutMs,
    * library, onError, waitReplicas, waitTimeoutMs, unconfirmed, and a default
    * policy (limit, windowMs, algorithm, burst, meta, cost, name, shadow,
-   * penalty, align, calendar, tz) that each call's own options complete. Every option is checked here.
+   * penalty, align, calendar, tz, escalate) that each call's own options complete. Every option is checked here.
    */
   constructor(options = {}) {
     if (options === null || typeof options !== "object") throw new core.ConfigError("options", "an object", options);
@@ -459,6 +459,7 @@ const POLICY_OPTIONS = [
   "align",
   "calendar",
   "tz",
+  "escalate",
 ];
 
 // The options a caller gave, without the undefined ones (which must not hide a default).

@@ -32,7 +32,7 @@ const { followRequests, currentRequest } = require("./context");
 const HTTP_ERROR_STATUS = { rule: "an HTTP status from 400 to 599", ok: (v) => Number.isInteger(v) && v >= 400 && v <= 599 };
 const BUCKETS = ["token", "gcra", "leaky"];
 // The policy options of issue 27 the store passes through to every call.
-const PASSED = ["shadow", "penalty", "align", "calendar", "tz"];
+const PASSED = ["shadow", "penalty", "align", "calendar", "tz", "escalate"];
 
 // The reset time handed to express-rate-limit: `ms` from now, rounded up to
 // a whole second, so that the middleware's own rounding a moment later
@@ -50,7 +50,7 @@ class ValkeyStore {
   /**
    * Options: sendCommand (required), prefix (default "rl:"), algorithm,
    * burst, meta (a META hash key, or a function of the request giving one),
-   * shadow, penalty, align, calendar, tz (the server's policy options),
+   * shadow, penalty, align, calendar, tz, escalate (the server's policy options),
    * onShadowRefusal (told of each shadow refusal: (key, decision)),
    * failureStatus (default 503), and the Limiter's: backend, failure,
    * timeoutMs, library, onError, waitReplicas, waitTimeoutMs, unconfirmed.
@@ -72,6 +72,7 @@ class ValkeyStore {
       align,
       calendar,
       tz,
+      escalate,
       ...limiterOptions
     } = options;
     const policyOption = Object.keys(limiterOptions).find((k) => POLICY_OPTIONS.includes(k));
@@ -94,7 +95,7 @@ class ValkeyStore {
     // Checked now, as each call would (the META hash, perhaps a function of
     // the request, stands for itself: TZ may go with its calendar field).
     const checked = core.checkPolicy(
-      { algorithm, meta: meta === undefined ? undefined : "meta", shadow, penalty, align, calendar, tz },
+      { algorithm, meta: meta === undefined ? undefined : "meta", shadow, penalty, align, calendar, tz, escalate },
       { needsRate: false },
     );
     this.passed = {};

@@ -291,6 +291,15 @@ def test_ceil_seconds_of_t() -> None:
         (dict(limit=1, window_ms=1, penalty=0), "penalty must be an integer from 1 to 9007199254740991 (got 0)"),
         (dict(limit=1, window_ms=1, penalty=-5), "penalty must be an integer from 1 to 9007199254740991 (got -5)"),
         (dict(limit=1, window_ms=1, align=1), "align must be True or False (got 1)"),
+        (
+            dict(limit=1, window_ms=1, penalty=100, escalate=0),
+            "escalate must be an integer from 1 to 9007199254740991 (got 0)",
+        ),
+        (
+            dict(limit=1, window_ms=1, escalate=500),
+            "escalate must be left out without penalty (or a META hash whose penalty field it goes with) (got 500)",
+        ),
+        (dict(limit=1, window_ms=1, penalty=100, escalate=99), "escalate must be at least penalty (100) (got 99)"),
         (dict(limit=1, calendar="fortnight"), "calendar must be one of 'day', 'week', 'month', 'year' (got 'fortnight')"),
         (
             dict(limit=1, calendar="day", tz="Europe Berlin"),
@@ -329,6 +338,10 @@ def test_issue_27_options_are_checked_before_any_call(kwargs, message: str) -> N
 def test_issue_27_options_go_out_as_both_backends_take_them() -> None:
     p = Policy(5, None, shadow=True, penalty=30000, calendar="week", tz="-08:00")
     assert p.args() == ["LIMIT", "5", "SHADOW", "PENALTY", "30000", "CALENDAR", "week", "TZ", "-08:00"]
+    e = Policy(1, 50, penalty=200, escalate=700)
+    assert e.args() == ["LIMIT", "1", "WINDOW", "50", "PENALTY", "200", "ESCALATE", "700"]
+    # The penalty may come from the META hash.
+    assert Policy(meta="plan", escalate=700).args() == ["ESCALATE", "700"]
     a = Policy(5, 3600000, "sliding", align=True)
     assert a.args() == ["ALGO", "sliding", "LIMIT", "5", "WINDOW", "3600000", "ALIGN"]
     # The sliding window over calendar periods.

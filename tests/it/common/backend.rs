@@ -500,14 +500,19 @@ pub fn relative(value: &str, now_us: i64) -> String {
             return format!("token:{credit}:ns{:+}", ms * 1_000_000 + into - now_ns);
         }
     }
+    let time = |field: &str| match field.parse::<i128>() {
+        Ok(v) if (v - now_ms).abs() <= 10_000_000_000 => format!("ms{:+}", v - now_ms),
+        Ok(v) if (v - now_ns).abs() <= 10_000_000_000_000_000 => {
+            format!("ns{:+}", v - now_ns)
+        }
+        _ => field.to_string(),
+    };
     value
         .split(':')
-        .map(|field| match field.parse::<i128>() {
-            Ok(v) if (v - now_ms).abs() <= 10_000_000_000 => format!("ms{:+}", v - now_ms),
-            Ok(v) if (v - now_ns).abs() <= 10_000_000_000_000_000 => {
-                format!("ns{:+}", v - now_ns)
-            }
-            _ => field.to_string(),
+        .map(|field| match field.split_once('/') {
+            // A penalty ladder's `<until>/<length>`: the time relative.
+            Some((until, len)) => format!("{}/{len}", time(until)),
+            None => time(field),
         })
         .collect::<Vec<_>>()
         .join(":")

@@ -117,6 +117,9 @@ test("issue 27's options: checked, refused in the combinations the server refuse
     [{ limit: 1, windowMs: 1, penalty: 0 }, "penalty must be a safe integer >= 1 (got 0)"],
     [{ limit: 1, windowMs: 1, penalty: -5 }, "penalty must be a safe integer >= 1 (got -5)"],
     [{ limit: 1, windowMs: 1, penalty: "30s" }, 'penalty must be a safe integer >= 1 (got "30s")'],
+    [{ limit: 1, windowMs: 1, penalty: 100, escalate: 0 }, "escalate must be a safe integer >= 1 (got 0)"],
+    [{ limit: 1, windowMs: 1, escalate: 500 }, "escalate must be left out without penalty (or a META hash whose penalty field it goes with) (got 500)"],
+    [{ limit: 1, windowMs: 1, penalty: 100, escalate: 99 }, "escalate must be at least penalty (100) (got 99)"],
     [{ limit: 1, windowMs: 1, align: 1 }, "align must be true or false (got 1)"],
     [{ limit: 1, calendar: "fortnight" }, 'calendar must be one of day, week, month, year (got "fortnight")'],
     [{ limit: 1, calendar: "day", tz: "Europe Berlin" }, 'tz must be a fixed offset from UTC such as "+05:30" or "-08:00", or an IANA zone name such as "Europe/Berlin" (got "Europe Berlin")'],
@@ -134,6 +137,10 @@ test("issue 27's options: checked, refused in the combinations the server refuse
   }
   const all = core.checkPolicy({ limit: 5, shadow: true, penalty: 30000, calendar: "week", tz: "-08:00" });
   assert.deepEqual(core.policyArgs(all), ["LIMIT", "5", "SHADOW", "PENALTY", "30000", "CALENDAR", "week", "TZ", "-08:00"]);
+  const ladder = core.checkPolicy({ limit: 1, windowMs: 50, penalty: 200, escalate: 700 });
+  assert.deepEqual(core.policyArgs(ladder), ["LIMIT", "1", "WINDOW", "50", "PENALTY", "200", "ESCALATE", "700"]);
+  // The penalty may come from the META hash.
+  assert.deepEqual(core.policyArgs(core.checkPolicy({ meta: "plan", escalate: 700 })), ["ESCALATE", "700"]);
   const aligned = core.checkPolicy({ limit: 5, windowMs: 3600000, algorithm: "sliding", align: true, shadow: false });
   assert.deepEqual(core.policyArgs(aligned), ["ALGO", "sliding", "LIMIT", "5", "WINDOW", "3600000", "ALIGN"]);
   // The sliding window over calendar periods.

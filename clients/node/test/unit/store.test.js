@@ -116,6 +116,8 @@ test("calendar and align reach both of the store's ways; bad values are refused 
   const send = client.sendCommand;
   assert.throws(() => new ValkeyStore({ sendCommand: send, penalty: 0 }), /^ConfigError: penalty must be a safe integer >= 1 \(got 0\)$/);
   assert.throws(() => new ValkeyStore({ sendCommand: send, tz: "+01:00" }), /tz must be left out without calendar/);
+  assert.throws(() => new ValkeyStore({ sendCommand: send, escalate: 60000 }), /escalate must be left out without penalty/);
+  assert.throws(() => new ValkeyStore({ sendCommand: send, penalty: 5000, escalate: 4000 }), /escalate must be at least penalty \(5000\)/);
   assert.throws(() => new ValkeyStore({ sendCommand: send, calendar: "day", algorithm: "leaky" }), /calendar must be left out with algorithm "leaky"/);
   assert.throws(() => new ValkeyStore({ sendCommand: send, onShadowRefusal: "log" }), /onShadowRefusal must be a function/);
   assert.equal(client.sent.length, 2, "nothing sent for a bad option");
@@ -126,5 +128,14 @@ test("fail-closed: an UnavailableError with the configured status and Retry-Afte
   client.state.down = true;
   const s = store(client, { failure: "closed", failureStatus: 500 });
   await assert.rejects(s.increment("k"), (e) => e.name === "UnavailableError" && e.status === 500 && e.headers["Retry-After"] === "1");
+  s.shutdown();
+});
+
+test("escalate: passed to the server with penalty, which then decides", async () => {
+  const client = scripted(() => [0, 2, 0, 10000, 10000]);
+  const s = store(client, { penalty: 5000, escalate: 60000 });
+  const info = await s.increment("k");
+  assert.ok(info.totalHits > 2, "refused: over the limit");
+  assert.deepEqual(client.sent, ["RL.ADMIT rl:k LIMIT 2 WINDOW 1000 PENALTY 5000 ESCALATE 60000 COST 1"]);
   s.shutdown();
 });

@@ -127,8 +127,10 @@ class Policy:
     refusal refuses every call for), ``align`` (windows at multiples of
     ``window_ms`` since the epoch), ``calendar`` (the window is the day,
     week, month or year: no ``window_ms`` then) and ``tz`` (where the
-    calendar's boundaries fall, "+05:30"). The combinations the server
-    refuses are refused here, before any call."""
+    calendar's boundaries fall, "+05:30"), ``escalate`` (with ``penalty``:
+    the ladder's cap in ms; a penalty starting within it of the last one's
+    end is twice as long, at most ``escalate``). The combinations the
+    server refuses are refused here, before any call."""
 
     limit: Optional[int] = None
     window_ms: Optional[int] = None
@@ -140,6 +142,7 @@ class Policy:
     align: bool = False
     calendar: Optional[str] = None
     tz: Optional[str] = None
+    escalate: Optional[int] = None
 
     def __post_init__(self) -> None:
         optional_integer("limit", self.limit, 0)
@@ -149,6 +152,16 @@ class Policy:
             one_of("algorithm", self.algorithm, ALGORITHMS)
         flag("shadow", self.shadow)
         optional_integer("penalty", self.penalty, 1)
+        optional_integer("escalate", self.escalate, 1)
+        if self.escalate is not None:
+            if self.penalty is None and self.meta is None:
+                raise bad(
+                    "escalate",
+                    "left out without penalty (or a META hash whose penalty field it goes with)",
+                    self.escalate,
+                )
+            if self.penalty is not None and self.escalate < self.penalty:
+                raise bad("escalate", f"at least penalty ({self.penalty})", self.escalate)
         flag("align", self.align)
         if self.calendar is not None:
             one_of("calendar", self.calendar, CALENDAR_PERIODS)
@@ -204,6 +217,8 @@ class Policy:
             out += ["CALENDAR", self.calendar]
         if self.tz is not None:
             out += ["TZ", self.tz]
+        if self.escalate is not None:
+            out += ["ESCALATE", str(self.escalate)]
         return out
 
 

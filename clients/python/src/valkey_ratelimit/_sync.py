@@ -311,13 +311,14 @@ class Limiter:
         align: bool = False,
         calendar: Optional[str] = None,
         tz: Optional[str] = None,
+        escalate: Optional[int] = None,
     ) -> Decision:
         """Counts a request of ``cost`` against ``key``; ``cost=0`` peeks.
         Applies the failure policy when Valkey is unreachable. A ``limit``
         of 0 refuses without a call. ``shadow``, ``penalty``, ``align``,
-        ``calendar`` and ``tz`` are the server's options of those names
+        ``calendar``, ``tz`` and ``escalate`` are the server's options of those names
         (see Policy); a shadow refusal is admitted with ``shadow`` True."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz, escalate)
         return self.decide(key, policy, cost, name)
 
     def decide(self, key: Key, policy: Policy, cost: int = 1, name: Optional[str] = None) -> Decision:
@@ -351,6 +352,7 @@ class Limiter:
         align: bool = False,
         calendar: Optional[str] = None,
         tz: Optional[str] = None,
+        escalate: Optional[int] = None,
     ) -> Decision:
         """``admit`` that waits up to ``wait_ms`` (at least 1) to be admitted.
         Where the module is loaded: ``RL.ADMIT ... BLOCK wait_ms``, answered
@@ -360,7 +362,7 @@ class Limiter:
         it). On the FUNCTION library, which cannot block: sleeps
         ``retry_after_ms`` with jitter and tries again until ``wait_ms`` has
         passed, which is not fair (a later caller may be admitted first)."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz, escalate)
         cost = _options.integer("cost", cost, 0)
         wait_ms = _options.integer("wait_ms", wait_ms, 1, 2**31 - 1)
         if name is not None:
@@ -468,10 +470,11 @@ class Limiter:
         align: bool = False,
         calendar: Optional[str] = None,
         tz: Optional[str] = None,
+        escalate: Optional[int] = None,
     ) -> Decision:
         """Gives back ``cost``: the state afterwards, as a peek sees it
         (a penalty holds: a refund does not lift it)."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz, escalate)
         cost = _options.integer("cost", cost, 0)
         if policy.refuses_all:
             return _core.refused_by_zero(window_ms, None)
@@ -493,11 +496,12 @@ class Limiter:
         align: bool = False,
         calendar: Optional[str] = None,
         tz: Optional[str] = None,
+        escalate: Optional[int] = None,
     ) -> int:
         """The back-off in ms a request of cost 1 would be told now; 0 if it
         would pass; -1 if it never can (a limit of 0). A held penalty
         counts."""
-        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz)
+        policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz, escalate)
         if policy.refuses_all:
             return -1
         reply, _, _ = self._run(self._request, "RL.TTL", "rl_ttl", True, self._keys(key, meta), policy.args())

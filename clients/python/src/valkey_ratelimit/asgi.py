@@ -127,6 +127,7 @@ class _Limits:
         align: bool = False,
         calendar: Optional[str] = None,
         tz: Optional[str] = None,
+        escalate: Optional[int] = None,
         on_shadow_refusal: Optional[ShadowHook] = None,
     ) -> None:
         if not isinstance(limiter, (AsyncLimiter, Limiter)):
@@ -154,7 +155,9 @@ class _Limits:
         self.on_shadow_refusal = on_shadow_refusal
         # Issue 27's options, checked as a policy would check them (the META
         # hash stands for itself: tz may go with its calendar field).
-        self.extra: Dict[str, Any] = dict(shadow=shadow, penalty=penalty, align=align, calendar=calendar, tz=tz)
+        self.extra: Dict[str, Any] = dict(
+            shadow=shadow, penalty=penalty, align=align, calendar=calendar, tz=tz, escalate=escalate
+        )
         Policy(1, None if calendar is not None else 1, algorithm, None, "meta" if meta is not None else None, **self.extra)
         if calendar is not None and (rate is not None or window_ms is not None):
             raise _options.bad("calendar", "left out with a rate or window_ms (the period is the window)", calendar)
@@ -315,7 +318,7 @@ class RateLimitMiddleware:
     on_refused: ``f(request, decision) -> Response`` for refusals.
     closed_status: the status when the limiter fails closed (503).
     name: the RateLimit-Policy name (one per rate). partition_key: ``pk``.
-    shadow, penalty, align, calendar, tz: the server's policy options
+    shadow, penalty, align, calendar, tz, escalate: the server's policy options
     (see Policy); with ``calendar``, ``limit`` alone (the period is the
     window). In shadow mode nothing is refused: a would-be refusal passes,
     and ``on_shadow_refusal(key, decision)`` (sync or async) is told of it.
