@@ -1,7 +1,8 @@
 //! scripts/setup.sh, the one set-up `make run`, `make test` and .ci/run call:
 //! its plan (`--dry-run`) on this machine, where `make test` has just run it,
 //! and in a scratch root (a PATH without some tools, a library root without
-//! libclang), and what it does for a user who cannot install packages.
+//! libclang), and what it does for a user who cannot install packages: from
+//! a world-readable copy of what it runs, so the checkout may be private.
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
@@ -17,9 +18,24 @@ struct Scratch {
     root: PathBuf,
 }
 
+/// A temporary folder every user can enter: `TMPDIR` when each of its
+/// ancestors lets others through, else /tmp.
+fn readable_temp() -> PathBuf {
+    let temp = std::env::temp_dir();
+    let passable = temp.ancestors().all(|dir| {
+        dir.metadata()
+            .is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    });
+    if passable {
+        temp
+    } else {
+        PathBuf::from("/tmp")
+    }
+}
+
 impl Scratch {
     fn without(name: &str, hidden: &[&str]) -> Scratch {
-        let root = std::env::temp_dir().join(format!("rl-setup-{}-{name}", std::process::id()));
+        let root = readable_temp().join(format!("rl-setup-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         let bin = root.join("bin");
         fs::create_dir_all(&bin).unwrap();
@@ -158,17 +174,86 @@ fn plans_exactly_the_missing_packages() {
     );
 }
 
+/// `make run`'s part of the checkout (the Makefile and scripts/) copied
+/// into `to`, readable and runnable by every user whatever the modes of
+/// `repo`: a clone made in a 0700 folder or under umask 077 stays private,
+/// and the unprivileged user must not need to enter it.
+fn readable_copy(repo: &Path, to: &Path) -> PathBuf {
+    let scripts = to.join("scripts");
+    fs::create_dir_all(&scripts).unwrap();
+    let mut files = vec![(repo.join("Makefile"), to.join("Makefile"))];
+    for entry in fs::read_dir(repo.join("scripts")).unwrap().flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_file()) {
+            files.push((entry.path(), scripts.join(entry.file_name())));
+        }
+    }
+    for (from, copy) in files {
+        fs::copy(&from, &copy).unwrap();
+        let runnable = from.metadata().unwrap().permissions().mode() & 0o100 != 0;
+        let mode = if runnable { 0o755 } else { 0o644 };
+        fs::set_permissions(&copy, fs::Permissions::from_mode(mode)).unwrap();
+    }
+    for dir in [to, scripts.as_path()] {
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    to.to_path_buf()
+}
+
+/// Whether this process runs as root (the test then drops to `nobody`).
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| o.stdout.trim_ascii() == b"0")
+}
+
 /// Run as an unprivileged user (root drops to `nobody`; anyone else runs
 /// as themselves) with valgrind and libclang missing: the set-up prints the
 /// command that would install them and stops, and so `make run` builds
 /// nothing.
 #[test]
 fn stops_a_user_who_cannot_install() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| o.stdout.trim_ascii() == b"0");
-    let scratch = Scratch::without("user", &["valgrind"]);
+    stops_a_user_who_cannot_install_from(Path::new(REPO), "user");
+}
+
+/// The same from a checkout only its owner can enter (a clone in
+/// `mktemp -d`, or in root's 0700 home): the user runs a readable copy, so
+/// where the checkout lives does not matter. Running the private checkout's
+/// own script instead fails here with 126, Permission denied, as root.
+#[test]
+fn stops_a_user_who_cannot_install_from_a_private_checkout() {
+    let private = readable_temp().join(format!("rl-setup-{}-private", std::process::id()));
+    let _ = fs::remove_dir_all(&private);
+    fs::create_dir_all(&private).unwrap();
+    let checkout = private.join("clone");
+    readable_copy(Path::new(REPO), &checkout);
+    // The clone's own files as a 0700 clone leaves them: the folder is the
+    // owner's alone.
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    fs::set_permissions(&checkout, fs::Permissions::from_mode(0o700)).unwrap();
+    if is_root() {
+        let direct = Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(checkout.join("scripts/setup.sh"))
+            .args(["test", "--dry-run"])
+            .current_dir("/")
+            .output()
+            .expect("run the private checkout's setup.sh as nobody");
+        assert_eq!(direct.status.code(), Some(126), "{}", text(&direct));
+    }
+    let result = std::panic::catch_unwind(|| {
+        stops_a_user_who_cannot_install_from(&checkout, "private-user");
+    });
+    let _ = fs::remove_dir_all(&private);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn stops_a_user_who_cannot_install_from(repo: &Path, name: &str) {
+    let root = is_root();
+    let scratch = Scratch::without(name, &["valgrind"]);
+    let copy = readable_copy(repo, &scratch.root.join("repo"));
     let as_user = |args: &[&str]| -> Output {
         let mut cmd = if root {
             let mut c = Command::new("setpriv");
@@ -177,9 +262,9 @@ fn stops_a_user_who_cannot_install() {
         } else {
             Command::new("env")
         };
-        cmd.arg(Path::new(REPO).join("scripts/setup.sh"))
+        cmd.arg(copy.join("scripts/setup.sh"))
             .args(args)
-            .current_dir(REPO)
+            .current_dir(&copy)
             .env("PATH", scratch.path())
             .env("SETUP_LIB_ROOT", &scratch.root)
             .env("HOME", &scratch.root)
@@ -207,7 +292,11 @@ fn stops_a_user_who_cannot_install() {
         // Through make: the set-up's refusal stops `make run` before cargo.
         let out = Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-            .args(["make", "--no-print-directory", "-C", REPO, "run"])
+            .arg("make")
+            .args(["--no-print-directory", "-C"])
+            .arg(&copy)
+            .arg("run")
+            .current_dir(&copy)
             .env("PATH", scratch.path())
             .env("SETUP_LIB_ROOT", &scratch.root)
             .env("HOME", &scratch.root)
