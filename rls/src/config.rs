@@ -235,13 +235,69 @@ pub struct Limit {
     pub stat_path: Vec<String>,
 }
 
+/// One level of the tree: what the next entry of a request descriptor can
+/// match, by its key.
 #[derive(Debug, Default)]
 pub struct Node {
-    /// `key` + '\0' + `value` for entries with a value; `key` alone for a
-    /// key without one.
-    pub exact: HashMap<String, Child>,
-    /// Values ending in `*`: (key, prefix).
-    pub prefix: Vec<(String, String, Child)>,
+    pub keys: HashMap<String, KeyDescriptors>,
+}
+
+/// The descriptors of one level that share a key.
+#[derive(Debug, Default)]
+pub struct KeyDescriptors {
+    /// Values without a `*`.
+    pub values: HashMap<String, Child>,
+    /// Values with a `*`, in config order (the first match wins).
+    pub globs: Vec<(Glob, Child)>,
+    /// The key without a value.
+    pub any: Option<Child>,
+}
+
+/// A value with `*`s: each `*` stands for any run of characters, the empty
+/// one included; everything else is literal.
+#[derive(Debug)]
+pub struct Glob {
+    /// The value as written, `*`s included.
+    pub text: String,
+    /// `text` split at its `*`s: at least two parts, some maybe empty.
+    parts: Vec<String>,
+}
+
+impl Glob {
+    /// None for a value without a `*` (a literal).
+    pub fn new(text: &str) -> Option<Glob> {
+        if !text.contains('*') {
+            return None;
+        }
+        Some(Glob {
+            text: text.to_string(),
+            parts: text.split('*').map(str::to_string).collect(),
+        })
+    }
+
+    /// Whether `value` matches: it starts with the first part and ends with
+    /// the last one (not overlapping), and the parts between occur in order
+    /// in what is left. Taking each inner part at its leftmost occurrence
+    /// never loses a match, so there is no backtracking: one pass of
+    /// `str::find` a part, no allocation.
+    pub fn matches(&self, value: &str) -> bool {
+        let [first, inner @ .., last] = self.parts.as_slice() else {
+            return false;
+        };
+        let Some(mut left) = value
+            .strip_prefix(first.as_str())
+            .and_then(|v| v.strip_suffix(last.as_str()))
+        else {
+            return false;
+        };
+        for part in inner {
+            match left.find(part.as_str()) {
+                Some(at) => left = &left[at + part.len()..],
+                None => return false,
+            }
+        }
+        true
+    }
 }
 
 #[derive(Debug)]
@@ -424,31 +480,29 @@ fn compile_level(
             node: compile_level(&d.descriptors, path, domain, names)?,
         };
         path.pop();
-        match &d.value {
-            Some(v) if v.ends_with('*') => {
-                let prefix = v[..v.len() - 1].to_string();
-                if node
-                    .prefix
-                    .iter()
-                    .any(|(k, p, _)| *k == d.key && *p == prefix)
-                {
-                    return Err(format!("{here}: defined twice at this level"));
-                }
-                node.prefix.push((d.key.clone(), prefix, child));
-            }
-            _ => {
-                let id = match &d.value {
-                    Some(v) => format!("{}\0{}", d.key, v),
-                    None => d.key.clone(),
-                };
-                if node.exact.insert(id, child).is_some() {
-                    return Err(format!("{here}: defined twice at this level"));
+        let twice = || format!("{here}: defined twice at this level");
+        let same_key = node.keys.entry(d.key.clone()).or_default();
+        match d.value.as_deref() {
+            None => {
+                if same_key.any.replace(child).is_some() {
+                    return Err(twice());
                 }
             }
+            Some(v) => match Glob::new(v) {
+                Some(glob) => {
+                    if same_key.globs.iter().any(|(g, _)| g.text == glob.text) {
+                        return Err(twice());
+                    }
+                    same_key.globs.push((glob, child));
+                }
+                None => {
+                    if same_key.values.insert(v.to_string(), child).is_some() {
+                        return Err(twice());
+                    }
+                }
+            },
         }
     }
-    // Longest prefix first.
-    node.prefix.sort_by_key(|p| std::cmp::Reverse(p.1.len()));
     Ok(node)
 }
 
@@ -467,8 +521,9 @@ mod tests {
         )
         .unwrap();
         let d = &c.domains["d"];
-        assert!(d.root.exact["tenant"].limit.is_some());
-        let inner = &d.root.exact["tenant"].node.exact["path\0/x"];
+        let tenant = d.root.keys["tenant"].any.as_ref().unwrap();
+        assert!(tenant.limit.is_some());
+        let inner = &tenant.node.keys["path"].values["/x"];
         let l = inner.limit.as_ref().unwrap();
         assert_eq!(l.rate.algorithm, Algorithm::Gcra);
         assert!(l.shadow_mode);
@@ -524,7 +579,64 @@ mod tests {
     }
 
     #[test]
+    fn a_star_anywhere_in_a_value_is_a_glob() {
+        let glob = |p: &str| Glob::new(p).unwrap();
+        assert!(Glob::new("plain").is_none());
+        let mid = glob("bar*b");
+        for v in ["barab", "barb", "bar123b", "barbb"] {
+            assert!(mid.matches(v), "bar*b ~ {v}");
+        }
+        for v in ["bara", "xbarb", "bar", "b", ""] {
+            assert!(!mid.matches(v), "bar*b !~ {v}");
+        }
+        let multi = glob("foo*bar*baz");
+        for v in [
+            "foo123bar456baz",
+            "foobarbaz",
+            "foobarbarbaz",
+            "foobazbarbaz",
+        ] {
+            assert!(multi.matches(v), "foo*bar*baz ~ {v}");
+        }
+        for v in [
+            "foo123bar456ba",
+            "foo123baz",
+            "bar456baz",
+            "foobaz",
+            "foobarbaz!",
+        ] {
+            assert!(!multi.matches(v), "foo*bar*baz !~ {v}");
+        }
+        // The first and last parts may not share characters.
+        assert!(!glob("ab*ba").matches("aba"));
+        assert!(glob("ab*ba").matches("abba"));
+        // A trailing star is a prefix; a leading one a suffix; a lone one
+        // anything, the empty value included; `**` is one star.
+        assert!(glob("/api*").matches("/api") && glob("/api*").matches("/api/v1"));
+        assert!(!glob("/api*").matches("/ap"));
+        assert!(glob("*.png").matches("a.png") && !glob("*.png").matches("a.png.txt"));
+        assert!(glob("*").matches("") && glob("*").matches("anything"));
+        assert!(glob("a**b").matches("ab") && glob("a**b").matches("axyb"));
+        // Multi-byte characters are matched whole.
+        assert!(glob("é*ü").matches("é—ü") && !glob("é*ü").matches("éu"));
+    }
+
+    #[test]
     fn duplicates_and_replaces_are_checked() {
+        let twice = |v: &str| {
+            load_one(&format!(
+                "domain: d\ndescriptors:\n  - key: a\n    value: '{v}'\n  - key: a\n    value: '{v}'\n"
+            ))
+            .unwrap_err()
+            .message
+        };
+        assert!(twice("x").contains("twice"));
+        assert!(twice("x*y").contains("twice"));
+        // Two globs that overlap, a literal that a glob matches: all allowed.
+        assert!(load_one(
+            "domain: d\ndescriptors:\n  - key: a\n    value: 'x*'\n  - key: a\n    value: 'x*y'\n  - key: a\n    value: xy\n  - key: a\n"
+        )
+        .is_ok());
         assert!(load_one("domain: d\ndescriptors:\n  - key: a\n  - key: a\n").is_err());
         assert!(load_one(
             "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, replaces: [{name: nope}]}\n"

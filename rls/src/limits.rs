@@ -5,35 +5,50 @@
 
 use std::sync::Arc;
 
-use crate::config::{Algorithm, Domain, HashTag, Limit, Node, RateLimit, Unit};
+use crate::config::{Algorithm, Child, Domain, HashTag, Limit, Node, RateLimit, Unit};
 
 /// One descriptor's entries, as the request gives them.
 pub type Entries<'a> = &'a [(String, String)];
 
-/// Finds the limit of one descriptor: each entry walks one level, trying
-/// `key=value`, then the longest `key=prefix*`, then `key` alone; the limit
-/// is the one at the last entry's level (an intermediate level's limit does
-/// not apply), as in the reference.
+/// Finds the limit of one descriptor: each entry walks one level down; the
+/// limit is the one at the last entry's level (an intermediate level's limit
+/// does not apply), as in the reference.
 pub fn find(domain: &Domain, entries: Entries<'_>) -> Option<Arc<Limit>> {
     let mut node: &Node = &domain.root;
     let mut found = None;
     for (i, (k, v)) in entries.iter().enumerate() {
-        let child = node
-            .exact
-            .get(&format!("{k}\0{v}"))
-            .or_else(|| {
-                node.prefix
-                    .iter()
-                    .find(|(pk, p, _)| pk == k && v.starts_with(p.as_str()))
-                    .map(|(_, _, c)| c)
-            })
-            .or_else(|| node.exact.get(k.as_str()))?;
+        let child = child(node, k, v)?;
         if i + 1 == entries.len() {
             found = child.limit.clone();
         }
         node = &child.node;
     }
     found
+}
+
+/// The descriptor one entry matches at a level, in envoyproxy/ratelimit's
+/// order (`GetLimit` in src/config/config_impl.go): the value itself (a
+/// glob's own text counts as itself there, since its map holds it under
+/// that text), then the first glob in config order that matches (not the
+/// most specific one), then the key without a value. A matching value stops
+/// the search even when its descriptor has no limit of its own.
+fn child<'n>(node: &'n Node, key: &str, value: &str) -> Option<&'n Child> {
+    let at = node.keys.get(key)?;
+    at.values
+        .get(value)
+        .or_else(|| {
+            at.globs
+                .iter()
+                .find(|(g, _)| g.text == value)
+                .map(|(_, c)| c)
+        })
+        .or_else(|| {
+            at.globs
+                .iter()
+                .find(|(g, _)| g.matches(value))
+                .map(|(_, c)| c)
+        })
+        .or(at.any.as_ref())
 }
 
 /// A limit given in the request itself (`RateLimitDescriptor.limit`, from
@@ -201,6 +216,93 @@ mod tests {
         assert_eq!(rpu(&[("tenant", "x"), ("path", "/web")]), Some(4));
         assert_eq!(rpu(&[("nope", "x")]), None);
         assert_eq!(rpu(&[("tenant", "x"), ("path", "/"), ("more", "1")]), None);
+    }
+
+    /// envoyproxy/ratelimit's test/config/wildcard.yaml, and the lookups its
+    /// TestWildcardConfig asserts on it.
+    const WILDCARDS: &str = "domain: test-domain
+descriptors:
+  - {key: wild, value: 'foo*', rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: noWild, value: foo, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: noVal, rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: midWild, value: 'bar*b', rate_limit: {unit: minute, requests_per_unit: 20}}
+  - {key: multiWild, value: 'foo*bar*baz', rate_limit: {unit: minute, requests_per_unit: 10}}
+  - key: nestedWild
+    value: val1
+    descriptors:
+      - {key: wild, value: 'goo*', rate_limit: {unit: minute, requests_per_unit: 20}}
+";
+
+    #[test]
+    fn wildcards_anywhere_in_a_value_as_the_reference() {
+        let d = domain(WILDCARDS);
+        let stat = |entries: &[(&str, &str)]| find(&d, &e(entries)).map(|l| l.stat_path.join("."));
+        assert_eq!(stat(&[("noVal", "foo1")]).as_deref(), Some("noVal"));
+        // One limit for every matching value, its metric named by the pattern.
+        for v in ["foo1", "foo2", "foo"] {
+            assert_eq!(stat(&[("wild", v)]).as_deref(), Some("wild_foo*"), "{v}");
+        }
+        assert_eq!(
+            stat(&[("nestedWild", "val1"), ("wild", "goo2")]).as_deref(),
+            Some("nestedWild_val1.wild_goo*")
+        );
+        assert_eq!(stat(&[("wild", "bar")]), None);
+        assert_eq!(stat(&[("noWild", "foo1")]), None);
+        for v in ["barab", "bar123b", "barb"] {
+            assert_eq!(
+                stat(&[("midWild", v)]).as_deref(),
+                Some("midWild_bar*b"),
+                "{v}"
+            );
+        }
+        for v in ["bara", "xbarb"] {
+            assert_eq!(stat(&[("midWild", v)]), None, "{v}");
+        }
+        for v in ["foo123bar456baz", "foobarbaz"] {
+            let l = find(&d, &e(&[("multiWild", v)])).unwrap();
+            assert_eq!(l.stat_path, ["multiWild_foo*bar*baz"], "{v}");
+            assert_eq!(l.rate.requests_per_unit, 10);
+        }
+        for v in ["foo123baz", "bar456baz", "foo123bar456ba"] {
+            assert_eq!(stat(&[("multiWild", v)]), None, "{v}");
+        }
+    }
+
+    #[test]
+    fn a_value_then_the_first_glob_in_config_order_then_the_key() {
+        let d = domain(
+            "domain: d
+descriptors:
+  - {key: p, value: '/a*', rate_limit: {unit: minute, requests_per_unit: 1}}
+  - {key: p, value: '/a/b*', rate_limit: {unit: minute, requests_per_unit: 2}}
+  - {key: p, value: '/a/b/c', rate_limit: {unit: minute, requests_per_unit: 3}}
+  - {key: p, value: '*.png', rate_limit: {unit: minute, requests_per_unit: 4}}
+  - {key: p, rate_limit: {unit: minute, requests_per_unit: 5}}
+  - key: q
+    value: 'x*'
+    descriptors:
+      - {key: r, rate_limit: {unit: minute, requests_per_unit: 6}}
+  - {key: q, rate_limit: {unit: minute, requests_per_unit: 7}}
+",
+        );
+        let rpu =
+            |entries: &[(&str, &str)]| find(&d, &e(entries)).map(|l| l.rate.requests_per_unit);
+        // The literal value wins over every glob that matches it.
+        assert_eq!(rpu(&[("p", "/a/b/c")]), Some(3));
+        // Among globs, config order decides, not the longest: `/a*` is first.
+        assert_eq!(rpu(&[("p", "/a/b/d")]), Some(1));
+        assert_eq!(rpu(&[("p", "/a/x.png")]), Some(1));
+        assert_eq!(rpu(&[("p", "/z.png")]), Some(4));
+        // A glob's own text is looked up as a value first.
+        assert_eq!(rpu(&[("p", "/a/b*")]), Some(2));
+        assert_eq!(rpu(&[("p", "/z")]), Some(5));
+        // A matched glob stops the search even without a limit of its own:
+        // its subtree decides, the key alone is not tried.
+        assert_eq!(rpu(&[("q", "xy")]), None);
+        assert_eq!(rpu(&[("q", "xy"), ("r", "1")]), Some(6));
+        assert_eq!(rpu(&[("q", "y")]), Some(7));
+        // A `*` in the request's value is just a character.
+        assert_eq!(rpu(&[("p", "/b*")]), Some(5));
     }
 
     #[test]

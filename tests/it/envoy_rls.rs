@@ -580,6 +580,33 @@ fn a_key_without_value_counts_each_value_apart() {
 }
 
 #[test]
+fn a_star_inside_a_value_is_a_glob() {
+    let server = Server::start();
+    let stack = Stack::start(
+        "glob",
+        "domain: test\ndescriptors:\n  - key: user\n    value: 'foo*bar*baz'\n    rate_limit: {unit: minute, requests_per_unit: 2}\n",
+        Options::on(&server),
+    );
+    // Before, the value was taken as literal text and these went unlimited.
+    let glob = [("x-user", "foo123bar456baz")];
+    assert_eq!(stack.statuses(3, &glob), [200, 200, 429]);
+    assert_eq!(
+        get(&mut server.client(), "rls:test:user=foo123bar456baz:fixed").as_deref(),
+        Some("2")
+    );
+    // Each matching value counts apart (the reference's keys carry the
+    // value), under the one metric of the pattern.
+    assert_eq!(
+        stack.statuses(3, &[("x-user", "foobarbaz")]),
+        [200, 200, 429]
+    );
+    assert_eq!(stack.metric("over_limit", "user_foo*bar*baz"), 2);
+    // A value missing a part matches nothing: no limit.
+    assert_eq!(stack.statuses(3, &[("x-user", "foo123bar456ba")]), ok(3));
+    assert_eq!(stack.metric("total_hits", "user_foo*bar*baz"), 6);
+}
+
+#[test]
 fn replaces_unlimited_and_a_zero_limit() {
     let server = Server::start();
     let stack = Stack::start(
