@@ -443,11 +443,15 @@ fn compile_level(
 ) -> Result<Node, String> {
     let mut node = Node::default();
     for d in list {
+        // An empty value is no value, as the reference's loadDescriptors
+        // reads it: the limit covers every value of the key. Read as the
+        // literal "", it would apply to almost no request (fail open).
+        let value = d.value.as_deref().filter(|v| !v.is_empty());
         let here = format!(
             "descriptor {}.{}{}",
             domain,
             path.iter().map(|p| format!("{p}.")).collect::<String>(),
-            match &d.value {
+            match value {
                 Some(v) => format!("{}={}", d.key, v),
                 None => d.key.clone(),
             }
@@ -455,7 +459,7 @@ fn compile_level(
         if d.key.is_empty() {
             return Err(format!("{here}: key: empty"));
         }
-        let stat = match &d.value {
+        let stat = match value {
             Some(v) => format!("{}_{}", d.key, v),
             None => d.key.clone(),
         };
@@ -482,7 +486,7 @@ fn compile_level(
         path.pop();
         let twice = || format!("{here}: defined twice at this level");
         let same_key = node.keys.entry(d.key.clone()).or_default();
-        match d.value.as_deref() {
+        match value {
             None => {
                 if same_key.any.replace(child).is_some() {
                     return Err(twice());

@@ -305,6 +305,31 @@ descriptors:
         assert_eq!(rpu(&[("p", "/b*")]), Some(5));
     }
 
+    /// `value: ""` is read as no value, as the reference reads it: the
+    /// limit covers every value of the key, and clashes with the key alone.
+    #[test]
+    fn an_empty_value_is_no_value() {
+        let d = domain(
+            "domain: d
+descriptors:
+  - {key: k, value: '', rate_limit: {unit: minute, requests_per_unit: 3}}
+  - {key: j, value: x, rate_limit: {unit: minute, requests_per_unit: 4}}
+",
+        );
+        let found = |entries: &[(&str, &str)]| find(&d, &e(entries));
+        for v in ["a", "anything", ""] {
+            let l = found(&[("k", v)]).unwrap_or_else(|| panic!("{v:?}: no limit"));
+            assert_eq!(l.rate.requests_per_unit, 3);
+            assert_eq!(l.stat_path, ["k"], "the metric names the key alone");
+        }
+        assert!(found(&[("j", "")]).is_none());
+        assert!(crate::config::load(&[(
+            PathBuf::from("t.yaml"),
+            b"domain: d\ndescriptors:\n  - {key: k, value: ''}\n  - {key: k}\n".to_vec()
+        )])
+        .is_err());
+    }
+
     #[test]
     fn keys_are_escaped_and_tagged() {
         let d = domain(CFG);
