@@ -277,6 +277,7 @@ fn python_wheel_and_sdist_ship_the_library() {
         "py.typed",
         "_sync.py",
         "_aio.py",
+        "_limiters.py",
         "asgi.py",
     ] {
         assert!(

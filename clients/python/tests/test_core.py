@@ -262,6 +262,52 @@ def test_the_sync_limiter_is_generated_from_the_async_one() -> None:
     assert result.returncode == 0, result.stderr
 
 
+# Run first in a fresh interpreter: the asgi extra (Starlette) as if it
+# were not installed.
+WITHOUT_STARLETTE = "import sys\nsys.modules['starlette'] = None\n"
+
+
+def run_python(code: str) -> str:
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout
+
+
+def test_the_core_imports_without_starlette() -> None:
+    # Importing the package loads no HTTP layer, even where Starlette is there.
+    assert run_python("import sys, valkey_ratelimit\nprint(sorted(m for m in sys.modules if 'starlette' in m or m.endswith('.asgi')))") == "[]\n"
+    out = run_python(
+        WITHOUT_STARLETTE
+        + """
+import valkey, valkey.asyncio
+import valkey_ratelimit
+from valkey_ratelimit import AsyncLimiter, Decision, Limiter, Policy, parse_rates
+limiter = Limiter(valkey.Valkey(port=1), backend="module")
+AsyncLimiter(valkey.asyncio.Valkey(port=1))
+print(parse_rates("5/minute")[0], Policy(5, 60_000).args(), Decision(True, 5, 4, 0, 60_000, window_ms=60_000).headers()["RateLimit"])
+attempts = {
+    "import valkey_ratelimit.asgi": lambda: __import__("valkey_ratelimit.asgi"),
+    "limiter.limit": lambda: limiter.limit("5/minute"),
+    "valkey_ratelimit.RateLimitMiddleware": lambda: valkey_ratelimit.RateLimitMiddleware,
+}
+for what, attempt in attempts.items():
+    try:
+        attempt()
+        print(what, "imported")
+    except ImportError as e:
+        print(what, "ImportError:", e)
+"""
+    )
+    lines = out.splitlines()
+    assert lines[0] == "Rate(limit=5, window_ms=60000) ['LIMIT', '5', 'WINDOW', '60000'] \"5-in-60sec\";r=4;t=60", out
+    extra = "needs Starlette, the package's asgi extra: pip install 'valkey-ratelimit[asgi]'"
+    assert lines[1:] == [
+        f"{what} ImportError: valkey_ratelimit.asgi (RateLimitMiddleware, limiter.limit(...)) {extra} "
+        "(No module named 'starlette.concurrency'; 'starlette' is not a package)"
+        for what in ("import valkey_ratelimit.asgi", "limiter.limit", "valkey_ratelimit.RateLimitMiddleware")
+    ], out
+
+
 def test_the_unasync_table_catches_leftovers() -> None:
     sys.path.insert(0, str(PACKAGE / "scripts"))
     try:

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import pathlib
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -109,6 +112,33 @@ def test_async_limiter_on_every_asyncio_client(kind: str, port: int, expect: str
             await close_async(client)
 
     asyncio.run(main())
+
+
+def test_the_limiters_work_without_starlette(port: int, expect: str, sync: Any) -> None:
+    """The whole scenario, sync and asyncio, in an interpreter where the
+    asgi extra (Starlette) cannot be imported: the core needs none of it."""
+    code = f"""
+import sys
+sys.modules["starlette"] = None
+sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+import asyncio, valkey, valkey.asyncio
+from test_limiter import scenario
+from valkey_ratelimit import AsyncLimiter, Limiter
+
+sync = valkey.Valkey(host={HOST!r}, port={port})
+asyncio.run(scenario(Limiter(valkey.Valkey(host={HOST!r}, port={port}), prefix="bare:", timeout={TIMEOUT}), sync, {expect!r}, "bare:"))
+
+async def main():
+    client = valkey.asyncio.Valkey(host={HOST!r}, port={port})
+    await scenario(AsyncLimiter(client, prefix="abare:", timeout={TIMEOUT}), sync, {expect!r}, "abare:")
+    await client.aclose()
+
+asyncio.run(main())
+print(sorted(m for m in sys.modules if m.startswith("starlette") and sys.modules[m] is not None))
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout == "[]\n", result.stdout
 
 
 def test_resp3_replies_read_the_same(port: int, expect: str, sync: Any) -> None:

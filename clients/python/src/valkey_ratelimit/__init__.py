@@ -6,6 +6,7 @@ loads when it may.
     Limiter(client)          sync: valkey.Valkey, redis.Redis, glide_sync.GlideClient
     AsyncLimiter(client)     asyncio: valkey.asyncio.Valkey, redis.asyncio.Redis, glide.GlideClient
     limiter.limit("5/minute")  a per-route limit: FastAPI dependency or endpoint decorator
+                             (valkey_ratelimit.asgi's RouteLimit: needs the asgi extra)
     Decision / Decisions     the answers, with .headers() (IETF RateLimit fields)
     Lease                    a lease's answer (limiter.acquire); limiter.lease(...)
                              is the context manager: LeaseRefused, LeaseLost
@@ -13,7 +14,6 @@ loads when it may.
     ConfigError              a bad option, raised when a limiter is built
 """
 
-from ._aio import AsyncLimiter
 from ._core import (
     QUOTA_EXCEEDED_TYPE,
     BackendMissingError,
@@ -26,7 +26,7 @@ from ._core import (
     ReplicationUnconfirmed,
 )
 from ._options import ALGORITHMS, ConfigError, Policy, Rate, parse_rates
-from ._sync import Limiter
+from ._limiters import AsyncLimiter, Limiter
 
 __version__ = "0.1.0"
 
@@ -54,7 +54,8 @@ __all__ = [
     "rate_limit_exceeded_handler",
 ]
 
-# Need Starlette: imported on first use only.
+# Need Starlette (the asgi extra): imported on first use only, so the
+# package imports without it.
 _ASGI = ("RateLimitExceeded", "RateLimitMiddleware", "RouteLimit", "forwarded_for", "rate_limit_exceeded_handler")
 
 

@@ -93,9 +93,10 @@ class GlideTransport(Transport):
 
 class Limiter:
     """``admit``, ``admit_all``, ``ttl``, ``refund`` and ``reset`` on one
-    client; ``limit(...)``, a per-route limit for Starlette and FastAPI; and
-    the leases: ``acquire``, ``release``, ``extend``, ``in_flight`` and the
-    context manager ``lease``.
+    client, and the leases: ``acquire``, ``release``, ``extend``,
+    ``in_flight`` and the context manager ``lease``. (The public class,
+    ``valkey_ratelimit.Limiter``, adds ``limit(...)``: the HTTP layer
+    builds on this one, never the other way round.)
 
     backend: "auto" (the module if loaded, else the FUNCTION library),
     "module" or "functions". failure: "open" (default: admit while Valkey is
@@ -511,14 +512,6 @@ class Limiter:
         """Deletes the limiter's state: True if there was one."""
         reply, _, _ = self._run(self._request, "RL.RESET", "rl_reset", False, [self._key(key)], [])
         return _core.to_int(reply) == 1
-
-    def limit(self, rate: Any = None, **options: Any) -> Any:
-        """A per-route limit for Starlette and FastAPI, usable as a FastAPI
-        dependency (``Depends(limiter.limit("5/minute"))``) and as a
-        decorator of an endpoint; see ``valkey_ratelimit.asgi.RouteLimit``."""
-        from .asgi import RouteLimit
-
-        return RouteLimit(self, rate, **options)
 
     # -- leases ------------------------------------------------------------------
     # No failure policy: an unreachable Valkey raises LimiterTimeout or the

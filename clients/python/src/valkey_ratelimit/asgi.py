@@ -4,7 +4,10 @@ as a FastAPI dependency or as an endpoint decorator), the request keys
 (the client address; X-Forwarded-For behind trusted proxies), and the one
 refusal both answer: 429 with the RateLimit header fields and a
 problem+json body, or 503 with Retry-After when the store cannot answer
-and the limiter fails closed."""
+and the limiter fails closed.
+
+It builds on the core limiters and nothing in the core imports it: the
+public ``limiter.limit(...)`` reaches it from _limiters.py."""
 
 from __future__ import annotations
 
@@ -15,11 +18,18 @@ import logging
 import typing
 from typing import Any, Awaitable, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
-import anyio.from_thread
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
-from starlette.responses import Response
+try:
+    import anyio.from_thread
+    from starlette.concurrency import run_in_threadpool
+    from starlette.exceptions import HTTPException
+    from starlette.requests import Request
+    from starlette.responses import Response
+except ImportError as missing:
+    raise ImportError(
+        "valkey_ratelimit.asgi (RateLimitMiddleware, limiter.limit(...)) needs Starlette, "
+        f"the package's asgi extra: pip install 'valkey-ratelimit[asgi]' ({missing})",
+        name=missing.name,
+    ) from missing
 
 from . import _options
 from ._aio import AsyncLimiter
