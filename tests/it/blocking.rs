@@ -171,8 +171,10 @@ fn lease_id(v: &Value) -> String {
 // admission moves the TAT 500 ms past it: the i-th waiter is admitted no
 // sooner than the first admission + i x 500 ms by the server's clock,
 // however late the timer fires on a loaded machine. That, and the order,
-// are exact; the whole run is bounded generously (a stall delays every
-// admission after it, and a bunch after a stall is still never early).
+// are exact; the whole run is bounded generously (a stall of the server
+// delays every admission after it; one of the test process, as in the
+// 3 s stall that once answered three waiters together, moves no server
+// time at all).
 #[test]
 fn module_only_waiters_are_admitted_in_arrival_order_one_every_interval() {
     const INTERVAL_US: i64 = 500_000;
