@@ -354,17 +354,21 @@ def test_acquire_and_wait_with_wait_ms(sync: Any, expect: str, port: int) -> Non
     try:
         waiter = Limiter(own, prefix="lease:", timeout=TIMEOUT)
         holder = Limiter(sync, prefix="lease:", timeout=TIMEOUT)
+        # t0 before the holder's lease: its 1500 ms end comes no sooner than
+        # t0 + 1500, so a slot within 1400 ms came from the release (at 200
+        # ms; 1.2 s to spare on a busy machine), and the library's retry,
+        # which waits for that end, comes no sooner than 1400.
+        t0 = time.monotonic()
         held = holder.acquire("wait", limit=1, ttl_ms=1500)
         assert held.acquired
         released = threading.Timer(0.2, lambda: holder.release("wait", held.lease_id))
-        t0 = time.monotonic()
         released.start()
         got = waiter.acquire("wait", limit=1, ttl_ms=5000, wait_ms=3000)
         took = (time.monotonic() - t0) * 1000
         released.join()
         assert got.acquired, got
         if expect == "module":
-            assert took < 600, f"BLOCK answered {took:.0f} ms after the start"
+            assert took < 1400, f"BLOCK answered {took:.0f} ms after the start"
         else:
             assert took >= 1400, f"the library's retry came {took:.0f} ms after the start"
         with pytest.raises(ConfigError):
@@ -373,11 +377,13 @@ def test_acquire_and_wait_with_wait_ms(sync: Any, expect: str, port: int) -> Non
         t1 = time.monotonic()
         admitted = waiter.wait("rate", limit=1, window_ms=600, wait_ms=2000)
         waited = (time.monotonic() - t1) * 1000
-        assert admitted.admitted and 200 <= waited < 1500, (admitted, waited)
+        # Upper bounds generous: only "admitted (not timed out)" and "gave
+        # up at its wait_ms, not at the 60 s window" are what they check.
+        assert admitted.admitted and 200 <= waited < 5000, (admitted, waited)
         t2 = time.monotonic()
         refused = waiter.wait("rate", limit=1, window_ms=60_000, wait_ms=150)
         gave_up = (time.monotonic() - t2) * 1000
-        assert not refused.admitted and 100 <= gave_up < 1500, (refused, gave_up)
+        assert not refused.admitted and 100 <= gave_up < 5000, (refused, gave_up)
     finally:
         own.close()
 
@@ -394,15 +400,15 @@ def test_async_wait_with_wait_ms(expect: str, port: int) -> None:
             await other.flushall()
             waiter = AsyncLimiter(own, prefix="lease:", timeout=TIMEOUT)
             holder = AsyncLimiter(other, prefix="lease:", timeout=TIMEOUT)
+            t0 = time.monotonic()  # before the lease: see the sync test
             held = await holder.acquire("await", limit=1, ttl_ms=1500)
-            t0 = time.monotonic()
             pending = asyncio.ensure_future(waiter.acquire("await", limit=1, ttl_ms=5000, wait_ms=3000))
             await asyncio.sleep(0.2)
             assert await holder.release("await", held.lease_id)
             got = await pending
             took = (time.monotonic() - t0) * 1000
             assert got.acquired, got
-            assert took < 600 if expect == "module" else took >= 1400, took
+            assert took < 1400 if expect == "module" else took >= 1400, took
             assert (await holder.admit("arate", limit=1, window_ms=600)).admitted
             admitted = await waiter.wait("arate", limit=1, window_ms=600, wait_ms=2000)
             assert admitted.admitted, admitted

@@ -2,7 +2,8 @@
 that accepts connections and never answers), frozen (SIGSTOP: the kernel
 still accepts, the server answers nothing) and each time brought back,
 under one app that is never restarted. Every request, in every phase,
-answers within the default deadline (250 ms) plus 100 ms, sync and
+answers within the default deadline (250 ms) plus 100 ms (plus however
+late a busy machine ran this process, measured: `Lateness`), sync and
 asyncio; fail-open admits, fail-closed answers 503 with Retry-After; each
 limiter logs each outage and each recovery once; a server restarted
 without its library gets it back from the bundled copy.
@@ -36,6 +37,46 @@ from valkey_ratelimit import AsyncLimiter, Limiter, RateLimitExceeded, RateLimit
 
 DEADLINE_S = 0.25  # the limiters' default
 BOUND_S = DEADLINE_S + 0.1
+
+
+class Lateness:
+    """How late this process ran, as the Node tests' event-loop delay: a
+    thread sleeping 10 ms at a time records its worst oversleep. A machine
+    busy with other work delays a request by about that much and no more,
+    so the bound is the deadline plus 100 ms plus what was measured; a
+    limiter that waited past its deadline (on a socket, or holding an event
+    loop) is still caught, as this thread keeps running meanwhile."""
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self.lock = threading.Lock()
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            before = time.monotonic()
+            time.sleep(0.01)
+            late = time.monotonic() - before - 0.01
+            with self.lock:
+                self.worst = max(self.worst, late)
+
+    def take(self) -> float:
+        """The worst lateness since the last take, in s."""
+        with self.lock:
+            worst, self.worst = self.worst, 0.0
+        return worst
+
+
+LATENESS = Lateness()
+
+
+def within_bound(started: float, what: str) -> float:
+    """The time since `started`, asserted within the deadline plus 100 ms
+    plus how late the process ran meanwhile."""
+    took = time.monotonic() - started
+    late = LATENESS.take()
+    assert took <= BOUND_S + late, f"{what} took {took * 1000:.0f} ms > {BOUND_S * 1000:.0f} ms + {late * 1000:.0f} ms late"
+    return took
 
 
 def free_port() -> int:
@@ -184,11 +225,11 @@ def round_of_requests(http: httpx.Client) -> Dict[str, httpx.Response]:
     """One request to every route, each answered within the bound."""
     out = {}
     for path in ROUTES:
+        LATENESS.take()
         started = time.monotonic()
         res = http.get(path)
-        took = time.monotonic() - started
+        took = within_bound(started, f"{path} ({PHASE[0]})")
         SLOWEST[path] = max(SLOWEST.get(path, 0.0), took)
-        assert took <= BOUND_S, f"{path} took {took * 1000:.0f} ms > {BOUND_S * 1000:.0f} ms ({PHASE[0]})"
         out[path] = res
     return out
 
@@ -285,24 +326,27 @@ def test_the_plain_limiters_answer_within_the_deadline(server: ValkeyProcess) ->
         for failure in ("open", "closed"):
             limiter = Limiter(valkey.Valkey(host="127.0.0.1", port=server.port), failure=failure)
             for _ in range(3):
+                LATENESS.take()
                 started = time.monotonic()
                 d = limiter.admit("k", limit=3, window_ms=1000)
-                assert time.monotonic() - started <= BOUND_S
+                within_bound(started, "Limiter.admit")
                 assert d.admitted == (failure == "open") and d.backend == "unavailable"
                 assert "within 250 ms" in str(d.error)
 
             async def main() -> None:
                 a = AsyncLimiter(valkey.asyncio.Valkey(host="127.0.0.1", port=server.port), failure=failure)
                 for _ in range(3):
+                    LATENESS.take()
                     started = time.monotonic()
                     d = await a.admit("k", limit=3, window_ms=1000)
-                    assert time.monotonic() - started <= BOUND_S
+                    within_bound(started, "AsyncLimiter.admit")
                     assert d.admitted == (failure == "open") and d.backend == "unavailable"
                 # Lease calls have no failure policy: they raise, as promptly.
+                LATENESS.take()
                 started = time.monotonic()
                 with pytest.raises(TimeoutError):
                     await a.acquire("l", limit=1, ttl_ms=1000)
-                assert time.monotonic() - started <= BOUND_S
+                within_bound(started, "AsyncLimiter.acquire")
 
             asyncio.run(main())
     finally:
