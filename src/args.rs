@@ -9,11 +9,13 @@ pub use admitall::{admit_all_keys, AdmitAll};
 
 use std::ffi::CStr;
 
-use crate::algo::calendar::{self, Period, Zone, OFFSET_FORM, PERIOD_NAMES};
+use crate::algo::calendar::{Period, PERIOD_NAMES};
 use crate::algo::{throttle, Algo};
 use crate::error::{RlError, BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::keyword::{fold, text, Keyword};
 use crate::num::parse_i64;
+use crate::time::tz::{self, OFFSET_FORM};
+use crate::time::zone::Zone;
 
 /// Options a command may take after its key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,7 +546,7 @@ impl Options {
                 self.calendar.replace(period).is_some()
             }
             Opt::Tz => {
-                let zone = calendar::parse_zone(value).ok_or(Problem::OutOfRange)?;
+                let zone = tz::parse_zone(value).ok_or(Problem::OutOfRange)?;
                 self.tz.replace(zone).is_some()
             }
             _ => false,

@@ -17,8 +17,6 @@ pub mod sliding;
 pub mod state;
 pub mod throttle;
 pub mod token;
-pub mod tzdb;
-pub mod zone;
 
 pub use policy::{Algo, AlgoSpec, Policy, ALGORITHMS};
 pub use state::State;
