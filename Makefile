@@ -39,6 +39,7 @@ lint:
 	cd "$(ROOT)" && cargo clippy -p valkey-rls --all-targets -- -D warnings
 	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
 	cd "$(ROOT)" && python3 clients/python/scripts/unasync.py --check
+	cd "$(ROOT)" && python3 dev/import_cycles.py
 
 fmt:
 	cd "$(ROOT)" && cargo fmt --all
