@@ -39,6 +39,7 @@ lint:
 	cd "$(ROOT)" && cargo clippy -p valkey-rls --all-targets -- -D warnings
 	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
 	cd "$(ROOT)" && python3 clients/python/scripts/unasync.py --check
+	cd "$(ROOT)" && python3 dev/import_cycles.py
 
 fmt:
 	cd "$(ROOT)" && cargo fmt --all
@@ -126,7 +127,7 @@ budget: build
 figure: build
 	cd "$(ROOT)" && python3 dev/algorithms_figure.py
 
-# The zone table for TZ's IANA names (src/algo/tzdb.rs and the generated
+# The zone table for TZ's IANA names (src/time/tzdb.rs and the generated
 # lines of functions/ratelimit.lua) from the tzdata version dev/tzdb.py pins,
 # pip-installed into a venv under target/.
 TZDATA_PIN = $(shell sed -n 's/^TZDATA_PIN = "\(.*\)"/\1/p' "$(ROOT)dev/tzdb.py")

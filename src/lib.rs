@@ -18,6 +18,7 @@ pub mod keyword;
 pub mod num;
 pub mod plan;
 pub mod receipt;
+pub mod time;
 
 // The server-facing layer.
 mod block;

@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 
-use crate::algo::calendar::{self, Period, Zone, OFFSET_FORM, PERIOD_NAMES};
+use crate::algo::calendar::{self, Period, PERIOD_NAMES};
 use crate::algo::penalty::Penalty;
 use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
@@ -12,6 +12,8 @@ use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::ffi::{Ctx, Str};
 use crate::num::parse_i64;
 use crate::store::{Key, KeyKind};
+use crate::time::tz::{self, OFFSET_FORM};
+use crate::time::zone::Zone;
 
 /// A policy's parts as given inline or found in META.
 pub struct Resolved {
@@ -356,7 +358,7 @@ impl Meta {
         key.hash_fields(ctx, &names, |i, bytes| match fields[i].0 {
             Opt::Algo => meta.algorithm = Some(Algo::parse(bytes)),
             Opt::Calendar => meta.calendar = Some(Period::parse(bytes)),
-            Opt::Tz => meta.tz = Some(calendar::parse_zone(bytes)),
+            Opt::Tz => meta.tz = Some(tz::parse_zone(bytes)),
             opt => meta.ints[opt as usize] = Some(parse_i64(bytes)),
         });
         Ok(meta)

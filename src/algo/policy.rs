@@ -5,9 +5,10 @@ use std::ffi::CStr;
 use crate::error::RlError;
 use crate::keyword::Keyword;
 
-use super::calendar::{Period, Zone};
+use super::calendar::Period;
 use super::state::{self, Layout, Prefix, MAX_FIELDS};
 use super::{fixed, gcra, leaky, sliding, token, State, NS_PER_MS};
+use crate::time::zone::Zone;
 
 /// What BURST means to an algorithm, and so how far ahead of now its state
 /// reaches (which must fit the clock).

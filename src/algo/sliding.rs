@@ -8,9 +8,10 @@
 //! All comparisons are exact: `estimate + cost <= limit` is evaluated as
 //! `previous * (window - elapsed) + (current + cost) * window <= limit * window`.
 
-use super::calendar::{self, Period, Zone};
+use super::calendar::{self, Period};
 use super::state::Layout;
 use super::{div, Algo, Decision, Outcome, Policy, State, Write};
+use crate::time::zone::Zone;
 
 /// The stored state, `sliding:<window_start_ms>:<current_count>:<previous_count>`,
 /// none of them negative.

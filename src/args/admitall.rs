@@ -2,7 +2,8 @@
 //! per key and a COST anywhere; and its keys for getkeys. The option words
 //! are rows of the shared OPTIONS table.
 
-use super::{int_arg, unknown, Opt, Options, KEY_OPTION, LIMITER_SET};
+use super::table::{Opt, KEY_OPTION, LIMITER_SET};
+use super::{int_arg, unknown, Options};
 use crate::error::RlError;
 use crate::keyword::Keyword;
 use crate::num::parse_i64;

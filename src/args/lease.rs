@@ -2,7 +2,8 @@
 //! RL.EXTEND's lease id and TTL, and RL.ACQUIRE's keys. The words
 //! themselves are rows of the shared OPTIONS table.
 
-use super::{limiter_keys, unknown, Opt, OptSet, Options, LEASE_SET};
+use super::table::{Opt, OptSet, LEASE_SET};
+use super::{limiter_keys, unknown, Options};
 use crate::error::{RlError, NON_EMPTY, POSITIVE};
 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [SHADOW]

@@ -1441,7 +1441,7 @@ fn calendar_zones_agree_across_daylight_saving_changes() {
 /// the periods around now show.
 #[test]
 fn every_zone_name_agrees() {
-    use valkey_ratelimit::algo::tzdb::ZONES;
+    use valkey_ratelimit::time::tzdb::ZONES;
     let server = Server::start();
     let mut oracle = Oracle::new(&server);
     for (name, _) in ZONES.iter() {
