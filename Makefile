@@ -40,6 +40,7 @@ lint:
 	cd "$(ROOT)" && luacheck --no-color functions/ratelimit.lua bench/lua/
 	cd "$(ROOT)" && python3 clients/python/scripts/unasync.py --check
 	cd "$(ROOT)" && python3 dev/import_cycles.py
+	cd "$(ROOT)" && python3 dev/package_import_cycles.py
 
 fmt:
 	cd "$(ROOT)" && cargo fmt --all
