@@ -50,6 +50,9 @@ struct Counters {
     waits_timed_out: AtomicU64,
     /// Times the waiting room's timer fired.
     wait_timer_fires: AtomicU64,
+    /// RESERVE calls admitted (now or at a booked slot), and FORCE calls.
+    reserved: AtomicU64,
+    forced: AtomicU64,
 }
 
 /// The lease counters' INFO names, each after `leases_`.
@@ -77,6 +80,8 @@ static COUNTERS: Counters = Counters {
     waits_served: ZERO,
     waits_timed_out: ZERO,
     wait_timer_fires: ZERO,
+    reserved: ZERO,
+    forced: ZERO,
 };
 
 /// Adds one to a counter. Only the main thread writes, so a load and a
@@ -127,6 +132,14 @@ pub fn wait_ended(served: bool) {
 }
 
 /// BLOCK: the waiting room's timer fired.
+/// A RESERVE call admitted (booked), or a FORCE call.
+pub fn charged(reserved: bool) {
+    match reserved {
+        true => bump(&COUNTERS.reserved, 1),
+        false => bump(&COUNTERS.forced, 1),
+    }
+}
+
 pub fn wait_timer_fired() {
     bump(&COUNTERS.wait_timer_fires, 1);
 }
@@ -167,7 +180,9 @@ pub fn add_info(ctx: &InfoContext) -> RedisResult<()> {
         .field("calls_refused", total(&COUNTERS.refused))?
         .field("calls_shadow_refused", total(&COUNTERS.shadow_refused))?
         .field("backoff_ms_total", COUNTERS.backoff_ms.load(Relaxed))?
-        .field("errors", COUNTERS.errors.load(Relaxed))?;
+        .field("errors", COUNTERS.errors.load(Relaxed))?
+        .field("calls_reserved", COUNTERS.reserved.load(Relaxed))?
+        .field("calls_forced", COUNTERS.forced.load(Relaxed))?;
     for (name, counter) in LEASE_FIELDS.iter().zip(&COUNTERS.leases) {
         section = section.field(name, counter.load(Relaxed))?;
     }

@@ -33,7 +33,11 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
         }
         if opts.force {
             // Usage that already happened: it lands whoever waits.
-            return answer(call, update(call, &opts, clock::now(), algo::admit, false)?);
+            let updated = update(call, &opts, clock::now(), algo::admit, false)?;
+            if updated.is_some() {
+                stats::charged(false);
+            }
+            return answer(call, updated);
         }
     }
     // Anyone waiting anywhere: out of line, so that the usual call keeps
@@ -93,6 +97,9 @@ fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
                 cost,
             );
             let slot = if d.admitted { d.slot } else { Slot::NONE };
+            if d.admitted {
+                stats::charged(true);
+            }
             reply::reserved(call.ctx, &d, slot);
         }
     }

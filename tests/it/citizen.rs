@@ -357,6 +357,8 @@ fn info_counts_each_call_under_what_decided_it() {
         assert_eq!(stats[&format!("ratelimit_leases_{what}")], 0, "{what}");
     }
     for what in [
+        "calls_reserved",
+        "calls_forced",
         "blocked_clients",
         "waits_served",
         "waits_timed_out",
@@ -375,7 +377,7 @@ fn info_counts_each_call_under_what_decided_it() {
             "{name}"
         );
     }
-    assert_eq!(stats.len(), 36, "{stats:?}");
+    assert_eq!(stats.len(), 38, "{stats:?}");
 
     // A limited RL.THROTTLE (1 per 60 s, no burst) adds its back-off in ms.
     let before = stats["ratelimit_backoff_ms_total"];

@@ -95,6 +95,29 @@ fn books_in_arrival_order(backend: Backend, server: &Server, policy: &str) {
     assert_eq!(calls(backend, &mut con), 12, "{backend:?} {policy}");
 }
 
+/// INFO counts bookings and forced charges (the module's).
+#[test]
+fn module_only_info_counts_bookings_and_forced_charges() {
+    let server = Server::start();
+    let mut con = server.client();
+    let field = |con: &mut Connection, name: &str| -> i64 {
+        info_field(con, "ratelimit", &format!("ratelimit_{name}"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(-1)
+    };
+    let policy = "ALGO gcra LIMIT 10 WINDOW 1000 BURST 1";
+    for call in [
+        format!("RL.ADMIT r {policy} RESERVE 5000"),
+        format!("RL.ADMIT r {policy} RESERVE 5000"),
+        format!("RL.ADMIT r {policy} RESERVE 0"),
+        format!("RL.ADMIT r {policy} FORCE"),
+    ] {
+        admit(Backend::Module, &mut con, &call);
+    }
+    assert_eq!(field(&mut con, "calls_reserved"), 2);
+    assert_eq!(field(&mut con, "calls_forced"), 1);
+}
+
 #[test]
 fn bookings_follow_arrival_order_one_interval_apart() {
     for backend in BOTH {
