@@ -216,6 +216,12 @@ ROWS = [
         expect="allowed0", shape="hgcr"),
     Row("thrt", "RL.THROTTLE", "RL.THROTTLE KEY %s %s 60 1" % (BUCKET, RATE),
         "native", "throttle", lua="lthr", expect="allowed0"),
+    # RESERVE admissible now (issue 38): a booking call where no wait is
+    # needed costs about what the plain call does (hot key only, no bars).
+    Row("agrs", "RL.ADMIT ALGO gcra RESERVE 5000, admissible now",
+        "RL.ADMIT KEY %s ALGO gcra RESERVE 5000" % BUCKET_ARGS, "info", "gcra", keys="hot"),
+    Row("lgrs", "FCALL rl_admit ALGO gcra RESERVE 5000, admissible now (library)",
+        "lib:rl_admit KEY %s ALGO gcra RESERVE 5000" % BUCKET_ARGS, "info", "gcra", keys="hot"),
     # The library's refusals: a counter at its limit, a bucket whose debt
     # a COST beyond its room cannot fit (hot key only, no bars).
     Row("lrfx", "FCALL rl_admit fixed, refuse: count at limit (library)",

@@ -2046,7 +2046,7 @@ end
 -- FORCE), at most the horizon; below that it is odd, read as empty.
 local function token_of(p)
   local capacity, interval, burst = p.capacity, p.interval, p.burst
-  local charges, reserve = p.force or p.reserve, p.reserve
+  local charges, reserve, horizon = p.force or p.reserve, p.reserve, p.horizon
   return function(_, key, cost, now_ms, now_sub, amount)
     local raw = server_pcall('GET', key)
     local level, future, odd = capacity, false, false
@@ -2070,7 +2070,7 @@ local function token_of(p)
       local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
       if elapsed < 0 then elapsed = 0 end
       level = credit + elapsed
-      if level > capacity then level = capacity elseif level < -p.horizon then level, odd = 0, true end
+      if level > capacity then level = capacity elseif level < -horizon then level, odd = 0, true end
       -- A last refill after now: a clock that went back, a hand-written value.
       future = last > now_ms or (last == now_ms and into > now_sub)
     end
@@ -2202,8 +2202,8 @@ local function schedule_of(p)
       raw = false
     end
     ahead = ahead or 0
-    local debt, odd = ahead, false
-    if debt < 0 then debt = 0 elseif debt > bound then debt, odd = capacity, true end
+    local debt = ahead
+    if debt < 0 then debt = 0 elseif debt > bound then debt = capacity end
     local increment = cost * interval
     local x = debt + increment
     if increment <= capacity and x <= capacity then
@@ -2244,7 +2244,7 @@ local function schedule_of(p)
       if after then return a, l, r, t, s, schedule_stored(p, after, now_ms, now_sub) end
     end
     -- Beyond the bound: written back as a full bucket, so it drains.
-    if cost > 0 and odd then
+    if cost > 0 and ahead > bound then
       local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
       return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub)
     end
@@ -2547,10 +2547,13 @@ local function limiter_policy(keys, args, command)
       fail('ERR RESERVE and META field \'shadow\' exclude each other: a trial must never make a caller wait')
     end
   end
-  p.cost, p.format, p.reserve = opts.COST or 1, opts.FORMAT, opts.RESERVE
-  -- The memo is shared by rl_admit and rl_refund, whose options differ here.
-  local plain = opts.FORCE == nil and opts.RESERVE == nil and opts.AT == nil
-  if metakey == nil and plain then remember(LIMITER_MEMO, args, p) end
+  p.cost, p.format, p.reserve = opts.COST or 1, opts.FORMAT or (opts.RESERVE and 'array'), opts.RESERVE
+  -- The memo is shared by rl_admit and rl_refund: an entry with FORCE or
+  -- RESERVE is rl_admit's alone (`charges`). AT's time changes with every
+  -- cancel: not remembered.
+  -- (nil rather than false: a field fewer in the plain call's policy table)
+  p.charges = (opts.FORCE ~= nil or opts.RESERVE ~= nil) or nil
+  if metakey == nil and opts.AT == nil then remember(LIMITER_MEMO, args, p) end
   return p, now_ms, now_sub
 end
 
@@ -2595,6 +2598,8 @@ local function limiter_function(command, refunds)
     end
     local key, decide = keys[1], p.admit
     if refunds then
+      -- An rl_admit's entry (FORCE, RESERVE): its words are refused here.
+      if p.charges then return failed(select(2, pcall(limiter_policy, keys, args, command))) end
       decide = p.refund
       if p.cost == 0 then decide = peek end
     end
@@ -2612,13 +2617,16 @@ local function limiter_function(command, refunds)
     elseif kind then
       store(key, kind, value, at)
     end
-    if p.reserve then return reserved(p, a, limit, remaining, retry, reset, now_ms) end
     if a == 0 and p.shadow then
       -- Shadow mode: the refusal, answered as an admission.
       a = 1
       if p.format then return named(SHADOW_FIELDS, {a, limit, remaining, retry, reset, 1}, p.format) end
     end
-    if p.format then return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset) end
+    if p.format then
+      -- (RESERVE's reply too: it sets `format`, so the plain call checks nothing more)
+      if p.reserve then return reserved(p, a, limit, remaining, retry, reset, now_ms) end
+      return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset)
+    end
     FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, limit, remaining, retry, reset
     return FIVE
   end

@@ -51,6 +51,8 @@ pub struct Options {
     pub penalty: Option<i64>,
     /// ESCALATE's cap (ms).
     pub escalate: Option<i64>,
+    /// FORCE, RESERVE or AT was given.
+    pub charged: bool,
     /// FORCE was given (RL.ADMIT).
     pub force: bool,
     /// RESERVE's max_ms (RL.ADMIT).
@@ -164,7 +166,12 @@ impl Options {
     #[cold]
     #[inline(never)]
     fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
-        self.extended = true;
+        // FORCE, RESERVE and AT need no policy resolution beyond the plain
+        // call's: their own flag.
+        match opt {
+            Opt::Force | Opt::Reserve | Opt::At => self.charged = true,
+            _ => self.extended = true,
+        }
         let flag = match opt {
             Opt::Shadow => Some(&mut self.shadow),
             Opt::Align => Some(&mut self.align),

@@ -95,14 +95,14 @@ pub fn decision(ctx: Ctx, d: &Decision, shadow: bool) {
 /// RL.ADMIT with RESERVE: the decision's five integers, then the slot's
 /// `delay_ms` and `at_ms` (-1 and -1 for a refusal).
 #[cold]
-pub fn reserved(ctx: Ctx, d: &Decision, slot: Slot) {
+pub fn reserved(ctx: Ctx, d: &Decision, slot: Slot, now_ms: i64) {
     let values = [
         i64::from(d.admitted),
         d.limit,
         d.remaining,
         d.retry_after_ms,
         d.reset_after_ms,
-        slot.delay_ms,
+        slot.delay_ms(now_ms),
         slot.at_ms,
     ];
     named_ints(ctx, &RESERVED_FIELDS, &values);

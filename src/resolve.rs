@@ -5,7 +5,7 @@ use std::ffi::CStr;
 
 use crate::algo::calendar::{self, Period, PERIOD_NAMES};
 use crate::algo::penalty::Penalty;
-use crate::algo::{Algo, Policy, NS_PER_MS};
+use crate::algo::{Algo, Policy};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
 use crate::error::{RlError, BURST_RANGE, MAX_RESERVE_FORM, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
@@ -61,8 +61,7 @@ impl Resolved {
         }
         let burst = self.burst.map(|(b, _)| b);
         let mut policy = Policy::new(self.algo, self.limit, window, burst, now)?;
-        let horizon_ms = self.horizon_ms.unwrap_or_else(config::max_reserve_ms);
-        policy.horizon_ns = i128::from(horizon_ms) * NS_PER_MS;
+        policy.horizon_ms = self.horizon_ms.unwrap_or_else(config::max_reserve_ms);
         Ok(match (self.align, self.algo, self.calendar) {
             // An aligned fixed window is, for this call, the window from
             // now to its next multiple (the sliding window's always are).

@@ -56,6 +56,7 @@ impl Key {
         Key { ptr }
     }
 
+    #[inline(always)]
     pub fn kind(&self) -> KeyKind {
         let Some(key) = self.live() else {
             return KeyKind::Empty;

@@ -50,35 +50,35 @@ impl Decision {
     };
 }
 
-/// A booked slot (RESERVE): how long to wait from the call's ms, and the
-/// slot's absolute ms (`at_ms` = now's ms + `delay_ms`).
+/// A booked slot (RESERVE): its absolute ms, -1 for none. One integer: the
+/// decision every call copies grows by no more (its delay is `at_ms` less
+/// the call's ms, see `delay_ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slot {
-    pub delay_ms: i64,
     pub at_ms: i64,
 }
 
 impl Slot {
     /// No slot: a refusal (or a call without RESERVE).
-    pub const NONE: Slot = Slot {
-        delay_ms: -1,
-        at_ms: -1,
-    };
+    pub const NONE: Slot = Slot { at_ms: -1 };
 
     /// The slot `wait_ns` after now (the ns clock `now_ns`, its ms
     /// `now_ms`): now for no wait, else its time rounded up to the ms, so
     /// that a caller going ahead then is never early.
     pub fn after(wait_ns: i128, now_ns: i128, now_ms: i64) -> Slot {
-        if wait_ns <= 0 {
-            return Slot {
-                delay_ms: 0,
-                at_ms: now_ms,
-            };
+        match wait_ns <= 0 {
+            true => Slot { at_ms: now_ms },
+            false => Slot {
+                at_ms: ceil_ms(now_ns + wait_ns),
+            },
         }
-        let at_ms = ceil_ms(now_ns + wait_ns);
-        Slot {
-            delay_ms: at_ms.saturating_sub(now_ms),
-            at_ms,
+    }
+
+    /// How long to wait from the call's ms `now_ms`: -1 for no slot.
+    pub fn delay_ms(self, now_ms: i64) -> i64 {
+        match self.at_ms {
+            ..0 => -1,
+            at => at.saturating_sub(now_ms).max(0),
         }
     }
 }

@@ -158,10 +158,11 @@ pub struct Policy {
     /// The sliding window over calendar periods: CALENDAR's period and
     /// TZ's zone; `window_ms` is then the current period's length.
     pub calendar: Option<(Period, Zone)>,
-    /// The booking horizon (ns): how far past a full bucket the buckets'
+    /// The booking horizon (ms): how far past a full bucket the buckets'
     /// state may run ahead of now (0 from `new`; the call's resolution
-    /// sets it from META or the config).
-    pub horizon_ns: i128,
+    /// sets it from META or the config). In ms: an i128 here would align
+    /// and widen every policy the plain call copies.
+    pub horizon_ms: i64,
     /// What the call asks (RL.ADMIT's FORCE or RESERVE); `Plain` else.
     pub charge: Charge,
 }
@@ -169,6 +170,9 @@ pub struct Policy {
 impl Policy {
     /// Checks that every time this policy can produce fits the clock at
     /// `now_ms`. `burst` defaults to `limit`.
+    // Always inlined: out of line, the plain call paid for its call and
+    // its result's copy (make budget, issue 38: fixd +51 instructions).
+    #[inline(always)]
     pub fn new(
         algo: Algo,
         limit: i64,
@@ -183,7 +187,7 @@ impl Policy {
             window_ms,
             burst,
             calendar: None,
-            horizon_ns: 0,
+            horizon_ms: 0,
             charge: Charge::Plain,
         };
         if burst < algo.min_burst() {
@@ -202,8 +206,14 @@ impl Policy {
         Ok(policy)
     }
 
+    /// The booking horizon in ns.
+    pub fn horizon_ns(&self) -> i128 {
+        i128::from(self.horizon_ms) * NS_PER_MS
+    }
+
     /// The emission interval: ns between two requests at the sustained rate,
     /// rounded up so the rate is never exceeded.
+    #[inline(always)]
     pub fn interval_ns(&self) -> i128 {
         let window_ns = i128::from(self.window_ms) * NS_PER_MS;
         let limit = i128::from(self.limit.max(1));
@@ -212,6 +222,7 @@ impl Policy {
 
     /// How much debt (ns) the bucket holds when full: `burst` intervals, plus
     /// the request being served for a queue.
+    #[inline(always)]
     pub fn capacity_ns(&self) -> Option<i128> {
         let slots = match self.algo.spec().reach {
             Reach::Queue => i128::from(self.burst) + 1,

@@ -72,7 +72,7 @@ fn credit(
     let Bucket { credit_ns, last_ns } = state?;
     let elapsed = (now_ns - last_ns).max(0);
     let level = credit_ns.saturating_add(elapsed).min(capacity);
-    let (debt, odd) = within(Some(capacity - level), capacity, policy.horizon_ns);
+    let (debt, odd) = within(Some(capacity - level), capacity, policy.horizon_ns());
     Some((capacity - debt, odd))
 }
 

@@ -26,7 +26,7 @@ const REFUND_OPTIONS: OptSet = args::REFUND_SET;
 pub fn admit(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
-    if opts.extended {
+    if opts.charged {
         args::check_charge(&opts)?;
         if opts.reserve.is_some() {
             return admit_reserve(call, &opts);
@@ -74,11 +74,8 @@ fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
     match update(call, opts, now, decide, behind)? {
         None => {
             stats::count(Tally::Admitted(Source::Unlimited));
-            let slot = Slot {
-                delay_ms: 0,
-                at_ms: now.ms,
-            };
-            reply::reserved(call.ctx, &Decision::UNLIMITED, slot);
+            let slot = Slot { at_ms: now.ms };
+            reply::reserved(call.ctx, &Decision::UNLIMITED, slot, now.ms);
         }
         Some(Updated {
             algo,
@@ -100,7 +97,7 @@ fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
             if d.admitted {
                 stats::charged(true);
             }
-            reply::reserved(call.ctx, &d, slot);
+            reply::reserved(call.ctx, &d, slot, now.ms);
         }
     }
     Ok(())
@@ -284,7 +281,7 @@ fn update(
     };
     let mut policy = resolved.policy(now.ms)?;
     let penalty = resolved.penalty(now.ms)?;
-    if opts.extended {
+    if opts.charged {
         policy.charge = charge_of(opts, &resolved, policy.algo)?;
     }
     let name = call.key();

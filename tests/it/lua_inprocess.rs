@@ -1002,7 +1002,7 @@ impl Resolved {
             now_ms,
         )
         .map(|p| Policy {
-            horizon_ns: 60_000 * 1_000_000,
+            horizon_ms: 60_000,
             ..p
         })
     }
@@ -1716,7 +1716,7 @@ impl Run {
                 d.remaining,
                 d.retry_after_ms,
                 d.reset_after_ms,
-                slot.delay_ms,
+                slot.delay_ms(now.ms),
                 slot.at_ms,
             ])
         };
@@ -1724,10 +1724,7 @@ impl Run {
             let reply = if function == "rl_ttl" {
                 Reply::Int(0)
             } else if reserve {
-                let now = Slot {
-                    delay_ms: 0,
-                    at_ms: now.ms,
-                };
+                let now = Slot { at_ms: now.ms };
                 format(booked(&Decision::UNLIMITED, now))
             } else {
                 format(decision_reply(&Decision::UNLIMITED))
