@@ -172,9 +172,15 @@ local ALGO_NAMES = 'one of fixed, sliding, token, gcra, leaky'
 local PERIOD_NAMES = 'one of day, week, month, year'
 local OFFSET_FORM = 'a fixed offset from UTC such as +05:30 or -08:00, or an IANA zone name such as Europe/Berlin'
 local ZERO_OR_ONE = '0 or 1'
-local MAX_RESERVE_FORM = 'an integer from 0 to 86400000'
--- The booking horizon (ms): its most, and the module config's default.
-local MAX_RESERVE_MS, DEFAULT_RESERVE_MS = 86400000, 60000
+-- Issue 38's reservations, forced charges and cancels, in one table (the
+-- main chunk holds at most 200 locals): the horizon's range and default,
+-- the booking helpers (below), and the slot a booking replies.
+local BOOK = {
+  FORM = 'an integer from 0 to 86400000',
+  -- The booking horizon (ms): its most, and the module config's default.
+  MAX_MS = 86400000, DEFAULT_MS = 60000,
+  delay = 0, at = 0,
+}
 local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_A_COUNTER = 'ERR limiter key does not hold an integer counter'
@@ -1163,7 +1169,7 @@ local OPTION_NAMES = {
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
                         PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true}
-local REFUND_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
+BOOK.REFUND_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
                         PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true,
                         COST = true, FORMAT = true, AT = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
@@ -1206,7 +1212,7 @@ end
 
 -- FORCE and RESERVE against the other options (src/args.rs
 -- `check_charge`); `block`: BLOCK was given.
-local function check_charge(opts, block)
+function BOOK.check(opts, block)
   if opts.RESERVE == nil then
     if opts.FORCE and opts.COST == 0 then fail('ERR FORCE needs a COST of at least 1') end
     if opts.FORCE and block then
@@ -1240,7 +1246,7 @@ local function parse_options(args, allowed, metakey, readers, blocks)
     end
     at = at + took
   end
-  if allowed.RESERVE then check_charge(opts, block) end
+  if allowed.RESERVE then BOOK.check(opts, block) end
   if block then fail(BLOCK_NEEDS_THE_MODULE) end
   return opts
 end
@@ -1374,11 +1380,11 @@ local function resolve(opts, metakey)
   end
   -- The booking horizon: META field `max_reserve_ms`, or the module's
   -- default for `ratelimit.max-reserve-ms` (the library has no config).
-  local horizon = meta_int(meta, 'max_reserve_ms', 0, MAX_RESERVE_FORM)
-  if horizon ~= nil and horizon > MAX_RESERVE_MS then
-    fail('ERR META hash field \'max_reserve_ms\' must be ' .. MAX_RESERVE_FORM)
+  local horizon = meta_int(meta, 'max_reserve_ms', 0, BOOK.FORM)
+  if horizon ~= nil and horizon > BOOK.MAX_MS then
+    fail('ERR META hash field \'max_reserve_ms\' must be ' .. BOOK.FORM)
   end
-  r.horizon = (horizon or DEFAULT_RESERVE_MS) * NS_PER_MS
+  r.horizon = (horizon or BOOK.DEFAULT_MS) * NS_PER_MS
   return r
 end
 
@@ -1943,7 +1949,7 @@ end
 -- gives back (ns) on a debt `debt` (src/algo/gcra.rs `cancel_credit`): what
 -- later bookings have not overtaken; nothing once the slot is reached. The
 -- slot is taken at the earliest ns that rounds up to `p.at`.
-local function cancel_credit(p, debt, amount, now_ms, now_sub)
+function BOOK.cancel(p, debt, amount, now_ms, now_sub)
   if p.at <= now_ms then return 0 end
   local capacity, interval = p.capacity, p.interval
   -- the booking's end, as ns after now
@@ -1976,19 +1982,18 @@ local function bucket_refused(p, key, cost, now_ms, now_sub, debt, x, had_state,
   return 0, p.burst, left, retry, reset
 end
 
--- RESERVE's slot of the call's booking (`reserved` replies it): ms from
--- now's ms, and its absolute ms.
-local SLOT_DELAY, SLOT_AT = 0, 0
+-- RESERVE's slot of the call's booking (`BOOK.reply` replies it) is
+-- BOOK.delay (ms from now's ms) and BOOK.at (its absolute ms).
 
 -- The slot `wait` ns after now (src/algo/mod.rs `Slot::after`): now for no
 -- wait, else its time rounded up to the ms.
-local function book_slot(wait, now_ms, now_sub)
+function BOOK.slot(wait, now_ms, now_sub)
   if wait <= 0 then
-    SLOT_DELAY, SLOT_AT = 0, now_ms
+    BOOK.delay, BOOK.at = 0, now_ms
     return
   end
   local at = ms_at(now_ms, now_sub, wait)
-  SLOT_DELAY, SLOT_AT = at - now_ms, at
+  BOOK.delay, BOOK.at = at - now_ms, at
 end
 
 -- A call the plain rule refuses, under FORCE or RESERVE (src/algo/gcra.rs
@@ -1996,7 +2001,7 @@ end
 -- refusal stands. The state may run ahead by the capacity plus the
 -- horizon; FORCE is capped there, RESERVE books only within it and
 -- within its max_ms. `wait`: the plain refusal's (nil: never fits).
-local function bucket_charged(p, debt, cost, now_ms, now_sub, wait)
+function BOOK.charged(p, debt, cost, now_ms, now_sub, wait)
   local capacity, interval = p.capacity, p.interval
   local bound = capacity + p.horizon
   if p.force then
@@ -2004,14 +2009,37 @@ local function bucket_charged(p, debt, cost, now_ms, now_sub, wait)
     if cost <= fdiv(bound - debt, interval) then after = debt + cost * interval end
     return after, 0, p.burst, 0, ceil_ms(after + interval - capacity), ceil_ms(after)
   end
-  if wait == nil or wait + capacity > bound then return nil end
+  if wait == nil or not p.reserve or wait + capacity > bound then return nil end
   -- The slot: when the queue ahead has drained (leaky), or when the debt
   -- left fits the bucket again (gcra, token).
-  if p.leaky then book_slot(debt, now_ms, now_sub) else book_slot(wait, now_ms, now_sub) end
-  if SLOT_DELAY > p.reserve then return nil end
+  if p.leaky then BOOK.slot(debt, now_ms, now_sub) else BOOK.slot(wait, now_ms, now_sub) end
+  if BOOK.delay > p.reserve then return nil end
   local retry = 0
   if p.leaky then retry = ceil_ms(debt) end
   return wait + capacity, 1, p.burst, 0, retry, ceil_ms(wait + capacity)
+end
+
+-- RL.ADMITALL RESERVE (src/commands/admitall.rs `book_all`).
+-- The request admitted as at `p.book_at` (ms: the common start), within
+-- the horizon (src/algo/gcra.rs `book_at`): the debt after it and the reply;
+-- false and the refusal past the horizon; nil when the cost never fits.
+function BOOK.start(p, debt, cost, now_ms, now_sub)
+  local capacity, interval, burst = p.capacity, p.interval, p.burst
+  if cost > fdiv(capacity, interval) then return nil end
+  local base = (p.book_at - now_ms) * NS_PER_MS - now_sub
+  if debt > base then base = debt end
+  local after = base + cost * interval
+  if after > capacity + p.horizon then
+    local left = room(p, debt)
+    if left > burst then left = burst end
+    return false, 0, burst, left, ceil_ms(after - capacity), ceil_ms(debt)
+  end
+  local left = room(p, after)
+  if left > burst then left = burst end
+  local retry = 0
+  if p.leaky then retry = ceil_ms(base) end
+  BOOK.delay, BOOK.at = p.book_at - now_ms, p.book_at
+  return after, 1, burst, left, retry, ceil_ms(after)
 end
 
 -- Token bucket (src/algo/token.rs): credit in ns, refilled continuously;
@@ -2078,7 +2106,7 @@ local function token_of(p)
     if amount then
       if raw then
         local after = capacity - forgive(p, capacity - level, amount)
-        if p.at then after = level + cancel_credit(p, capacity - level, amount, now_ms, now_sub) end
+        if p.at then after = level + BOOK.cancel(p, capacity - level, amount, now_ms, now_sub) end
         if after == capacity then
           if level ~= capacity then kind = DELETE end
         elseif after ~= level then
@@ -2089,6 +2117,19 @@ local function token_of(p)
       future, raw = false, false
     end
     local debt = capacity - level
+    if charges and p.book_at and not amount then
+      local after, a, l, r, t, s = BOOK.start(p, debt, cost, now_ms, now_sub)
+      if after then
+        if cost == 0 then return a, l, r, t, s end
+        return a, l, r, t, s, token_stored(capacity - after, p, now_ms, now_sub)
+      elseif after == false then
+        if cost > 0 and (future or odd) then
+          if level == capacity then return a, l, r, t, s, DELETE end
+          return a, l, r, t, s, token_stored(level, p, now_ms, now_sub)
+        end
+        return a, l, r, t, s
+      end
+    end
     local increment = cost * interval
     local x = debt + increment
     if increment <= capacity and x <= capacity then
@@ -2106,7 +2147,7 @@ local function token_of(p)
           left = left + 1
         end
       end
-      if reserve and not amount then book_slot(0, now_ms, now_sub) end
+      if reserve and not amount then BOOK.slot(0, now_ms, now_sub) end
       if cost == 0 then return 1, burst, left, 0, reset, kind, value, at end
       local into, ms = xns + now_sub, now_ms + xms -- split_at(now, x)
       if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
@@ -2119,7 +2160,7 @@ local function token_of(p)
       return a, l, r, t, s, kind, value, at
     end
     if charges then
-      local after, a, l, r, t, s = bucket_charged(p, debt, cost, now_ms, now_sub, x)
+      local after, a, l, r, t, s = BOOK.charged(p, debt, cost, now_ms, now_sub, x)
       if after and cost == 0 then return a, l, r, t, s end
       if after then return a, l, r, t, s, token_stored(capacity - after, p, now_ms, now_sub) end
     end
@@ -2195,7 +2236,7 @@ local function schedule_of(p)
         if before < 0 then before = 0 elseif before > bound then before = capacity end
       end
       ahead = forgive(p, before, amount)
-      if p.at then ahead = before - cancel_credit(p, before, amount, now_ms, now_sub) end
+      if p.at then ahead = before - BOOK.cancel(p, before, amount, now_ms, now_sub) end
       if raw and before > 0 and ahead ~= before then
         if ahead == 0 then kind = DELETE else kind, value, at = schedule_stored(p, ahead, now_ms, now_sub) end
       end
@@ -2204,6 +2245,16 @@ local function schedule_of(p)
     ahead = ahead or 0
     local debt = ahead
     if debt < 0 then debt = 0 elseif debt > bound then debt = capacity end
+    if charges and p.book_at and not amount then
+      local after, a, l, r, t, s = BOOK.start(p, debt, cost, now_ms, now_sub)
+      if after then
+        if cost == 0 then return a, l, r, t, s end
+        return a, l, r, t, s, schedule_stored(p, after, now_ms, now_sub)
+      elseif after == false then
+        if cost > 0 and ahead > bound then return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub) end
+        return a, l, r, t, s
+      end
+    end
     local increment = cost * interval
     local x = debt + increment
     if increment <= capacity and x <= capacity then
@@ -2225,7 +2276,7 @@ local function schedule_of(p)
         end
         if left > burst then left = burst end
       end
-      if reserve and not amount then book_slot(leaky and debt or 0, now_ms, now_sub) end
+      if reserve and not amount then BOOK.slot(leaky and debt or 0, now_ms, now_sub) end
       if cost == 0 then return 1, burst, left, retry, reset, kind, value, at end
       local into, ms = xns + now_sub, now_ms + xms
       if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
@@ -2239,7 +2290,7 @@ local function schedule_of(p)
       return a, l, r, t, s, kind, value, at
     end
     if charges then
-      local after, a, l, r, t, s = bucket_charged(p, debt, cost, now_ms, now_sub, x)
+      local after, a, l, r, t, s = BOOK.charged(p, debt, cost, now_ms, now_sub, x)
       if after and cost == 0 then return a, l, r, t, s end
       if after then return a, l, r, t, s, schedule_stored(p, after, now_ms, now_sub) end
     end
@@ -2451,6 +2502,40 @@ local function peek(p, key, _, now_ms, now_sub)
   return a, l, r, t, s
 end
 
+-- The slot (ms) a RESERVE of `cost` at `key` would book whatever its
+-- max_ms and the horizon (src/algo/gcra.rs `earliest`): false when the
+-- cost never fits; nil when the key cannot be read (the decider says why).
+function BOOK.first(p, key, cost, now_ms, now_sub)
+  local raw = server_pcall('GET', key)
+  if raw and raw.err then return nil end
+  if is_wrapped(raw) then
+    local until_, _, state = unwrap(raw, now_ms)
+    if until_ == nil then return nil end
+    raw = state or false
+  end
+  local capacity, interval = p.capacity, p.interval
+  local debt = 0
+  if raw and p.algo == 'token' then
+    local credit, last, into = read_token(raw)
+    if not credit then return nil end
+    local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
+    if elapsed < 0 then elapsed = 0 end
+    local level = credit + elapsed
+    if level > capacity then level = capacity elseif level < -p.horizon then level = 0 end
+    debt = capacity - level
+  elseif raw then
+    local ahead = read_tat(p.algo, raw, now_ms, now_sub)
+    if not ahead then return nil end
+    debt = ahead
+    if debt < 0 then debt = 0 elseif debt > capacity + p.horizon then debt = capacity end
+  end
+  if cost > fdiv(capacity, interval) then return false end
+  local wait = debt + cost * interval - capacity
+  if p.leaky then wait = debt end
+  if wait <= 0 then return now_ms end
+  return ms_at(now_ms, now_sub, wait)
+end
+
 ---------------------------------------------------------------- replies
 
 -- RESP3 field names of the module (src/reply.rs), as simple strings like
@@ -2464,7 +2549,7 @@ local SHADOW_FIELDS = {status('admitted'), status('limit'), status('remaining'),
                        status('retry_after_ms'), status('reset_after_ms'), status('shadow')}
 local THROTTLE_FIELDS = {status('limited'), status('limit'), status('remaining'),
                          status('retry_after'), status('reset_after')}
-local RESERVED_FIELDS = {status('admitted'), status('limit'), status('remaining'),
+BOOK.FIELDS = {status('admitted'), status('limit'), status('remaining'),
                          status('retry_after_ms'), status('reset_after_ms'), status('delay_ms'),
                          status('at_ms')}
 local ADMITALL_FIELDS = {status('admitted'), status('refused_by'), status('retry_after_ms'),
@@ -2529,7 +2614,7 @@ local function unlimited() return 1, 0, 0, 0, 0 end
 local function limiter_policy(keys, args, command)
   local _, metakey = limiter_keys(keys, args, command)
   local admits = command == 'RL.ADMIT'
-  local opts = parse_options(args, admits and ADMIT_OPTIONS or REFUND_OPTIONS, metakey, nil, admits)
+  local opts = parse_options(args, admits and ADMIT_OPTIONS or BOOK.REFUND_OPTIONS, metakey, nil, admits)
   local r = resolve(opts, metakey)
   local p, now_ms, now_sub = {admit = unlimited, refund = unlimited}, nil, nil
   if r ~= nil then
@@ -2559,12 +2644,12 @@ end
 
 -- RL.ADMIT with RESERVE: the five numbers, then the slot's delay_ms and
 -- at_ms (-1 and -1 for a refusal; now, for no limit).
-local function reserved(p, a, limit, remaining, retry, reset, now_ms)
+function BOOK.reply(p, a, limit, remaining, retry, reset, now_ms)
   local delay, at = -1, -1
-  if a == 1 then delay, at = SLOT_DELAY, SLOT_AT end
+  if a == 1 then delay, at = BOOK.delay, BOOK.at end
   if p.algo == nil then delay, at = 0, now_ms or clock() end
   local values = {a, limit, remaining, retry, reset, delay, at}
-  if p.format then return named(RESERVED_FIELDS, values, p.format) end
+  if p.format then return named(BOOK.FIELDS, values, p.format) end
   return values
 end
 
@@ -2624,7 +2709,7 @@ local function limiter_function(command, refunds)
     end
     if p.format then
       -- (RESERVE's reply too: it sets `format`, so the plain call checks nothing more)
-      if p.reserve then return reserved(p, a, limit, remaining, retry, reset, now_ms) end
+      if p.reserve then return BOOK.reply(p, a, limit, remaining, retry, reset, now_ms) end
       return five(DECISION_FIELDS, p.format, a, limit, remaining, retry, reset)
     end
     FIVE[1], FIVE[2], FIVE[3], FIVE[4], FIVE[5] = a, limit, remaining, retry, reset
@@ -2828,10 +2913,10 @@ local function rl_admitall(keys, args)
     check_argc(2 + math.min(counters, #keys) + #args)
   end
   if #keys < 1 then bad_value('numkeys', POSITIVE) end
-  local cost, format = nil, nil
+  local cost, format, reserve = nil, nil, nil
   local policies = {}
   local at = 1
-  local top = {COST = true, FORMAT = true}
+  local top = {COST = true, FORMAT = true, RESERVE = true}
   while at <= #args do
     local word = args[at]
     local upper = string.upper(word)
@@ -2839,9 +2924,9 @@ local function rl_admitall(keys, args)
       policies[#policies + 1] = {}
       at = at + 1
     elseif top[upper] then
-      local holder = {COST = cost, FORMAT = format}
+      local holder = {COST = cost, FORMAT = format, RESERVE = reserve}
       set_option(holder, word, args, at, top)
-      cost, format = holder.COST, holder.FORMAT
+      cost, format, reserve = holder.COST, holder.FORMAT, holder.RESERVE
       at = at + 2
     elseif upper == 'META' then
       local group = policies[#policies]
@@ -2893,8 +2978,34 @@ local function rl_admitall(keys, args)
   for i = 1, n do
     local r = resolve(policies[i], policies[i].META)
     local p = {admit = unlimited, refund = unlimited}
-    if r ~= nil then p = policy_of(r, now_ms) end
+    if r ~= nil then
+      r.reserve = reserve
+      p = policy_of(r, now_ms)
+      -- RESERVE: only gcra, token and leaky book, and not in shadow mode.
+      if reserve ~= nil and not USES_BURST[r.algo] then
+        fail('ERR RESERVE needs ALGO gcra, token or leaky: a window\'s count cannot book a slot in a '
+             .. 'later window')
+      end
+      if reserve ~= nil and r.shadow then
+        local what = policies[i].SHADOW and 'SHADOW' or 'META field \'shadow\''
+        fail('ERR RESERVE and ' .. what .. ' exclude each other: a trial must never make a caller wait')
+      end
+    end
     members[i] = {key = keys[i], policy = p}
+  end
+  -- RESERVE: the common start, the latest of the earliest slots; within
+  -- max_ms every limiter books as if admitted then, else each is judged
+  -- as a RESERVE of its own (the all-or-nothing refusal).
+  local start = reserve and now_ms
+  for i = 1, reserve and n or 0 do
+    local p = members[i].policy
+    if p.algo then
+      local first = BOOK.first(p, members[i].key, cost, now_ms, now_sub)
+      if first == false then start = false elseif first and start and first > start then start = first end
+    end
+  end
+  if start and start - now_ms <= reserve then
+    for i = 1, n do members[i].policy.book_at = start end
   end
   for i = 1, n do
     local m = members[i]
@@ -2932,7 +3043,8 @@ local function rl_admitall(keys, args)
         refused_by, longest = i, wait
       end
     else
-      -- Nothing was consumed: this member as it stands.
+      -- Nothing was consumed: this member as it stands (a plain peek).
+      m.policy.book_at, m.policy.reserve = nil, nil
       local a, l, r, t, s = m.admit(m.policy, m.key, 0, now_ms, now_sub)
       m.decision = {a, l, r, t, s}
     end
@@ -2942,6 +3054,18 @@ local function rl_admitall(keys, args)
     else
       decisions[i] = named(DECISION_FIELDS, m.decision, format)
     end
+  end
+  if reserve ~= nil then
+    local slot = -1 -- the common start (now with no limiter to book)
+    if all then
+      slot = now_ms
+      if start and start - now_ms <= reserve then slot = start end
+    end
+    local delay = -1
+    if slot >= 0 then delay = slot - now_ms end
+    local fields = {ADMITALL_FIELDS[1], ADMITALL_FIELDS[2], ADMITALL_FIELDS[3], ADMITALL_FIELDS[4],
+                    status('delay_ms'), status('at_ms')}
+    return named(fields, {all and 1 or 0, refused_by, longest, decisions, delay, slot}, format)
   end
   return named(ADMITALL_FIELDS, {all and 1 or 0, refused_by, longest, decisions}, format)
 end

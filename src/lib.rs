@@ -131,7 +131,7 @@ const RL_ADMIT: Command = Command {
     complexity: c"O(1)",
 };
 
-/// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
+/// RL.ADMITALL numkeys key [key ...] [COST n] [RESERVE max_ms] POLICY [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
 const RL_ADMITALL: Command = Command {
     name: c"RL.ADMITALL",
     handler: rl_admitall,
@@ -143,6 +143,7 @@ const RL_ADMITALL: Command = Command {
         Arg::int(c"numkeys"),
         Arg::key(c"key", 0).multiple(),
         COST_ARG,
+        option_args::<1>(&[Opt::Reserve], 1)[0],
         Arg::option(c"POLICY", c"policy", ArgKind::Block(&POLICY_ARGS))
             .required()
             .multiple(),

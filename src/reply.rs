@@ -143,23 +143,27 @@ pub fn throttle(ctx: Ctx, answer: &throttle::Reply) {
 /// RL.ADMITALL: admitted, which limiter refused (1-based, 0: none), the
 /// longest back-off, then every limiter's own five integers (each with
 /// whether its policy is in shadow mode).
+/// With RESERVE (`slot`: the common start and the call's ms), two more
+/// integers after them: `delay_ms` and `at_ms`.
 pub fn admit_all(
     ctx: Ctx,
     admitted: bool,
     refused_by: i64,
     retry_after_ms: i64,
     each: &[(Decision, bool)],
+    slot: Option<(Slot, i64)>,
 ) {
     let resp3 = speaks_resp3(ctx);
     let values = [i64::from(admitted), refused_by, retry_after_ms];
     let names = [c"admitted", c"refused_by", c"retry_after_ms"];
-    // SAFETY: the running call's context; four elements as announced (the
-    // last an array of `each.len()` decisions, replied below), names as
-    // C strings.
+    let fields = if slot.is_some() { 6 } else { 4 };
+    // SAFETY: the running call's context; four (six) elements as announced
+    // (the fourth an array of `each.len()` decisions, replied below), names
+    // as C strings.
     unsafe {
         match resp3 {
-            true => api!(RedisModule_ReplyWithMap)(ctx, 4),
-            false => api!(RedisModule_ReplyWithArray)(ctx, 4),
+            true => api!(RedisModule_ReplyWithMap)(ctx, fields),
+            false => api!(RedisModule_ReplyWithArray)(ctx, fields),
         };
         for (name, v) in names.iter().zip(values) {
             if resp3 {
@@ -174,6 +178,19 @@ pub fn admit_all(
     }
     for (d, shadow) in each {
         decision(ctx, d, *shadow);
+    }
+    if let Some((slot, now_ms)) = slot {
+        let values = [slot.delay_ms(now_ms), slot.at_ms];
+        // SAFETY: the running call's context; the two last elements
+        // announced above, names as C strings.
+        unsafe {
+            for (name, v) in [c"delay_ms", c"at_ms"].iter().zip(values) {
+                if resp3 {
+                    api!(RedisModule_ReplyWithSimpleString)(ctx, name.as_ptr());
+                }
+                api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+            }
+        }
     }
 }
 

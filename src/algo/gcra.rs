@@ -196,6 +196,17 @@ fn booked(
     let mut charged = plain(meter, policy, debt, cost, tells_delay);
     let now = Now::from_us(now_us);
     let now_ns = ns_of_us(now_us);
+    if let Charge::BookAt { at_ms } = policy.charge {
+        return book_at(
+            meter,
+            policy,
+            debt,
+            cost,
+            (now_ns, at_ms),
+            tells_delay,
+            charged,
+        );
+    }
     let wait = match meter.judge(debt, cost) {
         Verdict::Admit { .. } => {
             if let Charge::Reserve { .. } = policy.charge {
@@ -248,6 +259,72 @@ fn booked(
         }
         _ => charged,
     }
+}
+
+/// RL.ADMITALL RESERVE: the request admitted as at `at_ms` (the common
+/// start: the debt then, or now's if more, plus the cost), within the
+/// horizon; else `plain`, the plain decision (a refusal, or an admission
+/// that the caller does not apply, see `commands::admitall`).
+fn book_at(
+    meter: &Meter,
+    policy: &Policy,
+    debt: i128,
+    cost: i64,
+    (now_ns, at_ms): (i128, i64),
+    tells_delay: bool,
+    plain: Charged,
+) -> Charged {
+    let bound = meter.capacity.saturating_add(policy.horizon_ns());
+    let Some(increment) = i128::from(cost)
+        .checked_mul(meter.interval)
+        .filter(|&i| i <= meter.capacity)
+    else {
+        return plain;
+    };
+    let base = debt.max(i128::from(at_ms) * NS_PER_MS - now_ns);
+    let after = base + increment;
+    if after > bound {
+        // Past the horizon at the common start: refused, the wait its
+        // own slot would be.
+        return Charged {
+            decision: Decision {
+                admitted: false,
+                limit: policy.burst,
+                remaining: meter.room(debt).min(policy.burst),
+                retry_after_ms: ceil_ms(after - meter.capacity),
+                reset_after_ms: ceil_ms(debt),
+                slot: Slot::NONE,
+            },
+            after: debt,
+            write: false,
+        };
+    }
+    Charged {
+        decision: Decision {
+            admitted: true,
+            limit: policy.burst,
+            remaining: meter.room(after).min(policy.burst),
+            retry_after_ms: if tells_delay { ceil_ms(base) } else { 0 },
+            reset_after_ms: ceil_ms(after),
+            slot: Slot { at_ms },
+        },
+        after,
+        write: cost > 0,
+    }
+}
+
+/// RL.ADMITALL RESERVE's first pass: the slot (ms) a RESERVE of `cost` on
+/// `debt` would book, whatever its max_ms and the horizon; `None` when the
+/// cost never fits.
+pub fn earliest(meter: &Meter, debt: i128, cost: i64, now: Now, tells_delay: bool) -> Option<i64> {
+    let increment = i128::from(cost)
+        .checked_mul(meter.interval)
+        .filter(|&i| i <= meter.capacity)?;
+    let wait = match tells_delay {
+        true => debt,
+        false => debt + increment - meter.capacity,
+    };
+    Some(Slot::after(wait, ns_of_us(now.us), now.ms).at_ms)
 }
 
 /// What cancelling a booking of `amount` requests whose slot is at `at_ms`
@@ -320,6 +397,20 @@ impl Schedule {
         }
     }
 
+    /// RL.ADMITALL RESERVE's first pass (see `earliest`).
+    pub fn earliest(
+        &self,
+        state: Option<State>,
+        policy: &Policy,
+        cost: i64,
+        now: Now,
+    ) -> Option<i64> {
+        let meter = Meter::of(policy);
+        let ahead = (self.read)(state).map(|tat| tat - ns_of_us(now.us));
+        let (debt, _) = within(ahead, meter.capacity, policy.horizon_ns());
+        earliest(&meter, debt, cost, now, self.tells_delay)
+    }
+
     pub fn refund(
         &self,
         state: Option<State>,
@@ -366,6 +457,10 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> O
 
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
     GCRA.refund(state, policy, amount, now_us)
+}
+
+pub fn first_slot(state: Option<State>, policy: &Policy, cost: i64, now: Now) -> Option<i64> {
+    GCRA.earliest(state, policy, cost, now)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 
 use super::gcra::Schedule;
 use super::state::{clamp, Layout};
-use super::{Algo, Outcome, Policy, State};
+use super::{Algo, Now, Outcome, Policy, State};
 
 /// The stored state, `leaky:<queue_drained_at_ns>`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +50,10 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> O
 
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
     LEAKY.refund(state, policy, amount, now_us)
+}
+
+pub fn first_slot(state: Option<State>, policy: &Policy, cost: i64, now: Now) -> Option<i64> {
+    LEAKY.earliest(state, policy, cost, now)
 }
 
 #[cfg(test)]

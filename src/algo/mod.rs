@@ -224,6 +224,19 @@ pub(crate) fn refusal_repair(reset_ms: i64, reset_at: i64, expiry: Option<Option
     }
 }
 
+/// RL.ADMITALL RESERVE's first pass: the slot (ms) a RESERVE of `cost`
+/// would book on this state, whatever max_ms and the horizon; `None` when
+/// the cost never fits, and for the windows (which cannot book).
+pub fn first_slot(found: Found, policy: &Policy, cost: i64, now: Now) -> Option<i64> {
+    let state = found.map(|f| f.0);
+    match policy.algo {
+        Algo::Fixed | Algo::Sliding => None,
+        Algo::Token => token::first_slot(state, policy, cost, now),
+        Algo::Gcra => gcra::first_slot(state, policy, cost, now),
+        Algo::Leaky => leaky::first_slot(state, policy, cost, now),
+    }
+}
+
 /// Gives back `amount` of consumption; never below empty. The decision is
 /// the state after the refund, as a peek sees it.
 pub fn refund(found: Found, policy: &Policy, amount: i64, now: Now) -> Outcome {

@@ -144,6 +144,9 @@ pub enum Charge {
     Reserve { max_ms: i64 },
     /// RL.REFUND AT at_ms: cancel the booking whose slot is at `at_ms`.
     Cancel { at_ms: i64 },
+    /// RL.ADMITALL RESERVE: book as if admitted at `at_ms` (the common
+    /// start, within the call's max_ms), or refuse.
+    BookAt { at_ms: i64 },
 }
 
 /// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.

@@ -128,6 +128,15 @@ fn judge(state: Option<Bucket>, policy: &Policy, cost: i64, now_us: i64) -> Outc
     }
 }
 
+/// RL.ADMITALL RESERVE's first pass (see `gcra::earliest`).
+pub fn first_slot(state: Option<State>, policy: &Policy, cost: i64, now: Now) -> Option<i64> {
+    let meter = Meter::of(policy);
+    let now_ns = ns_of_us(now.us);
+    let level = credit(state.and_then(Bucket::of), now_ns, policy, meter.capacity);
+    let (level, _) = level.unwrap_or((meter.capacity, false));
+    super::gcra::earliest(&meter, meter.capacity - level, cost, now, false)
+}
+
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
     let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);

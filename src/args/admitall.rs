@@ -2,18 +2,20 @@
 //! per key and a COST anywhere; and its keys for getkeys. The option words
 //! are rows of the shared OPTIONS table.
 
-use super::table::{Opt, KEY_OPTION, LIMITER_SET};
+use super::table::{Opt, OptSet, KEY_OPTION, LIMITER};
 use super::{int_arg, unknown, Options};
 use crate::error::RlError;
 use crate::keyword::Keyword;
 use crate::num::parse_i64;
 
-/// RL.ADMITALL numkeys key [key ...] [COST n] POLICY [option value ...] [POLICY ...]
+/// RL.ADMITALL numkeys key [key ...] [COST n] [RESERVE max_ms] POLICY [option value ...] [POLICY ...]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmitAll {
     /// Where the keys are: `args[2..2 + keys]`.
     pub keys: usize,
     pub cost: i64,
+    /// RESERVE's max_ms: book every limiter at one common start.
+    pub reserve: Option<i64>,
     /// One per key, in order.
     pub policies: Vec<Options>,
 }
@@ -47,7 +49,7 @@ impl AdmitAll {
                 continue;
             }
             // COST anywhere, once; policy options in the latest POLICY.
-            let Some(opt) = Opt::parse(word, LIMITER_SET) else {
+            let Some(opt) = Opt::parse(word, ADMITALL_SET) else {
                 return Err(match unknown(word) {
                     RlError::UnknownOption(shown) if policies.is_empty() => {
                         RlError::NoPolicyAfterKeys(keys.len(), shown)
@@ -56,7 +58,7 @@ impl AdmitAll {
                 });
             };
             let group = match opt {
-                Opt::Cost => &mut cost,
+                Opt::Cost | Opt::Reserve => &mut cost,
                 _ => policies.last_mut().ok_or(RlError::PolicyFirst)?,
             };
             at += group.set(opt, args, at + 1)?;
@@ -67,12 +69,20 @@ impl AdmitAll {
         Ok(AdmitAll {
             keys: keys.len(),
             cost: cost.cost.unwrap_or(1),
+            reserve: cost.reserve,
             policies,
         })
     }
 }
 
 const POLICY_KEYWORD: Keyword = Keyword::new("POLICY");
+
+/// The words after the keys: the limiters' options, and RESERVE (top
+/// level, as COST is: anywhere, once).
+const ADMITALL_SET: OptSet = OptSet::of(&super::table::then::<{ LIMITER.len() + 1 }>(
+    LIMITER,
+    &[Opt::Reserve],
+));
 
 /// getkeys for RL.ADMITALL: the counters (read-write) and every META hash
 /// (read-only).

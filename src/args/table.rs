@@ -337,7 +337,7 @@ impl OptSet {
 
 /// `first`, then `more`: a vocabulary built on another, each word written
 /// once.
-const fn then<const N: usize>(first: &[Opt], more: &[Opt]) -> [Opt; N] {
+pub(super) const fn then<const N: usize>(first: &[Opt], more: &[Opt]) -> [Opt; N] {
     assert!(first.len() + more.len() == N);
     let mut out = [Opt::Algo; N];
     let mut i = 0;

@@ -7,8 +7,8 @@
 
 use super::Call;
 use crate::algo::penalty::{self, Penalty, Plan, Read};
-use crate::algo::{self, Decision, Policy, Write};
-use crate::args::AdmitAll;
+use crate::algo::{self, Charge, Decision, Policy, Slot, Write};
+use crate::args::{AdmitAll, Opt};
 use crate::error::RlError;
 use crate::ffi::{Ctx, Str};
 use crate::receipt::{self, Source};
@@ -26,7 +26,13 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             Some(r) => (Some(r.policy(now.ms)?), r.shadow, r.penalty(now.ms)?),
             None => (None, false, Penalty::default()),
         };
+        if let (Some(_), Some(policy)) = (request.reserve, &policy) {
+            books(policy, shadow, opts.shadow)?;
+        }
         limiters.push((call.argv[2 + i], policy, shadow, penalty));
+    }
+    if let Some(max_ms) = request.reserve {
+        book_all(ctx, &mut limiters, request.cost, max_ms, now)?;
     }
     let mut members = Vec::with_capacity(limiters.len());
     for &(name, policy, shadow, penalty) in &limiters {
@@ -92,6 +98,10 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
             }
         } else if let Some(policy) = &m.policy {
             // Nothing was consumed: report this member as it stands.
+            let policy = &Policy {
+                charge: Charge::Plain,
+                ..*policy
+            };
             let peek = penalty::decide(algo::admit, m.read, policy, m.penalty, 0, now, false);
             m.decision = peek.0;
         }
@@ -126,7 +136,70 @@ pub fn admit_all(call: &Call) -> Result<(), RlError> {
         }
     }
     stats::count(tally);
-    reply::admit_all(ctx, all_admitted, refused_by as i64, longest, &decisions);
+    let slot = request.reserve.map(|_| {
+        let at = members.iter().find_map(|m| m.policy.map(|p| p.charge));
+        match (all_admitted, at) {
+            (true, Some(Charge::BookAt { at_ms })) => (Slot { at_ms }, now.ms),
+            (true, _) => (Slot { at_ms: now.ms }, now.ms),
+            (false, _) => (Slot::NONE, now.ms),
+        }
+    });
+    reply::admit_all(
+        ctx,
+        all_admitted,
+        refused_by as i64,
+        longest,
+        &decisions,
+        slot,
+    );
+    Ok(())
+}
+
+/// RL.ADMITALL RESERVE: only gcra, token and leaky book, and not in
+/// shadow mode (inline, or from META).
+fn books(policy: &Policy, shadow: bool, inline_shadow: bool) -> Result<(), RlError> {
+    if policy.algo.is_window() {
+        return Err(RlError::NeedsBooking(Opt::Reserve.name()));
+    }
+    if shadow {
+        let what = match inline_shadow {
+            true => Opt::Shadow.name(),
+            false => "META field 'shadow'",
+        };
+        let why = "a trial must never make a caller wait";
+        return Err(RlError::Conflict(Opt::Reserve.name(), what, why));
+    }
+    Ok(())
+}
+
+/// RL.ADMITALL RESERVE: the common start T, the latest of the limiters'
+/// earliest slots (so that none is left unused before it); each limiter
+/// then books as if admitted at T. Beyond max_ms (or a cost that never
+/// fits), each is judged as a RESERVE of its own, which some refuse: the
+/// all-or-nothing refusal.
+fn book_all(
+    ctx: Ctx,
+    limiters: &mut [(Str, Option<Policy>, bool, Penalty)],
+    cost: i64,
+    max_ms: i64,
+    now: algo::Now,
+) -> Result<(), RlError> {
+    let mut start = Some(now.ms);
+    for (name, policy, _, _) in limiters.iter() {
+        let Some(policy) = policy else { continue };
+        let read = Key::write(ctx, *name).read_limiter(policy.algo, now.ms)?;
+        let first = algo::first_slot(read.found, policy, cost, now);
+        start = start.zip(first).map(|(a, b)| a.max(b));
+    }
+    let charge = match start {
+        Some(at_ms) if at_ms.saturating_sub(now.ms) <= max_ms => Charge::BookAt { at_ms },
+        _ => Charge::Reserve { max_ms },
+    };
+    for (_, policy, _, _) in limiters.iter_mut() {
+        if let Some(policy) = policy {
+            policy.charge = charge;
+        }
+    }
     Ok(())
 }
 

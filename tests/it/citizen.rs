@@ -1065,7 +1065,7 @@ fn valkey_cli_hints_show_every_commands_syntax() {
         ("RL.REFUND k ", format!("{policy} [COST n] [AT at_ms]")),
         (
             "RL.ADMITALL 2 a b ",
-            format!("[key ...] [COST n] POLICY {policy} [POLICY {policy} ...]"),
+            format!("[key ...] [COST n] [RESERVE max_ms] POLICY {policy} [POLICY {policy} ...]"),
         ),
         ("RL.LIMIT ", "metakey".to_string()),
         ("RL.RESET ", "key".to_string()),

@@ -451,3 +451,91 @@ fn malformed_cancels_get_one_error_and_write_nothing() {
         }
     }
 }
+
+/// RL.ADMITALL's reply with RESERVE: its three integers, then delay_ms and
+/// at_ms (the per-limiter replies left out).
+fn admit_all(backend: Backend, con: &mut Connection, call: &str) -> (Vec<i64>, i64) {
+    let words = backend.call(&split(call));
+    let mut pipe = redis::pipe();
+    pipe.atomic().cmd("TIME");
+    let mut cmd = redis::cmd(&words[0]);
+    for w in &words[1..] {
+        cmd.arg(w);
+    }
+    pipe.add_command(cmd);
+    let (time, reply): (Vec<String>, Value) = pipe.query(con).expect("MULTI");
+    let ms = time[0].parse::<i64>().unwrap() * 1_000 + time[1].parse::<i64>().unwrap() / 1_000;
+    let Value::Array(items) = reply else {
+        panic!("{backend:?} {call}: {reply:?}")
+    };
+    assert_eq!(items.len(), 6, "{backend:?} {call}: {items:?}");
+    let int = |v: &Value| match v {
+        Value::Int(n) => *n,
+        other => panic!("{other:?}"),
+    };
+    let top = [0, 1, 2, 4, 5].iter().map(|&i| int(&items[i])).collect();
+    (top, ms)
+}
+
+#[test]
+fn admitall_books_every_limiter_at_one_common_start_or_none() {
+    let gcra = "ALGO gcra LIMIT 10 WINDOW 1000 BURST 1";
+    let token = "ALGO token LIMIT 10 WINDOW 1000 BURST 1";
+    let leaky = "ALGO leaky LIMIT 10 WINDOW 1000 BURST 0";
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        // One limiter whose earliest slot is some 500 ms away: with
+        // RESERVE 200, nothing is booked anywhere.
+        book(backend, &mut con, "far", gcra, 4);
+        let before: Vec<_> = ["far", "b", "c"]
+            .iter()
+            .map(|k| state(&mut con, k))
+            .collect();
+        let call = format!(
+            "RL.ADMITALL 3 far b c RESERVE 200 POLICY {gcra} POLICY {token} POLICY {leaky}"
+        );
+        let (refused, _) = admit_all(backend, &mut con, &call);
+        assert_eq!(
+            (refused[0], refused[1], refused[3], refused[4]),
+            (0, 1, -1, -1),
+            "{backend:?}"
+        );
+        let after: Vec<_> = ["far", "b", "c"]
+            .iter()
+            .map(|k| state(&mut con, k))
+            .collect();
+        assert_eq!(after, before, "{backend:?}: nothing booked");
+        // All can: every limiter books at the latest earliest slot, the
+        // exhausted gcra's, some 100 ms away.
+        admit(backend, &mut con, &format!("RL.ADMIT a {gcra}"));
+        let call =
+            format!("RL.ADMITALL 3 a b c RESERVE 5000 POLICY {gcra} POLICY {token} POLICY {leaky}");
+        let (booked, now_ms) = admit_all(backend, &mut con, &call);
+        let (delay, at) = (booked[3], booked[4]);
+        assert_eq!(booked[0], 1, "{backend:?}: {booked:?}");
+        assert_eq!(delay, at - now_ms, "{backend:?}: {booked:?}");
+        assert!((1..=101).contains(&delay), "{backend:?}: {booked:?}");
+        // Each booked as admitted then: its next slot is one interval on.
+        for (key, policy) in [("a", gcra), ("b", token), ("c", leaky)] {
+            let next = admit(
+                backend,
+                &mut con,
+                &format!("RL.ADMIT {key} {policy} RESERVE 5000"),
+            );
+            assert!(
+                (at + 99..=at + 101).contains(&next[6]),
+                "{backend:?} {key}: {at} {next:?}"
+            );
+        }
+        // Only the buckets book; not in shadow mode.
+        for (call, want) in [
+            (format!("RL.ADMITALL 2 a f RESERVE 10 POLICY {gcra} POLICY LIMIT 5 WINDOW 1000"), "ERR RESERVE needs ALGO gcra, token or leaky: a window's count cannot book a slot in a later window"),
+            (format!("RL.ADMITALL 1 a RESERVE 10 POLICY {gcra} SHADOW"), "ERR RESERVE and SHADOW exclude each other: a trial must never make a caller wait"),
+            (format!("RL.ADMITALL 1 a RESERVE -1 POLICY {gcra}"), "ERR RESERVE must be an integer from 0 to 9223372036854775807"),
+        ] {
+            let reply = backend.raw(&mut con, &split(&call));
+            assert_eq!(error_text(&reply).as_deref(), Some(want), "{backend:?} {call}");
+        }
+    }
+}
