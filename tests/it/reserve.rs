@@ -539,3 +539,44 @@ fn admitall_books_every_limiter_at_one_common_start_or_none() {
         }
     }
 }
+
+#[test]
+fn force_starts_no_penalty_and_lands_inside_a_held_one() {
+    let policy = "ALGO gcra LIMIT 10 WINDOW 1000 BURST 1 PENALTY 5000";
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        admit(backend, &mut con, &format!("RL.ADMIT p {policy}"));
+        let forced = admit(backend, &mut con, &format!("RL.ADMIT p {policy} FORCE"));
+        assert_eq!(forced[0], 0, "{backend:?}: {forced:?}");
+        let get =
+            |con: &mut Connection| -> String { redis::cmd("GET").arg("p").query(con).unwrap() };
+        assert!(
+            get(&mut con).starts_with("gcra:"),
+            "{backend:?}: no penalty"
+        );
+        // A plain refusal starts one; a forced charge then lands inside it.
+        let refused = admit(backend, &mut con, &format!("RL.ADMIT p {policy}"));
+        assert!(refused[3] >= 4_000, "{backend:?}: {refused:?}");
+        let boxed = get(&mut con);
+        assert!(boxed.starts_with("penalty:"), "{backend:?}: {boxed}");
+        let inside = admit(
+            backend,
+            &mut con,
+            &format!("RL.ADMIT p {policy} FORCE COST 3"),
+        );
+        assert_eq!(inside[0], 0, "{backend:?}");
+        assert!(
+            inside[3] >= 4_000,
+            "{backend:?}: the penalty's wait: {inside:?}"
+        );
+        let after = get(&mut con);
+        let tat = |v: &str| -> i128 { v.rsplit(':').next().unwrap().parse().unwrap() };
+        assert!(after.starts_with("penalty:"), "{backend:?}: {after}");
+        assert_eq!(
+            tat(&after) - tat(&boxed),
+            300_000_000,
+            "{backend:?}: {boxed} -> {after}"
+        );
+    }
+}
