@@ -1733,7 +1733,7 @@ local function fixed_of(p)
     end
     if force then
       -- Counted past the limit in its window (src/algo/fixed.rs `forced`).
-      if after > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      if after > EXACT or cost > EXACT then return nil, STATE_BEYOND_DOUBLES end
       if adopted then return 0, limit, 0, left, left, SET_IN, after, left end
       if left then return 0, limit, 0, left, left, ADD, cost end
       return 0, limit, 0, window, window, SET_IN, after, window

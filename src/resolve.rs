@@ -61,7 +61,10 @@ impl Resolved {
         }
         let burst = self.burst.map(|(b, _)| b);
         let mut policy = Policy::new(self.algo, self.limit, window, burst, now)?;
-        policy.horizon_ms = self.horizon_ms.unwrap_or_else(config::max_reserve_ms);
+        // Only a bucket's state runs ahead of now (the windows never read it).
+        if policy.algo.uses_burst() {
+            policy.horizon_ms = self.horizon_ms.unwrap_or_else(config::max_reserve_ms);
+        }
         Ok(match (self.align, self.algo, self.calendar) {
             // An aligned fixed window is, for this call, the window from
             // now to its next multiple (the sliding window's always are).

@@ -66,7 +66,6 @@ pub fn admit(
             remaining: remaining_after(count),
             retry_after_ms: -1,
             reset_after_ms: left_ms(expires_at),
-            slot: Slot::NONE,
         };
         return (decision, adoption(adopted, cost, expires_at));
     }
@@ -84,7 +83,6 @@ pub fn admit(
                     (0, None) => 0,
                     _ => left_ms(Some(expires_at)),
                 },
-                slot: Slot::NONE,
             };
             let write = if cost == 0 {
                 Write::Nothing
@@ -104,7 +102,6 @@ pub fn admit(
                 remaining: remaining_after(count),
                 retry_after_ms: left,
                 reset_after_ms: left,
-                slot: Slot::NONE,
             };
             (decision, adoption(adopted, cost, expires_at))
         }
@@ -141,13 +138,14 @@ pub fn decide(
 
 fn decide_counter(found: Option<Counter>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
     let (mut decision, mut write) = admit(found, policy.limit, policy.window_ms, cost, now_ms);
-    if policy.charge == Charge::Force && !decision.admitted {
+    if !decision.admitted && policy.charge == Charge::Force {
         (decision, write) = forced(found, policy, cost, now_ms).unwrap_or((decision, write));
     }
     Outcome {
         decision,
         write,
         reset_at: now_ms.saturating_add(decision.reset_after_ms),
+        slot: Slot::NONE,
     }
 }
 
@@ -176,7 +174,6 @@ fn forced(
         remaining: 0,
         retry_after_ms: left,
         reset_after_ms: left,
-        slot: Slot::NONE,
     };
     let write = Write::State {
         state: Count(next).stored(),

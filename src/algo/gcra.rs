@@ -124,6 +124,8 @@ pub struct Charged {
     pub decision: Decision,
     pub after: i128,
     pub write: bool,
+    /// RESERVE's slot (`Slot::NONE` else).
+    pub slot: Slot,
 }
 
 /// The buckets' one decision on a debt (ns; at most capacity + horizon):
@@ -160,10 +162,10 @@ fn plain(meter: &Meter, policy: &Policy, debt: i128, cost: i64, tells_delay: boo
                 remaining: room(after),
                 retry_after_ms: if tells_delay { ceil_ms(debt) } else { 0 },
                 reset_after_ms: ceil_ms(after),
-                slot: Slot::NONE,
             },
             after,
             write: cost > 0,
+            slot: Slot::NONE,
         },
         Verdict::Refuse { wait } => Charged {
             decision: Decision {
@@ -172,10 +174,10 @@ fn plain(meter: &Meter, policy: &Policy, debt: i128, cost: i64, tells_delay: boo
                 remaining: room(debt),
                 retry_after_ms: wait.map_or(-1, ceil_ms),
                 reset_after_ms: ceil_ms(debt),
-                slot: Slot::NONE,
             },
             after: debt,
             write: false,
+            slot: Slot::NONE,
         },
     }
 }
@@ -211,7 +213,7 @@ fn booked(
         Verdict::Admit { .. } => {
             if let Charge::Reserve { .. } = policy.charge {
                 let delay = if tells_delay { debt } else { 0 };
-                charged.decision.slot = Slot::after(delay, now_ns, now.ms);
+                charged.slot = Slot::after(delay, now_ns, now.ms);
             }
             return charged;
         }
@@ -229,10 +231,10 @@ fn booked(
                     remaining: 0,
                     retry_after_ms: ceil_ms(after + meter.interval - meter.capacity),
                     reset_after_ms: ceil_ms(after),
-                    slot: Slot::NONE,
                 },
                 after,
                 write: true,
+                slot: Slot::NONE,
             }
         }
         (Charge::Reserve { max_ms }, Some(wait)) => {
@@ -249,10 +251,10 @@ fn booked(
                         remaining: meter.room(after).min(policy.burst),
                         retry_after_ms: if tells_delay { ceil_ms(debt) } else { 0 },
                         reset_after_ms: ceil_ms(after),
-                        slot,
                     },
                     after,
                     write: cost > 0,
+                    slot,
                 };
             }
             charged
@@ -293,10 +295,10 @@ fn book_at(
                 remaining: meter.room(debt).min(policy.burst),
                 retry_after_ms: ceil_ms(after - meter.capacity),
                 reset_after_ms: ceil_ms(debt),
-                slot: Slot::NONE,
             },
             after: debt,
             write: false,
+            slot: Slot::NONE,
         };
     }
     Charged {
@@ -306,10 +308,10 @@ fn book_at(
             remaining: meter.room(after).min(policy.burst),
             retry_after_ms: if tells_delay { ceil_ms(base) } else { 0 },
             reset_after_ms: ceil_ms(after),
-            slot: Slot { at_ms },
         },
         after,
         write: cost > 0,
+        slot: Slot { at_ms },
     }
 }
 
@@ -394,6 +396,7 @@ impl Schedule {
                 false => Write::Nothing,
             },
             reset_at: ceil_ms(now_ns + charged.after),
+            slot: charged.slot,
         }
     }
 
@@ -639,7 +642,7 @@ mod tests {
                     panic!("{algo:?}: {:?}", out.write)
                 };
                 state = Some((s, Some(expires_at)));
-                slots.push(out.decision.slot);
+                slots.push(out.slot);
                 // A plain call between bookings is refused and erases none.
                 let between = crate::algo::admit(state, &plain, 1, Now::from_us(now));
                 assert!(!between.decision.admitted, "{algo:?}");
@@ -674,7 +677,7 @@ mod tests {
                 }
                 other => {
                     assert_eq!(other, Write::Nothing);
-                    assert_eq!(out.decision.slot, Slot::NONE);
+                    assert_eq!(out.slot, Slot::NONE);
                 }
             }
         }
@@ -775,8 +778,8 @@ mod tests {
                     state = Some(s);
                 }
                 if kind == 2 && out.decision.admitted {
-                    proptest::prop_assert!(out.decision.slot.at_ms >= last_at);
-                    last_at = out.decision.slot.at_ms;
+                    proptest::prop_assert!(out.slot.at_ms >= last_at);
+                    last_at = out.slot.at_ms;
                 }
             }
         }

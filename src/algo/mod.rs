@@ -34,8 +34,6 @@ pub struct Decision {
     pub retry_after_ms: i64,
     /// ms until the limiter is back to its full budget; 0 with no state.
     pub reset_after_ms: i64,
-    /// RESERVE's slot (`Slot::NONE` for any other call, and a refusal).
-    pub slot: Slot,
 }
 
 impl Decision {
@@ -46,7 +44,6 @@ impl Decision {
         remaining: 0,
         retry_after_ms: 0,
         reset_after_ms: 0,
-        slot: Slot::NONE,
     };
 }
 
@@ -110,6 +107,9 @@ pub struct Outcome {
     /// same span rounded on its own, which can end a ms earlier than this
     /// when the clock is between two ms.
     pub reset_at: i64,
+    /// RESERVE's slot (`Slot::NONE` for any other call, and a refusal):
+    /// here rather than in the decision, which every call copies.
+    pub slot: Slot,
 }
 
 pub const NS_PER_MS: i128 = 1_000_000;

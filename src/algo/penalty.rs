@@ -36,7 +36,7 @@
 //! a policy without ESCALATE writes and keeps the form without a length,
 //! exactly as before.
 
-use super::{Decision, Found, Now, Outcome, Policy, State, Write};
+use super::{Decision, Found, Now, Outcome, Policy, Slot, State, Write};
 use crate::error::RlError;
 use crate::num::{format_i64, parse_i64, MAX_DIGITS};
 
@@ -206,7 +206,6 @@ fn boxed(d: Decision, left: i64) -> Decision {
         remaining: 0,
         retry_after_ms: wait,
         reset_after_ms: d.reset_after_ms.max(left),
-        slot: super::Slot::NONE,
         ..d
     }
 }
@@ -223,9 +222,7 @@ fn length(read: &Read, penalty: Penalty, now_ms: i64) -> i64 {
     }
 }
 
-/// One call on a limiter that may hold or start a penalty. `decide` is the
-/// algorithm's admit (or refund, `refund`), `penalty` the policy's
-/// (`ms` 0: none).
+/// `decide_booked` without RESERVE's slot.
 pub fn decide(
     decide: super::Decide,
     read: Read,
@@ -235,6 +232,23 @@ pub fn decide(
     now: Now,
     refund: bool,
 ) -> (Decision, Plan) {
+    let (decision, plan, _) = decide_booked(decide, read, policy, penalty, cost, now, refund);
+    (decision, plan)
+}
+
+/// One call on a limiter that may hold or start a penalty (and the slot
+/// a RESERVE booked, `Slot::NONE` else). `decide` is the
+/// algorithm's admit (or refund, `refund`), `penalty` the policy's
+/// (`ms` 0: none).
+pub fn decide_booked(
+    decide: super::Decide,
+    read: Read,
+    policy: &Policy,
+    penalty: Penalty,
+    cost: i64,
+    now: Now,
+    refund: bool,
+) -> (Decision, Plan, Slot) {
     let out: Outcome = decide(read.found, policy, cost, now);
     let left = read.left(now.ms);
     // The ladder's form is kept under ESCALATE (and dropped without it).
@@ -260,7 +274,7 @@ pub fn decide(
                 },
             },
         };
-        return (boxed(out.decision, left), plan);
+        return (boxed(out.decision, left), plan, Slot::NONE);
     }
     let d = out.decision;
     if !refund && !forced && !d.admitted && cost > 0 && penalty.ms > 0 {
@@ -279,7 +293,7 @@ pub fn decide(
             state,
             hold,
         };
-        return (boxed(d, ms), plan);
+        return (boxed(d, ms), plan, Slot::NONE);
     }
     match (read.until, out.write) {
         // An ended penalty the ladder still remembers: its form is kept.
@@ -290,10 +304,10 @@ pub fn decide(
                 state: after(write, read.found),
                 hold: until + cap,
             };
-            (d, plan)
+            (d, plan, out.slot)
         }
-        (Some(_), write) => (d, Plan::Plain(unwrapped(write, read.found))),
-        (None, write) => (d, Plan::Plain(write)),
+        (Some(_), write) => (d, Plan::Plain(unwrapped(write, read.found)), out.slot),
+        (None, write) => (d, Plan::Plain(write), out.slot),
     }
 }
 

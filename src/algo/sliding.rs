@@ -241,7 +241,6 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
                 remaining: v.room(spare),
                 retry_after_ms: retry,
                 reset_after_ms: reset,
-                slot: Slot::NONE,
             },
             // Read as now's window, a future one is written back as such
             // by a real call, or it would be read so again next window.
@@ -250,6 +249,7 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
                 false => Write::Nothing,
             },
             reset_at: now_ms + reset,
+            slot: Slot::NONE,
         };
     }
     let after = current + cost;
@@ -261,9 +261,9 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
             remaining: v.room(spare - taken),
             retry_after_ms: 0,
             reset_after_ms: reset,
-            slot: Slot::NONE,
         },
         reset_at: now_ms + reset,
+        slot: Slot::NONE,
         write: match cost {
             0 => Write::Nothing,
             _ => Write::State {
@@ -297,7 +297,6 @@ fn forced(
             remaining: 0,
             retry_after_ms: v.wait(current, previous, 1),
             reset_after_ms: reset,
-            slot: Slot::NONE,
         },
         write: Write::State {
             state: Windows {
@@ -309,6 +308,7 @@ fn forced(
             expires_at: f.start + f.window + f.next,
         },
         reset_at: now_ms + reset,
+        slot: Slot::NONE,
     }
 }
 

@@ -125,6 +125,7 @@ fn judge(state: Option<Bucket>, policy: &Policy, cost: i64, now_us: i64) -> Outc
         decision: charged.decision,
         write,
         reset_at: ceil_ms(now_ns + charged.after),
+        slot: charged.slot,
     }
 }
 

@@ -33,7 +33,7 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
         }
         if opts.force {
             // Usage that already happened: it lands whoever waits.
-            let updated = update(call, &opts, clock::now(), algo::admit, false)?;
+            let updated = update(call, &opts, clock::now(), algo::admit, false, true)?;
             if updated.is_some() {
                 stats::charged(false);
             }
@@ -45,7 +45,7 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
     if block::anyone_waits() {
         return admit_in_turn(call, &opts);
     }
-    let updated = update(call, &opts, clock::now(), algo::admit, false)?;
+    let updated = update(call, &opts, clock::now(), algo::admit, false, false)?;
     if let (
         Some(timeout),
         Some(Updated {
@@ -71,7 +71,7 @@ fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
     let now = clock::now();
     let behind = block::anyone_waits() && block::queued(call.ctx, call.key(), now.ms).is_some();
     let decide: Decide = if behind { peek } else { algo::admit };
-    match update(call, opts, now, decide, behind)? {
+    match update(call, opts, now, decide, behind, true)? {
         None => {
             stats::count(Tally::Admitted(Source::Unlimited));
             let slot = Slot { at_ms: now.ms };
@@ -81,6 +81,7 @@ fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
             algo,
             cost,
             decision: d,
+            slot,
             ..
         }) => {
             let source = Source::Algo(algo);
@@ -93,7 +94,7 @@ fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
                 d.retry_after_ms,
                 cost,
             );
-            let slot = if d.admitted { d.slot } else { Slot::NONE };
+            let slot = if d.admitted { slot } else { Slot::NONE };
             if d.admitted {
                 stats::charged(true);
             }
@@ -120,7 +121,7 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
         Mode::Woken(ticket) => return admit_woken(call, opts, ticket),
         Mode::TimedOut(ticket) => {
             block::timed_out(call.ctx, ticket);
-            return answer(call, update(call, opts, clock::now(), peek, true)?);
+            return answer(call, update(call, opts, clock::now(), peek, true, false)?);
         }
     }
     let now = clock::now();
@@ -139,7 +140,7 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
                 head_at - now.ms,
             );
         }
-        let mut updated = update(call, opts, now, peek, true)?;
+        let mut updated = update(call, opts, now, peek, true, false)?;
         if let Some(Updated { decision: d, .. }) = &mut updated {
             if d.retry_after_ms >= 0 {
                 d.retry_after_ms = d.retry_after_ms.max(head_at - now.ms).max(1);
@@ -147,7 +148,7 @@ fn admit_in_turn(call: &Call, opts: &Options) -> Result<(), RlError> {
         }
         return answer(call, updated);
     }
-    let updated = update(call, opts, now, algo::admit, false)?;
+    let updated = update(call, opts, now, algo::admit, false, false)?;
     if let Some(Updated {
         decision: d,
         shadow: false,
@@ -171,7 +172,7 @@ fn admit_woken(call: &Call, opts: &Options, ticket: &Ticket) -> Result<(), RlErr
         block::stay(call.ctx, ticket, None);
         return Ok(());
     }
-    let updated = match update(call, opts, clock::now(), algo::admit, false) {
+    let updated = match update(call, opts, clock::now(), algo::admit, false, false) {
         Ok(updated) => updated,
         Err(err) => {
             block::served(call.ctx, ticket, call.key());
@@ -239,7 +240,7 @@ fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
 pub fn refund(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, REFUND_OPTIONS, &mut opts)?;
-    match update(call, &opts, clock::now(), algo::refund, true)? {
+    match update(call, &opts, clock::now(), algo::refund, true, opts.charged)? {
         None => reply::decision(call.ctx, &Decision::UNLIMITED, false),
         Some(updated) => {
             if updated.wrote {
@@ -261,6 +262,8 @@ struct Updated {
     wrote: bool,
     /// Shadow mode: a refusal is answered as an admission.
     shadow: bool,
+    /// RESERVE's slot (`Slot::NONE` else).
+    slot: Slot,
 }
 
 /// The path RL.ADMIT and RL.REFUND share: the policy
@@ -275,13 +278,16 @@ fn update(
     now: Now,
     decide: Decide,
     refund: bool,
+    charged: bool,
 ) -> Result<Option<Updated>, RlError> {
     let Some(resolved) = resolve(call.ctx, call.argv, opts)? else {
         return Ok(None);
     };
     let mut policy = resolved.policy(now.ms)?;
     let penalty = resolved.penalty(now.ms)?;
-    if opts.charged {
+    // `charged`: FORCE, RESERVE or AT may be among the options (a
+    // constant where the caller knows they are not: the plain call).
+    if charged && opts.charged {
         policy.charge = charge_of(opts, &resolved, policy.algo)?;
     }
     let name = call.key();
@@ -292,7 +298,7 @@ fn update(
     let found = match key.read_state(policy.algo) {
         Ok(found) if penalty.ms == 0 => found,
         _ => {
-            let (decision, wrote) =
+            let (decision, wrote, slot) =
                 boxed(call, &mut key, decide, &policy, penalty, cost, now, refund)?;
             return Ok(Some(Updated {
                 algo: policy.algo,
@@ -300,6 +306,7 @@ fn update(
                 decision,
                 wrote,
                 shadow: resolved.shadow,
+                slot,
             }));
         }
     };
@@ -311,6 +318,7 @@ fn update(
         decision: outcome.decision,
         wrote: !matches!(outcome.write, Write::Nothing),
         shadow: resolved.shadow,
+        slot: outcome.slot,
     }))
 }
 
@@ -360,12 +368,13 @@ fn boxed(
     cost: i64,
     now: algo::Now,
     refund: bool,
-) -> Result<(Decision, bool), RlError> {
+) -> Result<(Decision, bool, Slot), RlError> {
     // The key read again, its penalty's form included (`algo::penalty`).
     let read = key.read_limiter(policy.algo, now.ms)?;
-    let (decision, plan) = penalty::decide(decide, read, policy, penalty, cost, now, refund);
+    let (decision, plan, slot) =
+        penalty::decide_booked(decide, read, policy, penalty, cost, now, refund);
     super::write_penalised(call.ctx, key, call.key(), plan, &read);
-    Ok((decision, plan != Plan::Plain(Write::Nothing)))
+    Ok((decision, plan != Plan::Plain(Write::Nothing), slot))
 }
 
 /// RL.TTL key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW]

@@ -1802,7 +1802,7 @@ impl Run {
         let mut after = self.db.borrow().clone_keys();
         apply_to(&mut after, self.db.borrow().now_ms(), KEY, outcome.write);
         let reply = match reserve {
-            true => format(booked(&outcome.decision, outcome.decision.slot)),
+            true => format(booked(&outcome.decision, outcome.slot)),
             false => format(decision_reply(&outcome.decision)),
         };
         self.maybe_beyond(
@@ -2108,6 +2108,7 @@ impl Run {
                         decision: Decision::UNLIMITED,
                         write: Write::Nothing,
                         reset_at: now.ms,
+                        slot: Slot::NONE,
                     },
                 ));
                 continue;
