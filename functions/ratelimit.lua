@@ -13,14 +13,16 @@ says how to load and call it and lists every difference.
   FCALL    rl_throttle 1 key max_burst count_per_period period [quantity] [FORMAT map]
   FCALL    rl_admitall numkeys counter... [metakey...] [COST n] [FORMAT map]
                        POLICY [ALGO a] [LIMIT n] [WINDOW ms] [BURST n] [META metakey] [POLICY ...]
-  FCALL    rl_acquire  1|2 key [metakey] [LIMIT n] [TTL ms] [ID lease-id] [SHADOW] [FORMAT map]
-  FCALL    rl_release  1 key lease-id
+  FCALL    rl_acquire  1|2|3 key [metakey] [ticketkey] [LIMIT n] [TTL ms] [ID lease-id] [SHADOW]
+                       [QUEUE ticketkey] [WAIT ms] [FORMAT map]
+  FCALL    rl_release  1|2 key [ticketkey] lease-id [QUEUE ticketkey]
   FCALL    rl_extend   1 key lease-id TTL ms
   FCALL_RO rl_inflight 1 key
   FCALL_RO rl_version  0
 
 Every key is a key: the META hash of rl_admit, rl_ttl, rl_refund and
-rl_acquire is KEYS[2]. rl_admitall takes one counter per POLICY block, in order, first,
+rl_acquire is KEYS[2]; rl_acquire's and rl_release's ticket key (QUEUE) is the last
+key, and QUEUE names it again. rl_admitall takes one counter per POLICY block, in order, first,
 then the META hashes; a POLICY block names its META hash by key name, which
 must be one of the keys after the counters (several blocks may share one).
 
@@ -2802,8 +2804,11 @@ local LEASE_READERS = {
   TTL = function(v) return int_arg(v, 'TTL', 1) end,
   ID = function(v) return non_empty(v, 'ID') end,
   FORMAT = OPTIONS.FORMAT,
+  QUEUE = function(v) return v end,
+  WAIT = function(v) return int_arg(v, 'WAIT', 1) end,
 }
-local ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, SHADOW = true, FORMAT = true}
+local ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, SHADOW = true, FORMAT = true,
+                         QUEUE = true, WAIT = true}
 -- A shadow refusal's fields: the lease's and `shadow` 1.
 local LEASE_SHADOW_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
                              status('retry_after_ms'), status('lease_id'), status('shadow')}
@@ -2995,17 +3000,216 @@ end
 
 local function nothing_taken() return false end
 
+
+---------------------------------------------------------------- lease tickets
+
+-- Fair waiting (docs/reference.md "tickets"; src/algo/tickets.rs): a
+-- ticket key (QUEUE) is a sorted set holding, per ticket, `q:<id>` scored
+-- by its place (1, 2, ...) and `d:<id>` scored by minus its deadline. Only
+-- the earliest live tickets may take free slots.
+local NOT_A_TICKET = 'ERR ticket key holds a score that is not a ticket'
+local QUEUE_LAST = 'ERR QUEUE must name the last key: pass the ticket key last in KEYS'
+local QUEUE_IS_LEASE = 'ERR QUEUE must name a key other than the lease key'
+-- The most lapsed tickets one call drops.
+local DROP_MAX = 128
+local TICKET_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
+                       status('retry_after_ms'), status('lease_id'), status('ahead'), status('channel')}
+local TICKET_SHADOW_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
+                              status('retry_after_ms'), status('lease_id'), status('ahead'),
+                              status('channel'), status('shadow')}
+
+-- An integer score from lo to hi, or the contract's error.
+local function ticket_score(score, lo, hi)
+  local v = tonumber(score)
+  if v == nil or v % 1 ~= 0 or v < lo or v > hi then fail(NOT_A_TICKET) end
+  return v
+end
+
+-- What a call with QUEUE needs of the ticket key `tk` at `now`, read before
+-- anything is written: the lapsed tickets to drop (at most DROP_MAX, the
+-- earliest deadlines first, as `q:`/`d:` member pairs), the place of the
+-- caller's ticket `id` (nil for none, or a lapsed one) and how many live
+-- tickets are ahead of it (of a caller without one: all).
+local function read_tickets(tk, now, id)
+  local lapsed = server.pcall('ZRANGE', tk, 0, -now, 'BYSCORE', 'REV', 'LIMIT', 0, DROP_MAX, 'WITHSCORES')
+  if lapsed.err then fail(WRONGTYPE) end
+  local t = {drop = {}, place = nil, ahead = 0}
+  local mine_lapsed = false
+  for i = 1, #lapsed / 2 do
+    local member = lapsed[2 * i - 1]
+    ticket_score(lapsed[2 * i], -LAST_DEADLINE, 0)
+    if string.sub(member, 1, 2) ~= 'd:' then fail(NOT_A_TICKET) end
+    local who = string.sub(member, 3)
+    t.drop[#t.drop + 1] = 'q:' .. who
+    t.drop[#t.drop + 1] = member
+    if who == id then mine_lapsed = true end
+  end
+  if id ~= nil and not mine_lapsed then
+    local place = server.call('ZSCORE', tk, 'q:' .. id)
+    if place then t.place = ticket_score(place, 1, LAST_DEADLINE) end
+  end
+  local upto = t.place and ('(' .. digits(t.place)) or '+inf'
+  -- Tickets dropped here but ahead still count: only the live are ahead.
+  t.ahead = server.call('ZCOUNT', tk, 1, upto)
+  local dropped_ahead = 0
+  for i = 1, #t.drop, 2 do
+    local p = server.call('ZSCORE', tk, t.drop[i])
+    if p and (t.place == nil or ticket_score(p, 1, LAST_DEADLINE) < t.place) then
+      dropped_ahead = dropped_ahead + 1
+    end
+  end
+  t.ahead = t.ahead - dropped_ahead
+  return t
+end
+
+-- The earliest deadline among the first `owed` live tickets ahead of
+-- place `place` (nil: all), or nil.
+local function owed_deadline(tk, t, owed, now)
+  local upto = t.place and ('(' .. digits(t.place)) or '+inf'
+  local firsts = server.call('ZRANGE', tk, 1, upto, 'BYSCORE', 'LIMIT', 0, owed + #t.drop / 2)
+  local earliest = nil
+  local seen = 0
+  for i = 1, #firsts do
+    if seen == owed then break end
+    local score = server.call('ZSCORE', tk, 'd:' .. string.sub(firsts[i], 3))
+    if score then
+      local deadline = -ticket_score(score, -LAST_DEADLINE, 0)
+      if deadline > now then
+        seen = seen + 1
+        if earliest == nil or deadline < earliest then earliest = deadline end
+      end
+    end
+  end
+  return earliest
+end
+
+-- The ticket writes of an acquire, after the lease key's: ZREM the lapsed
+-- and (`leaves`) the caller's own ticket; `wait`: take or renew the
+-- caller's ticket, deadline now + wait, and PEXPIREAT the latest deadline.
+local function store_tickets(tk, t, id, leaves, wait, now)
+  local gone = t.drop
+  if leaves and t.place ~= nil then
+    gone[#gone + 1] = 'q:' .. id
+    gone[#gone + 1] = 'd:' .. id
+  end
+  -- A new ticket's place, read before anything is written.
+  local place = nil
+  if wait ~= nil and t.place == nil then
+    local last = call('ZRANGE', tk, '+inf', 1, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
+    place = 1
+    if #last > 0 then place = ticket_score(last[2], 1, LAST_DEADLINE) + 1 end
+    if place > LAST_DEADLINE then fail(NOT_A_TICKET) end
+  end
+  if #gone > 0 then call('ZREM', tk, unpack(gone)) end
+  if wait == nil then return end
+  local deadline = now + wait
+  if place == nil then
+    call('ZADD', tk, -deadline, 'd:' .. id)
+  else
+    call('ZADD', tk, place, 'q:' .. id, -deadline, 'd:' .. id)
+  end
+  local first = call('ZRANGE', tk, 0, 0, 'WITHSCORES')
+  call('PEXPIREAT', tk, -ticket_score(first[2], -LAST_DEADLINE, 0))
+end
+
+-- rl_acquire's keys: the lease key, its META hash, its ticket key (QUEUE,
+-- last), after the inline checks of QUEUE and WAIT.
+local function acquire_keys(keys, args)
+  check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
+  if #keys < 1 then wrong_arity('RL.ACQUIRE') end
+  if #keys > 3 then
+    fail('ERR rl_acquire takes 1 to 3 keys: the lease key, its META hash and its ticket key')
+  end
+  return keys[1]
+end
+
+-- The checks of QUEUE and WAIT that need no policy, in the module's order.
+local function check_queue(key, keys, opts)
+  if opts.WAIT ~= nil then
+    if opts.QUEUE == nil then fail('ERR WAIT needs QUEUE: a ticket is kept in the ticket key') end
+    if opts.ID == nil then fail('ERR WAIT needs ID: a ticket is held under the caller\'s lease id') end
+  end
+  if opts.WAIT ~= nil and opts.SHADOW then
+    fail('ERR WAIT cannot be combined with SHADOW: a shadow call never waits')
+  end
+  if opts.QUEUE ~= nil then
+    if opts.QUEUE == key then fail(QUEUE_IS_LEASE) end
+    if #keys < 2 or keys[#keys] ~= opts.QUEUE then fail(QUEUE_LAST) end
+  elseif #keys > 2 then
+    fail('ERR rl_acquire takes 1 or 2 keys: the lease key and its META hash')
+  end
+end
+
+-- RL.ACQUIRE ... QUEUE ticketkey [WAIT ms] (src/commands/tickets.rs): the
+-- lease rule, and only the earliest live tickets take free slots.
+local function acquire_queued(key, tk, opts, limit, deadline, shadow, now, now_us)
+  local id = opts.ID
+  local wait = opts.WAIT
+  if wait ~= nil then
+    if shadow then fail('ERR WAIT cannot be combined with SHADOW: a shadow call never waits') end
+    if wait > LAST_DEADLINE - now then fail('ERR WAIT is too large: the ticket deadline passes 2^53 ms') end
+  end
+  local t = read_tickets(tk, now, id)
+  local held = read_held(key, now, id)
+  local live = live_count(held)
+  local renewed = nil
+  if named_live(held, now) then renewed = id end
+  local fields = {1, limit, live, 0, false, t.ahead, tk}
+  if renewed ~= nil or (live < limit and t.ahead < limit - live) then
+    local function taken(c) return server.call('ZSCORE', key, c) ~= false end
+    id = id or fresh_id(now, now_us, taken)
+    store_leases(key, held, nil, id, deadline, latest_deadline(held, now, renewed, deadline))
+    store_tickets(tk, t, id, true, nil, now)
+    if renewed == nil then fields[3] = live + 1 end
+    fields[5] = id
+    return named(TICKET_FIELDS, fields, opts.FORMAT)
+  end
+  -- Refused: no free slot (the earliest lease end), or the free ones are
+  -- owed to tickets ahead (the earliest of their deadlines, or a lease end).
+  local retry = nil
+  if live > 0 then
+    local first = server.call('ZRANGE', key, '(' .. digits(now), '+inf', 'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+    retry = deadline_of(first[2])
+  end
+  if live < limit then
+    local owed = owed_deadline(tk, t, limit - live, now)
+    if owed ~= nil and (retry == nil or owed < retry) then retry = owed end
+  end
+  if retry == nil then retry = now + 1 end
+  retry = math.max(retry - now, 1)
+  if held.expired > 0 then store_leases(key, held, nil, nil, nil, latest_deadline(held, now)) end
+  store_tickets(tk, t, id, false, wait, now)
+  fields[1], fields[4] = 0, retry
+  if shadow then
+    local function taken(c) return server.call('ZSCORE', key, c) ~= false end
+    fields[1], fields[5] = 1, id or fresh_id(now, now_us, taken)
+    if opts.FORMAT then
+      fields[8] = 1
+      return named(TICKET_SHADOW_FIELDS, fields, opts.FORMAT)
+    end
+    return fields
+  end
+  return named(TICKET_FIELDS, fields, opts.FORMAT)
+end
+
 -- RL.ACQUIRE (src/algo/lease.rs `acquire`): renew the caller's live lease
 -- ID, or take a free slot, or refuse with the wait for the earliest one.
 local function rl_acquire(keys, args)
-  local key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
-  local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS, true)
+  local key = acquire_keys(keys, args)
+  local opts = parse_options(args, ACQUIRE_OPTIONS, keys[2], LEASE_READERS, true)
+  check_queue(key, keys, opts)
+  local metakey = keys[2]
+  if opts.QUEUE ~= nil then metakey = keys[3] end
   local now, now_us = lease_clock()
   local limit, deadline, shadow = lease_policy(opts, metakey, now)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
     local id = opts.ID or fresh_id(now, now_us, nothing_taken)
+    if opts.QUEUE ~= nil then return named(TICKET_FIELDS, {1, 0, 0, 0, id, 0, opts.QUEUE}, opts.FORMAT) end
     return five(LEASE_FIELDS, opts.FORMAT, 1, 0, 0, 0, id)
+  end
+  if opts.QUEUE ~= nil then
+    return acquire_queued(key, opts.QUEUE, opts, limit, deadline, shadow, now, now_us)
   end
   local held = read_held(key, now, opts.ID)
   local live = live_count(held)
@@ -3039,15 +3243,34 @@ end
 -- RL.EXTEND and RL.INFLIGHT have a fixed arity: the server refuses a wrong
 -- one, however long, before the module's argument limit.)
 local function rl_release(keys, args)
-  if #keys ~= 1 or #args ~= 1 then wrong_arity('RL.RELEASE') end
+  if #keys < 1 or #keys > 2 or (#args ~= 1 and #args ~= 3) then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
+  local tk = nil
+  if #args == 3 then
+    if string.upper(args[2]) ~= 'QUEUE' then unknown(args[2]) end
+    tk = args[3]
+    if tk == key then fail(QUEUE_IS_LEASE) end
+    if #keys ~= 2 or keys[2] ~= tk then fail(QUEUE_LAST) end
+  elseif #keys ~= 1 then
+    wrong_arity('RL.RELEASE')
+  end
   local now = lease_clock()
+  -- The ticket key is judged before anything is written.
+  local ticket = false
+  if tk ~= nil then
+    local place = server.pcall('ZSCORE', tk, 'q:' .. id)
+    if type(place) == 'table' and place.err then fail(WRONGTYPE) end
+    ticket = place ~= false
+  end
   local held = read_held(key, now, id)
   local ended = nil
   if named_live(held, now) then ended = id end
   if ended ~= nil or held.expired > 0 then
     store_leases(key, held, ended, nil, nil, latest_deadline(held, now, ended))
   end
+  if ticket then call('ZREM', tk, 'q:' .. id, 'd:' .. id) end
+  -- The wake-up: a slot or a place in the queue was given back.
+  if tk ~= nil and (ended ~= nil or ticket) then server.call('PUBLISH', tk, key) end
   return ended and 1 or 0
 end
 

@@ -51,6 +51,10 @@ pub struct Options {
     pub penalty: Option<i64>,
     /// ESCALATE's cap (ms).
     pub escalate: Option<i64>,
+    /// Where QUEUE's ticket key is in the argument slice (RL.ACQUIRE).
+    pub queue: Option<usize>,
+    /// WAIT: a ticket's life after its holder's call (ms).
+    pub wait: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -136,9 +140,14 @@ impl Options {
             Opt::Id => self.id.replace(at).is_some(),
             Opt::Block => self.block.replace(int()?).is_some(),
             // set_policy's
-            Opt::Shadow | Opt::Penalty | Opt::Align | Opt::Calendar | Opt::Tz | Opt::Escalate => {
-                false
-            }
+            Opt::Shadow
+            | Opt::Penalty
+            | Opt::Align
+            | Opt::Calendar
+            | Opt::Tz
+            | Opt::Escalate
+            | Opt::Queue
+            | Opt::Wait => false,
         };
         match repeated {
             true => Err(Problem::Repeated),
@@ -146,7 +155,8 @@ impl Options {
         }
     }
 
-    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE (see `try_set`).
+    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE (see `try_set`),
+    /// and the lease tickets' QUEUE and WAIT.
     #[cold]
     #[inline(never)]
     fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
@@ -175,6 +185,13 @@ impl Options {
                     .filter(|&v| v >= opt.spec().min)
                     .ok_or(Problem::OutOfRange)?;
                 self.escalate.replace(ms).is_some()
+            }
+            Opt::Queue => self.queue.replace(at).is_some(),
+            Opt::Wait => {
+                let ms = parse_i64(value)
+                    .filter(|&v| v >= opt.spec().min)
+                    .ok_or(Problem::OutOfRange)?;
+                self.wait.replace(ms).is_some()
             }
             Opt::Calendar => {
                 let period = Period::parse(value).ok_or(Problem::OutOfRange)?;

@@ -43,6 +43,11 @@ pub enum Opt {
     Tz,
     /// The penalty's escalation ladder: its cap in ms (with PENALTY).
     Escalate,
+    // Lease tickets (RL.ACQUIRE, docs/reference.md "tickets"):
+    /// The ticket key of a lease key's fair queue.
+    Queue,
+    /// How long a ticket lives after its holder's call (ms).
+    Wait,
 }
 
 /// What an option's value is.
@@ -108,7 +113,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 15] = [
+pub const OPTIONS: [OptSpec; 17] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -194,6 +199,14 @@ pub const OPTIONS: [OptSpec; 15] = [
         (c"cap_ms", Value::Integer, 1, POSITIVE),
         Some(c"escalate"),
     ),
+    // Lease tickets.
+    row(Opt::Queue, c"QUEUE", (c"ticketkey", Value::Key, 0, ""), None),
+    row(
+        Opt::Wait,
+        c"WAIT",
+        (c"ms", Value::Integer, 1, POSITIVE),
+        None,
+    ),
 ];
 
 impl Opt {
@@ -249,6 +262,8 @@ impl Opt {
         const CALENDAR: (usize, u64) = key(Opt::Calendar);
         const TZ: (usize, u64) = key(Opt::Tz);
         const ESCALATE: (usize, u64) = key(Opt::Escalate);
+        const QUEUE: (usize, u64) = key(Opt::Queue);
+        const WAIT: (usize, u64) = key(Opt::Wait);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -265,6 +280,8 @@ impl Opt {
             CALENDAR => Opt::Calendar,
             TZ => Opt::Tz,
             ESCALATE => Opt::Escalate,
+            QUEUE => Opt::Queue,
+            WAIT => Opt::Wait,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -273,16 +290,16 @@ impl Opt {
 
 /// A set of options, one bit each, for the options a command takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptSet(u16);
+pub struct OptSet(u32);
 
 impl OptSet {
     pub const ALL: OptSet = OptSet::of(&Opt::ALL);
 
     pub const fn of(opts: &[Opt]) -> OptSet {
-        let mut bits = 0u16;
+        let mut bits = 0u32;
         let mut i = 0;
         while i < opts.len() {
-            bits |= 1 << opts[i] as u16;
+            bits |= 1 << opts[i] as u32;
             i += 1;
         }
         OptSet(bits)
@@ -290,7 +307,7 @@ impl OptSet {
 
     #[inline]
     pub fn has(self, opt: Opt) -> bool {
-        self.0 & (1 << opt as u16) != 0
+        self.0 & (1 << opt as u32) != 0
     }
 }
 
@@ -365,6 +382,8 @@ pub const LEASE: &[Opt] = &[
     Opt::Id,
     Opt::Shadow,
     Opt::Block,
+    Opt::Queue,
+    Opt::Wait,
 ];
 /// `POLICY`, `LIMITER` and `LEASE` as sets, for parsing.
 pub const POLICY_SET: OptSet = OptSet::of(POLICY);

@@ -7,6 +7,7 @@ pub mod admitall;
 pub mod lease;
 pub mod limiter;
 pub mod throttle;
+pub mod tickets;
 
 use crate::algo::penalty::{self, Plan, Read};
 use crate::algo::{state, Found};
