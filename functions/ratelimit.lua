@@ -3006,39 +3006,41 @@ local function nothing_taken() return false end
 -- Fair waiting (docs/reference.md "tickets"; src/algo/tickets.rs): a
 -- ticket key (QUEUE) is a sorted set holding, per ticket, `q:<id>` scored
 -- by its place (1, 2, ...) and `d:<id>` scored by minus its deadline. Only
--- the earliest live tickets may take free slots.
-local NOT_A_TICKET = 'ERR ticket key holds a score that is not a ticket'
-local QUEUE_LAST = 'ERR QUEUE must name the last key: pass the ticket key last in KEYS'
-local QUEUE_IS_LEASE = 'ERR QUEUE must name a key other than the lease key'
+-- the earliest live tickets may take free slots. (One table: a chunk has
+-- at most 200 locals.)
+local T = {}
+T.NOT_A_TICKET = 'ERR ticket key holds a score that is not a ticket'
+T.QUEUE_LAST = 'ERR QUEUE must name the last key: pass the ticket key last in KEYS'
+T.QUEUE_IS_LEASE = 'ERR QUEUE must name a key other than the lease key'
 -- The most lapsed tickets one call drops.
-local DROP_MAX = 128
-local TICKET_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
+T.DROP_MAX = 128
+T.TICKET_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
                        status('retry_after_ms'), status('lease_id'), status('ahead'), status('channel')}
-local TICKET_SHADOW_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
+T.TICKET_SHADOW_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
                               status('retry_after_ms'), status('lease_id'), status('ahead'),
                               status('channel'), status('shadow')}
 
 -- An integer score from lo to hi, or the contract's error.
-local function ticket_score(score, lo, hi)
+function T.ticket_score(score, lo, hi)
   local v = tonumber(score)
-  if v == nil or v % 1 ~= 0 or v < lo or v > hi then fail(NOT_A_TICKET) end
+  if v == nil or v % 1 ~= 0 or v < lo or v > hi then fail(T.NOT_A_TICKET) end
   return v
 end
 
 -- What a call with QUEUE needs of the ticket key `tk` at `now`, read before
--- anything is written: the lapsed tickets to drop (at most DROP_MAX, the
+-- anything is written: the lapsed tickets to drop (at most T.DROP_MAX, the
 -- earliest deadlines first, as `q:`/`d:` member pairs), the place of the
 -- caller's ticket `id` (nil for none, or a lapsed one) and how many live
 -- tickets are ahead of it (of a caller without one: all).
-local function read_tickets(tk, now, id)
-  local lapsed = server.pcall('ZRANGE', tk, 0, -now, 'BYSCORE', 'REV', 'LIMIT', 0, DROP_MAX, 'WITHSCORES')
+function T.read_tickets(tk, now, id)
+  local lapsed = server.pcall('ZRANGE', tk, 0, -now, 'BYSCORE', 'REV', 'LIMIT', 0, T.DROP_MAX, 'WITHSCORES')
   if lapsed.err then fail(WRONGTYPE) end
   local t = {drop = {}, place = nil, ahead = 0}
   local mine_lapsed = false
   for i = 1, #lapsed / 2 do
     local member = lapsed[2 * i - 1]
-    ticket_score(lapsed[2 * i], -LAST_DEADLINE, 0)
-    if string.sub(member, 1, 2) ~= 'd:' then fail(NOT_A_TICKET) end
+    T.ticket_score(lapsed[2 * i], -LAST_DEADLINE, 0)
+    if string.sub(member, 1, 2) ~= 'd:' then fail(T.NOT_A_TICKET) end
     local who = string.sub(member, 3)
     t.drop[#t.drop + 1] = 'q:' .. who
     t.drop[#t.drop + 1] = member
@@ -3046,7 +3048,7 @@ local function read_tickets(tk, now, id)
   end
   if id ~= nil and not mine_lapsed then
     local place = server.call('ZSCORE', tk, 'q:' .. id)
-    if place then t.place = ticket_score(place, 1, LAST_DEADLINE) end
+    if place then t.place = T.ticket_score(place, 1, LAST_DEADLINE) end
   end
   local upto = t.place and ('(' .. digits(t.place)) or '+inf'
   -- Tickets dropped here but ahead still count: only the live are ahead.
@@ -3054,7 +3056,7 @@ local function read_tickets(tk, now, id)
   local dropped_ahead = 0
   for i = 1, #t.drop, 2 do
     local p = server.call('ZSCORE', tk, t.drop[i])
-    if p and (t.place == nil or ticket_score(p, 1, LAST_DEADLINE) < t.place) then
+    if p and (t.place == nil or T.ticket_score(p, 1, LAST_DEADLINE) < t.place) then
       dropped_ahead = dropped_ahead + 1
     end
   end
@@ -3064,7 +3066,7 @@ end
 
 -- The earliest deadline among the first `owed` live tickets ahead of
 -- place `place` (nil: all), or nil.
-local function owed_deadline(tk, t, owed, now)
+function T.owed_deadline(tk, t, owed, now)
   local upto = t.place and ('(' .. digits(t.place)) or '+inf'
   local firsts = server.call('ZRANGE', tk, 1, upto, 'BYSCORE', 'LIMIT', 0, owed + #t.drop / 2)
   local earliest = nil
@@ -3073,7 +3075,7 @@ local function owed_deadline(tk, t, owed, now)
     if seen == owed then break end
     local score = server.call('ZSCORE', tk, 'd:' .. string.sub(firsts[i], 3))
     if score then
-      local deadline = -ticket_score(score, -LAST_DEADLINE, 0)
+      local deadline = -T.ticket_score(score, -LAST_DEADLINE, 0)
       if deadline > now then
         seen = seen + 1
         if earliest == nil or deadline < earliest then earliest = deadline end
@@ -3086,7 +3088,7 @@ end
 -- The ticket writes of an acquire, after the lease key's: ZREM the lapsed
 -- and (`leaves`) the caller's own ticket; `wait`: take or renew the
 -- caller's ticket, deadline now + wait, and PEXPIREAT the latest deadline.
-local function store_tickets(tk, t, id, leaves, wait, now)
+function T.store_tickets(tk, t, id, leaves, wait, now)
   local gone = t.drop
   if leaves and t.place ~= nil then
     gone[#gone + 1] = 'q:' .. id
@@ -3097,8 +3099,8 @@ local function store_tickets(tk, t, id, leaves, wait, now)
   if wait ~= nil and t.place == nil then
     local last = call('ZRANGE', tk, '+inf', 1, 'BYSCORE', 'REV', 'LIMIT', 0, 1, 'WITHSCORES')
     place = 1
-    if #last > 0 then place = ticket_score(last[2], 1, LAST_DEADLINE) + 1 end
-    if place > LAST_DEADLINE then fail(NOT_A_TICKET) end
+    if #last > 0 then place = T.ticket_score(last[2], 1, LAST_DEADLINE) + 1 end
+    if place > LAST_DEADLINE then fail(T.NOT_A_TICKET) end
   end
   if #gone > 0 then call('ZREM', tk, unpack(gone)) end
   if wait == nil then return end
@@ -3109,12 +3111,12 @@ local function store_tickets(tk, t, id, leaves, wait, now)
     call('ZADD', tk, place, 'q:' .. id, -deadline, 'd:' .. id)
   end
   local first = call('ZRANGE', tk, 0, 0, 'WITHSCORES')
-  call('PEXPIREAT', tk, -ticket_score(first[2], -LAST_DEADLINE, 0))
+  call('PEXPIREAT', tk, -T.ticket_score(first[2], -LAST_DEADLINE, 0))
 end
 
 -- rl_acquire's keys: the lease key, its META hash, its ticket key (QUEUE,
 -- last), after the inline checks of QUEUE and WAIT.
-local function acquire_keys(keys, args)
+function T.acquire_keys(keys, args)
   check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
   if #keys < 1 then wrong_arity('RL.ACQUIRE') end
   if #keys > 3 then
@@ -3124,7 +3126,7 @@ local function acquire_keys(keys, args)
 end
 
 -- The checks of QUEUE and WAIT that need no policy, in the module's order.
-local function check_queue(key, keys, opts)
+function T.check_queue(key, keys, opts)
   if opts.WAIT ~= nil then
     if opts.QUEUE == nil then fail('ERR WAIT needs QUEUE: a ticket is kept in the ticket key') end
     if opts.ID == nil then fail('ERR WAIT needs ID: a ticket is held under the caller\'s lease id') end
@@ -3133,8 +3135,8 @@ local function check_queue(key, keys, opts)
     fail('ERR WAIT cannot be combined with SHADOW: a shadow call never waits')
   end
   if opts.QUEUE ~= nil then
-    if opts.QUEUE == key then fail(QUEUE_IS_LEASE) end
-    if #keys < 2 or keys[#keys] ~= opts.QUEUE then fail(QUEUE_LAST) end
+    if opts.QUEUE == key then fail(T.QUEUE_IS_LEASE) end
+    if #keys < 2 or keys[#keys] ~= opts.QUEUE then fail(T.QUEUE_LAST) end
   elseif #keys > 2 then
     fail('ERR rl_acquire takes 1 or 2 keys: the lease key and its META hash')
   end
@@ -3142,14 +3144,14 @@ end
 
 -- RL.ACQUIRE ... QUEUE ticketkey [WAIT ms] (src/commands/tickets.rs): the
 -- lease rule, and only the earliest live tickets take free slots.
-local function acquire_queued(key, tk, opts, limit, deadline, shadow, now, now_us)
+function T.acquire_queued(key, tk, opts, limit, deadline, shadow, now, now_us)
   local id = opts.ID
   local wait = opts.WAIT
   if wait ~= nil then
     if shadow then fail('ERR WAIT cannot be combined with SHADOW: a shadow call never waits') end
     if wait > LAST_DEADLINE - now then fail('ERR WAIT is too large: the ticket deadline passes 2^53 ms') end
   end
-  local t = read_tickets(tk, now, id)
+  local t = T.read_tickets(tk, now, id)
   local held = read_held(key, now, id)
   local live = live_count(held)
   local renewed = nil
@@ -3159,10 +3161,10 @@ local function acquire_queued(key, tk, opts, limit, deadline, shadow, now, now_u
     local function taken(c) return server.call('ZSCORE', key, c) ~= false end
     id = id or fresh_id(now, now_us, taken)
     store_leases(key, held, nil, id, deadline, latest_deadline(held, now, renewed, deadline))
-    store_tickets(tk, t, id, true, nil, now)
+    T.store_tickets(tk, t, id, true, nil, now)
     if renewed == nil then fields[3] = live + 1 end
     fields[5] = id
-    return named(TICKET_FIELDS, fields, opts.FORMAT)
+    return named(T.TICKET_FIELDS, fields, opts.FORMAT)
   end
   -- Refused: no free slot (the earliest lease end), or the free ones are
   -- owed to tickets ahead (the earliest of their deadlines, or a lease end).
@@ -3172,32 +3174,34 @@ local function acquire_queued(key, tk, opts, limit, deadline, shadow, now, now_u
     retry = deadline_of(first[2])
   end
   if live < limit then
-    local owed = owed_deadline(tk, t, limit - live, now)
+    -- (taken now, an owed slot ends within this call's TTL, if it asks the same)
+    local owed = T.owed_deadline(tk, t, limit - live, now)
+    if owed ~= nil and owed > deadline then owed = deadline end
     if owed ~= nil and (retry == nil or owed < retry) then retry = owed end
   end
   if retry == nil then retry = now + 1 end
   retry = math.max(retry - now, 1)
   if held.expired > 0 then store_leases(key, held, nil, nil, nil, latest_deadline(held, now)) end
-  store_tickets(tk, t, id, false, wait, now)
+  T.store_tickets(tk, t, id, false, wait, now)
   fields[1], fields[4] = 0, retry
   if shadow then
     local function taken(c) return server.call('ZSCORE', key, c) ~= false end
     fields[1], fields[5] = 1, id or fresh_id(now, now_us, taken)
     if opts.FORMAT then
       fields[8] = 1
-      return named(TICKET_SHADOW_FIELDS, fields, opts.FORMAT)
+      return named(T.TICKET_SHADOW_FIELDS, fields, opts.FORMAT)
     end
     return fields
   end
-  return named(TICKET_FIELDS, fields, opts.FORMAT)
+  return named(T.TICKET_FIELDS, fields, opts.FORMAT)
 end
 
 -- RL.ACQUIRE (src/algo/lease.rs `acquire`): renew the caller's live lease
 -- ID, or take a free slot, or refuse with the wait for the earliest one.
 local function rl_acquire(keys, args)
-  local key = acquire_keys(keys, args)
+  local key = T.acquire_keys(keys, args)
   local opts = parse_options(args, ACQUIRE_OPTIONS, keys[2], LEASE_READERS, true)
-  check_queue(key, keys, opts)
+  T.check_queue(key, keys, opts)
   local metakey = keys[2]
   if opts.QUEUE ~= nil then metakey = keys[3] end
   local now, now_us = lease_clock()
@@ -3205,11 +3209,11 @@ local function rl_acquire(keys, args)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
     local id = opts.ID or fresh_id(now, now_us, nothing_taken)
-    if opts.QUEUE ~= nil then return named(TICKET_FIELDS, {1, 0, 0, 0, id, 0, opts.QUEUE}, opts.FORMAT) end
+    if opts.QUEUE ~= nil then return named(T.TICKET_FIELDS, {1, 0, 0, 0, id, 0, opts.QUEUE}, opts.FORMAT) end
     return five(LEASE_FIELDS, opts.FORMAT, 1, 0, 0, 0, id)
   end
   if opts.QUEUE ~= nil then
-    return acquire_queued(key, opts.QUEUE, opts, limit, deadline, shadow, now, now_us)
+    return T.acquire_queued(key, opts.QUEUE, opts, limit, deadline, shadow, now, now_us)
   end
   local held = read_held(key, now, opts.ID)
   local live = live_count(held)
@@ -3249,8 +3253,8 @@ local function rl_release(keys, args)
   if #args == 3 then
     if string.upper(args[2]) ~= 'QUEUE' then unknown(args[2]) end
     tk = args[3]
-    if tk == key then fail(QUEUE_IS_LEASE) end
-    if #keys ~= 2 or keys[2] ~= tk then fail(QUEUE_LAST) end
+    if tk == key then fail(T.QUEUE_IS_LEASE) end
+    if #keys ~= 2 or keys[2] ~= tk then fail(T.QUEUE_LAST) end
   elseif #keys ~= 1 then
     wrong_arity('RL.RELEASE')
   end

@@ -65,7 +65,8 @@ pub const NON_EMPTY: &str = "a non-empty string";
 // The lease tickets' errors (functions/ratelimit.lua spells them alike).
 pub const WAIT_NEEDS_QUEUE: &str = "ERR WAIT needs QUEUE: a ticket is kept in the ticket key";
 pub const WAIT_NEEDS_ID: &str = "ERR WAIT needs ID: a ticket is held under the caller's lease id";
-pub const WAIT_AND_SHADOW: &str = "ERR WAIT cannot be combined with SHADOW: a shadow call never waits";
+pub const WAIT_AND_SHADOW: &str =
+    "ERR WAIT cannot be combined with SHADOW: a shadow call never waits";
 pub const WAIT_AND_BLOCK: &str =
     "ERR WAIT cannot be combined with BLOCK: BLOCK waits in the server, a ticket on the caller's side";
 pub const QUEUE_IS_LEASE: &str = "ERR QUEUE must name a key other than the lease key";

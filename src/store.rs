@@ -21,12 +21,12 @@ mod replicate;
 mod tickets;
 
 pub use leases::execute_leases;
-pub use tickets::{drop_ticket, execute_tickets, holds_ticket, publish_wake_up};
 pub use replicate::{free_shared_strings, init_shared_strings};
 use replicate::{
     replicate_delete, replicate_expiry, replicate_incrby, replicate_set, replicate_set_keep_ttl,
     shared, ONE,
 };
+pub use tickets::{drop_ticket, execute_tickets, holds_ticket, publish_wake_up};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {

@@ -200,7 +200,12 @@ pub const OPTIONS: [OptSpec; 17] = [
         Some(c"escalate"),
     ),
     // Lease tickets.
-    row(Opt::Queue, c"QUEUE", (c"ticketkey", Value::Key, 0, ""), None),
+    row(
+        Opt::Queue,
+        c"QUEUE",
+        (c"ticketkey", Value::Key, 0, ""),
+        None,
+    ),
     row(
         Opt::Wait,
         c"WAIT",

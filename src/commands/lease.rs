@@ -34,7 +34,8 @@ pub(super) fn next_nonce() -> u64 {
     NEXT_NONCE.fetch_add(1, Relaxed)
 }
 
-pub(super) const DEADLINE_TOO_LATE: RlError = RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
+pub(super) const DEADLINE_TOO_LATE: RlError =
+    RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [SHADOW] [BLOCK timeout_ms]
 /// (a shadow refusal is answered as acquired, so it never waits)
@@ -86,13 +87,9 @@ fn acquire_once(
         let id = given.map_or_else(|| lease::generated_id(now, next_nonce()), <[u8]>::to_vec);
         match opts.queue {
             None => reply::acquired(call.ctx, &Acquired::unlimited(id)),
-            Some(at) => reply::acquired_queued(
-                call.ctx,
-                &Acquired::unlimited(id),
-                0,
-                call.args[at],
-                false,
-            ),
+            Some(at) => {
+                reply::acquired_queued(call.ctx, &Acquired::unlimited(id), 0, call.args[at], false)
+            }
         }
         return Ok(None);
     };
@@ -233,7 +230,10 @@ pub fn release(call: &Call) -> Result<(), RlError> {
         Some(at) if call.args[at] == str_bytes(&call.key()) => {
             return Err(RlError::Ticket(QUEUE_IS_LEASE))
         }
-        Some(at) => Some((call.argv[at], store::holds_ticket(call.ctx, call.argv[at], id)?)),
+        Some(at) => Some((
+            call.argv[at],
+            store::holds_ticket(call.ctx, call.argv[at], id)?,
+        )),
         None => None,
     };
     let mut key = Key::write(call.ctx, name);

@@ -75,15 +75,25 @@ pub fn acquire_queued(
     let (mut answer, plan) = lease::acquire(&held, now, limit, policy.ttl_ms, wanted);
     answer.limit = policy.limit;
     if !answer.acquired {
+        // Free slots owed to tickets ahead: when one of them lapses, or,
+        // taken now, ends (within this call's TTL, if it asks the same).
         let owed = match live < policy.limit {
-            true => tk.read_owed(call.ctx, &queue, policy.limit - live, now)?,
+            true => tk
+                .read_owed(call.ctx, &queue, policy.limit - live, now)?
+                .map(|at| at.min(now + policy.ttl_ms)),
             false => None,
         };
         let earliest = held.earliest_live.filter(|_| live > 0);
         answer.retry_after_ms = tickets::retry_after(now, earliest, owed);
         if let Some(timeout) = wait() {
             drop((key, tk));
-            block::wait(call.ctx, name, Waits::Acquire, timeout, answer.retry_after_ms)?;
+            block::wait(
+                call.ctx,
+                name,
+                Waits::Acquire,
+                timeout,
+                answer.retry_after_ms,
+            )?;
             return Ok(None);
         }
         if !fresh && !timed_out && !shadow {

@@ -46,14 +46,19 @@ impl Key {
         };
         let mut queue = Queue::default();
         let mut mine_lapsed = false;
-        scan(ctx, key, Range::Down(-(now_ms as f64), 0.0), |member, score| {
-            tickets::deadline_of(score).ok_or(NOT_A_TICKET_ERR)?;
-            let who = member.strip_prefix(b"d:").ok_or(NOT_A_TICKET_ERR)?;
-            mine_lapsed |= id == Some(who);
-            queue.drop.push(tickets::place_member(who));
-            queue.drop.push(member.to_vec());
-            Ok(queue.drop.len() < 2 * DROP_MAX)
-        })?;
+        scan(
+            ctx,
+            key,
+            Range::Down(-(now_ms as f64), 0.0),
+            |member, score| {
+                tickets::deadline_of(score).ok_or(NOT_A_TICKET_ERR)?;
+                let who = member.strip_prefix(b"d:").ok_or(NOT_A_TICKET_ERR)?;
+                mine_lapsed |= id == Some(who);
+                queue.drop.push(tickets::place_member(who));
+                queue.drop.push(member.to_vec());
+                Ok(queue.drop.len() < 2 * DROP_MAX)
+            },
+        )?;
         if let Some(id) = id.filter(|_| !mine_lapsed) {
             if let Some(score) = self.score_of(ctx, &tickets::place_member(id)) {
                 queue.place = Some(tickets::place_of(score).ok_or(NOT_A_TICKET_ERR)?);
@@ -167,7 +172,8 @@ fn count_places(ctx: Ctx, name: Str, place: Option<i64>) -> Result<i64, RlError>
     }
     // SAFETY: a live reply, read then freed once.
     let count = unsafe {
-        let is_int = api!(RedisModule_CallReplyType)(reply) == raw::REDISMODULE_REPLY_INTEGER as i32;
+        let is_int =
+            api!(RedisModule_CallReplyType)(reply) == raw::REDISMODULE_REPLY_INTEGER as i32;
         let count = is_int.then(|| api!(RedisModule_CallReplyInteger)(reply));
         api!(RedisModule_FreeCallReply)(reply);
         count
@@ -195,15 +201,15 @@ pub fn execute_tickets(
         gone.push(tickets::deadline_member(id));
     }
     let new_place = match (wait_deadline, queue.place) {
-        (Some(_), None) => Some(
-            tickets::next_place(key.last_place(ctx)?)
-                .ok_or(NOT_A_TICKET_ERR)?,
-        ),
+        (Some(_), None) => Some(tickets::next_place(key.last_place(ctx)?).ok_or(NOT_A_TICKET_ERR)?),
         _ => None,
     };
     let mut wrote = false;
     if !gone.is_empty() {
-        let members: Vec<Member> = gone.iter().filter_map(|m| Member::new(ctx, m, None)).collect();
+        let members: Vec<Member> = gone
+            .iter()
+            .filter_map(|m| Member::new(ctx, m, None))
+            .collect();
         if let Some(open) = key.live() {
             for m in &members {
                 // SAFETY: open for writing; a live member string.
@@ -238,7 +244,9 @@ pub fn execute_tickets(
                     if let Some(m) = Member::new(ctx, member, None) {
                         // SAFETY: open for writing; a live string; an
                         // integer score, never NaN.
-                        unsafe { api!(RedisModule_ZsetAdd)(open, score as f64, m.s, ptr::null_mut()) };
+                        unsafe {
+                            api!(RedisModule_ZsetAdd)(open, score as f64, m.s, ptr::null_mut())
+                        };
                     }
                 }
                 let (qp, ql) = (q.as_ptr().cast::<c_char>(), q.len());
@@ -262,7 +270,9 @@ pub fn execute_tickets(
             None => {
                 if let Some(m) = Member::new(ctx, &d, None) {
                     // SAFETY: as above.
-                    unsafe { api!(RedisModule_ZsetAdd)(open, d_score as f64, m.s, ptr::null_mut()) };
+                    unsafe {
+                        api!(RedisModule_ZsetAdd)(open, d_score as f64, m.s, ptr::null_mut())
+                    };
                 }
                 // SAFETY: "slb": a live string, a long long, a buffer and its length.
                 unsafe {
@@ -295,19 +305,13 @@ pub fn publish_wake_up(ctx: Ctx, channel: Str, lease_key: Str) {
     // SAFETY: "ss": two live strings. Not replicated (no flag): a message,
     // not a write. The reply is freed once.
     unsafe {
-        let reply = api!(RedisModule_Call)(
-            ctx,
-            c"PUBLISH".as_ptr(),
-            c"ss".as_ptr(),
-            channel,
-            lease_key,
-        );
+        let reply =
+            api!(RedisModule_Call)(ctx, c"PUBLISH".as_ptr(), c"ss".as_ptr(), channel, lease_key);
         if !reply.is_null() {
             api!(RedisModule_FreeCallReply)(reply);
         }
     }
 }
-
 
 /// Whether the ticket key `name` holds ticket `id` (a `q:<id>` place);
 /// WRONGTYPE for another type.
