@@ -3247,6 +3247,7 @@ end
 -- RL.EXTEND and RL.INFLIGHT have a fixed arity: the server refuses a wrong
 -- one, however long, before the module's argument limit.)
 local function rl_release(keys, args)
+  check_argc(1 + #keys + #args)
   if #keys < 1 or #keys > 2 or (#args ~= 1 and #args ~= 3) then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   local tk = nil
