@@ -5,34 +5,18 @@
 //! out the plan (reclaiming the earliest expired leases first, at most
 //! `lease::RECLAIM_MAX` a call).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
+pub use super::lease_shared::seed_nonces;
+use super::lease_shared::{next_nonce, record};
 use super::{tickets, Call};
 use crate::algo::lease::{self, Acquired, WantedId};
 use crate::args;
 use crate::block::{self, Mode, Waits};
-use crate::config;
 use crate::error::{RlError, QUEUE_IS_LEASE};
 use crate::ffi::{str_bytes, Str};
-use crate::receipt::{self, LeaseOutcome};
+use crate::receipt::LeaseOutcome;
+use crate::reply;
 use crate::resolve::lease_policy;
 use crate::store::{self, Key};
-use crate::{reply, stats};
-
-/// The nonce of the next generated id: counted up in this process from a
-/// seed taken at load, so one process never repeats one, and the probe in
-/// `fresh_nonce` keeps ids unique against what a key holds.
-static NEXT_NONCE: AtomicU64 = AtomicU64::new(0);
-
-/// At load: seeds the nonces from the clock's µs, so that a restarted or
-/// promoted server does not count from where another began.
-pub fn seed_nonces(micros: u64) {
-    NEXT_NONCE.store(micros, Relaxed);
-}
-
-pub(super) fn next_nonce() -> u64 {
-    NEXT_NONCE.fetch_add(1, Relaxed)
-}
 
 pub(super) const DEADLINE_TOO_LATE: RlError =
     RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
@@ -289,14 +273,4 @@ pub fn in_flight(call: &Call) -> Result<(), RlError> {
     let held = key.read_counts(call.ctx, call.argv[1], now)?;
     reply::int(call.ctx, lease::in_flight(&held));
     Ok(())
-}
-
-/// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`
-/// (`rl.shadow` for a shadow refusal).
-pub(super) fn record(call: &Call, name: Str, outcome: LeaseOutcome, reclaimed: usize) {
-    let (tally, event) = receipt::of_lease(outcome, reclaimed, config::hit_events());
-    stats::lease(tally);
-    if let Some(event) = event {
-        store::notify(call.ctx, event, name);
-    }
 }

@@ -5,6 +5,7 @@
 
 pub mod admitall;
 pub mod lease;
+mod lease_shared;
 pub mod limiter;
 pub mod throttle;
 pub mod tickets;

@@ -3,7 +3,7 @@
 //! slots; a refused call with WAIT takes or renews its ticket. The
 //! library's `acquire_queued` follows this flow step by step.
 
-use super::lease::{next_nonce, record};
+use super::lease_shared::{next_nonce, record};
 use super::Call;
 use crate::algo::lease::{self, WantedId};
 use crate::algo::tickets;
