@@ -3199,11 +3199,18 @@ end
 -- RL.ACQUIRE (src/algo/lease.rs `acquire`): renew the caller's live lease
 -- ID, or take a free slot, or refuse with the wait for the earliest one.
 local function rl_acquire(keys, args)
-  local key = T.acquire_keys(keys, args)
-  local opts = parse_options(args, ACQUIRE_OPTIONS, keys[2], LEASE_READERS, true)
-  T.check_queue(key, keys, opts)
-  local metakey = keys[2]
-  if opts.QUEUE ~= nil then metakey = keys[3] end
+  local key, metakey
+  if #keys == 3 then
+    key, metakey = T.acquire_keys(keys, args), keys[2]
+  else
+    key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
+  end
+  local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS, true)
+  -- (The plain call pays these two lookups only.)
+  if opts.QUEUE ~= nil or opts.WAIT ~= nil or #keys == 3 then
+    T.check_queue(key, keys, opts)
+    if opts.QUEUE ~= nil then metakey = keys[3] end
+  end
   local now, now_us = lease_clock()
   local limit, deadline, shadow = lease_policy(opts, metakey, now)
   if limit == nil then
@@ -3242,31 +3249,22 @@ local function rl_acquire(keys, args)
   return five(LEASE_FIELDS, opts.FORMAT, 1, limit, live, 0, id)
 end
 
--- RL.RELEASE (src/algo/lease.rs `release`): 1 when the live lease `id`
--- is ended, else 0; expired leases are reclaimed either way. (RL.RELEASE,
--- RL.EXTEND and RL.INFLIGHT have a fixed arity: the server refuses a wrong
--- one, however long, before the module's argument limit.)
-local function rl_release(keys, args)
+-- RL.RELEASE key lease-id QUEUE ticketkey: the lease's release, then the
+-- caller's ticket removed and the wake-up published.
+function T.release_queued(keys, args)
   check_argc(1 + #keys + #args)
   if #keys < 1 or #keys > 2 or (#args ~= 1 and #args ~= 3) then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
-  local tk = nil
-  if #args == 3 then
-    if string.upper(args[2]) ~= 'QUEUE' then unknown(args[2]) end
-    tk = args[3]
-    if tk == key then fail(T.QUEUE_IS_LEASE) end
-    if #keys ~= 2 or keys[2] ~= tk then fail(T.QUEUE_LAST) end
-  elseif #keys ~= 1 then
-    wrong_arity('RL.RELEASE')
-  end
+  if #args ~= 3 then wrong_arity('RL.RELEASE') end
+  if string.upper(args[2]) ~= 'QUEUE' then unknown(args[2]) end
+  local tk = args[3]
+  if tk == key then fail(T.QUEUE_IS_LEASE) end
+  if #keys ~= 2 or keys[2] ~= tk then fail(T.QUEUE_LAST) end
   local now = lease_clock()
   -- The ticket key is judged before anything is written.
-  local ticket = false
-  if tk ~= nil then
-    local place = server.pcall('ZSCORE', tk, 'q:' .. id)
-    if type(place) == 'table' and place.err then fail(WRONGTYPE) end
-    ticket = place ~= false
-  end
+  local place = server.pcall('ZSCORE', tk, 'q:' .. id)
+  if type(place) == 'table' and place.err then fail(WRONGTYPE) end
+  local ticket = place ~= false
   local held = read_held(key, now, id)
   local ended = nil
   if named_live(held, now) then ended = id end
@@ -3275,7 +3273,24 @@ local function rl_release(keys, args)
   end
   if ticket then call('ZREM', tk, 'q:' .. id, 'd:' .. id) end
   -- The wake-up: a slot or a place in the queue was given back.
-  if tk ~= nil and (ended ~= nil or ticket) then server.call('PUBLISH', tk, key) end
+  if ended ~= nil or ticket then server.call('PUBLISH', tk, key) end
+  return ended and 1 or 0
+end
+
+-- RL.RELEASE (src/algo/lease.rs `release`): 1 when the live lease `id`
+-- is ended, else 0; expired leases are reclaimed either way. (RL.EXTEND and
+-- RL.INFLIGHT have a fixed arity: the server refuses a wrong one, however
+-- long, before the module's argument limit; RL.RELEASE's is -3.)
+local function rl_release(keys, args)
+  if #keys ~= 1 or #args ~= 1 then return T.release_queued(keys, args) end
+  local key, id = keys[1], non_empty(args[1], 'lease-id')
+  local now = lease_clock()
+  local held = read_held(key, now, id)
+  local ended = nil
+  if named_live(held, now) then ended = id end
+  if ended ~= nil or held.expired > 0 then
+    store_leases(key, held, ended, nil, nil, latest_deadline(held, now, ended))
+  end
   return ended and 1 or 0
 end
 
