@@ -1198,12 +1198,16 @@ local function set_option(opts, word, args, at, allowed, metakey, readers)
 end
 
 -- `blocks`: the module's command takes BLOCK (refused here, see above).
-local function parse_options(args, allowed, metakey, readers, blocks)
-  local opts = {}
+-- `into`: the table to fill (one sized for the options expected), else new.
+local function parse_options(args, allowed, metakey, readers, blocks, into)
+  local opts = into or {}
   local at = 1
   while at <= #args do
     local took = set_option(opts, args[at], args, at, allowed, metakey, readers)
     if not took then
+      -- A word `allowed` marks false is taken on another path: nil, and
+      -- the caller parses again there.
+      if allowed[string.upper(args[at])] == false then return nil end
       if blocks and string.upper(args[at]) == 'BLOCK' then fail(BLOCK_NEEDS_THE_MODULE) end
       unknown(args[at])
     end
@@ -2374,9 +2378,16 @@ end
 
 -- The limiter (or lease: `noun`) key and its optional META hash.
 local function limiter_keys(keys, args, command, noun)
-  check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
-  if #keys < 1 then wrong_arity(command) end
-  if #keys > 2 then
+  local n = #keys
+  if 1 + n + (n > 1 and 1 or 0) + #args > MAX_ARGS then
+    -- rl_acquire's key 2 may be its ticket key, which the module's count
+    -- has once (QUEUE's value): T.acquire counts exactly. nil: that path.
+    if noun == 'lease' then return nil end
+    fail('ERR too many arguments')
+  end
+  if n < 1 then wrong_arity(command) end
+  if n > 2 then
+    if noun == 'lease' then return nil end -- rl_acquire: the ticket key is key 3
     fail('ERR ' .. string.lower((string.gsub(command, '%.', '_'))) .. ' takes 1 or 2 keys: the '
          .. (noun or 'limiter') .. ' key and its META hash')
   end
@@ -2807,8 +2818,10 @@ local LEASE_READERS = {
   QUEUE = function(v) return v end,
   WAIT = function(v) return int_arg(v, 'WAIT', 1) end,
 }
+-- QUEUE and WAIT (false) are T.acquire's: the plain call's parse leaves them
+-- to it, so that a call without them runs no ticket code.
 local ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, SHADOW = true, FORMAT = true,
-                         QUEUE = true, WAIT = true}
+                         QUEUE = false, WAIT = false}
 -- A shadow refusal's fields: the lease's and `shadow` 1.
 local LEASE_SHADOW_FIELDS = {status('acquired'), status('limit'), status('in_flight'),
                              status('retry_after_ms'), status('lease_id'), status('shadow')}
@@ -2879,8 +2892,10 @@ local NONE = {}
 local function read_held(key, now, named)
   local members = server_pcall('ZCARD', key)
   if typeof(members) ~= 'number' then fail(WRONGTYPE) end
-  local held = {members = members, expired = 0, reclaimable = NONE}
-  if members == 0 then return held end
+  if members == 0 then return {members = 0, expired = 0, reclaimable = NONE} end
+  -- Sized for the fields set below (nil until then): no rehash on the way.
+  local held = {members = members, expired = 0, reclaimable = NONE,
+                last_id = nil, last = nil, named = nil, before_last = nil}
   if members == 1 and named ~= nil then
     -- A lone lease, perhaps the caller's own: one ZSCORE tells.
     local score = call('ZSCORE', key, named)
@@ -3114,15 +3129,26 @@ function T.store_tickets(tk, t, id, leaves, wait, now)
   call('PEXPIREAT', tk, -T.ticket_score(first[2], -LAST_DEADLINE, 0))
 end
 
--- rl_acquire's keys: the lease key, its META hash, its ticket key (QUEUE,
--- last), after the inline checks of QUEUE and WAIT.
-function T.acquire_keys(keys, args)
-  check_argc(1 + #keys + (#keys > 1 and 1 or 0) + #args)
-  if #keys < 1 then wrong_arity('RL.ACQUIRE') end
-  if #keys > 3 then
-    fail('ERR rl_acquire takes 1 to 3 keys: the lease key, its META hash and its ticket key')
+T.ACQUIRE_OPTIONS = {LIMIT = true, TTL = true, ID = true, SHADOW = true, FORMAT = true,
+                     QUEUE = true, WAIT = true}
+
+-- The module's argument count, judged first as the module judges it: the
+-- command, the words, the lease key, and META's word and hash when a META
+-- hash is among the keys; the ticket key is counted once, as QUEUE's value.
+-- The last of three keys is the ticket key; of two, when QUEUE names it.
+function T.check_argc(keys, args)
+  local n = #keys
+  local ticket = n == 3
+  if n == 2 then
+    for i = 1, #args - 1 do
+      if args[i + 1] == keys[2] and string.upper(args[i]) == 'QUEUE' then
+        ticket = true
+        break
+      end
+    end
   end
-  return keys[1]
+  local meta = n == 3 or (n == 2 and not ticket)
+  check_argc(1 + n + #args + (meta and 1 or 0) - (ticket and 1 or 0))
 end
 
 -- The checks of QUEUE and WAIT that need no policy, in the module's order.
@@ -3140,6 +3166,34 @@ function T.check_queue(key, keys, opts)
   elseif #keys > 2 then
     fail('ERR rl_acquire takes 1 or 2 keys: the lease key and its META hash')
   end
+end
+
+-- rl_acquire with 3 keys, QUEUE or WAIT, or a count near the bound: the
+-- checks in the module's order, then the ticket rule (past T.check_queue,
+-- QUEUE is given: WAIT without it, or 3 keys without it, are refused).
+function T.acquire(keys, args)
+  T.check_argc(keys, args)
+  local n = #keys
+  if n < 1 then wrong_arity('RL.ACQUIRE') end
+  if n > 3 then
+    fail('ERR rl_acquire takes 1 to 3 keys: the lease key, its META hash and its ticket key')
+  end
+  local key = keys[1]
+  local opts = parse_options(args, T.ACQUIRE_OPTIONS, keys[2], LEASE_READERS, true)
+  -- Key 2 of two that QUEUE does not name is a META hash: counted so.
+  if n == 2 and opts.QUEUE == nil then check_argc(4 + #args) end
+  T.check_queue(key, keys, opts)
+  if opts.QUEUE == nil then fail(T.QUEUE_LAST) end
+  local metakey = nil
+  if n == 3 then metakey = keys[2] end
+  local now, now_us = lease_clock()
+  local limit, deadline, shadow = lease_policy(opts, metakey, now)
+  if limit == nil then
+    -- Unlimited: nothing read, nothing written.
+    local id = opts.ID or fresh_id(now, now_us, nothing_taken)
+    return named(T.TICKET_FIELDS, {1, 0, 0, 0, id, 0, opts.QUEUE}, opts.FORMAT)
+  end
+  return T.acquire_queued(key, opts.QUEUE, opts, limit, deadline, shadow, now, now_us)
 end
 
 -- RL.ACQUIRE ... QUEUE ticketkey [WAIT ms] (src/commands/tickets.rs): the
@@ -3199,28 +3253,19 @@ end
 -- RL.ACQUIRE (src/algo/lease.rs `acquire`): renew the caller's live lease
 -- ID, or take a free slot, or refuse with the wait for the earliest one.
 local function rl_acquire(keys, args)
-  local key, metakey
-  if #keys == 3 then
-    key, metakey = T.acquire_keys(keys, args), keys[2]
-  else
-    key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
-  end
-  local opts = parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS, true)
-  -- (The plain call pays these two lookups only.)
-  if opts.QUEUE ~= nil or opts.WAIT ~= nil or #keys == 3 then
-    T.check_queue(key, keys, opts)
-    if opts.QUEUE ~= nil then metakey = keys[3] end
-  end
+  local key, metakey = limiter_keys(keys, args, 'RL.ACQUIRE', 'lease')
+  -- (Sized for LIMIT, TTL and ID: no rehash while they are set.)
+  local opts = key and parse_options(args, ACQUIRE_OPTIONS, metakey, LEASE_READERS, true,
+                                     {LIMIT = nil, TTL = nil, ID = nil, FORMAT = nil})
+  -- nil: 3 keys, QUEUE or WAIT, or a count near the bound (the plain call
+  -- pays these two tests only).
+  if not opts then return T.acquire(keys, args) end
   local now, now_us = lease_clock()
   local limit, deadline, shadow = lease_policy(opts, metakey, now)
   if limit == nil then
     -- Unlimited: nothing read, nothing written.
     local id = opts.ID or fresh_id(now, now_us, nothing_taken)
-    if opts.QUEUE ~= nil then return named(T.TICKET_FIELDS, {1, 0, 0, 0, id, 0, opts.QUEUE}, opts.FORMAT) end
     return five(LEASE_FIELDS, opts.FORMAT, 1, 0, 0, 0, id)
-  end
-  if opts.QUEUE ~= nil then
-    return T.acquire_queued(key, opts.QUEUE, opts, limit, deadline, shadow, now, now_us)
   end
   local held = read_held(key, now, opts.ID)
   local live = live_count(held)
@@ -3242,8 +3287,9 @@ local function rl_acquire(keys, args)
     end
     return five(LEASE_FIELDS, opts.FORMAT, 0, limit, live, retry, false)
   end
-  local function taken(id) return server.call('ZSCORE', key, id) ~= false end
-  local id = opts.ID or fresh_id(now, now_us, taken)
+  -- The closure only when an id is to be made (none for a call that names
+  -- one: one allocation less, fewer collector steps).
+  local id = opts.ID or fresh_id(now, now_us, function(c) return server.call('ZSCORE', key, c) ~= false end)
   store_leases(key, held, nil, id, deadline, latest_deadline(held, now, renewed, deadline))
   if renewed == nil then live = live + 1 end
   return five(LEASE_FIELDS, opts.FORMAT, 1, limit, live, 0, id)
@@ -3252,7 +3298,8 @@ end
 -- RL.RELEASE key lease-id QUEUE ticketkey: the lease's release, then the
 -- caller's ticket removed and the wake-up published.
 function T.release_queued(keys, args)
-  check_argc(1 + #keys + #args)
+  -- (The module's count has the ticket key once, as QUEUE's value.)
+  check_argc(1 + #keys + #args - (#keys == 2 and 1 or 0))
   if #keys < 1 or #keys > 2 or (#args ~= 1 and #args ~= 3) then wrong_arity('RL.RELEASE') end
   local key, id = keys[1], non_empty(args[1], 'lease-id')
   if #args ~= 3 then wrong_arity('RL.RELEASE') end

@@ -273,6 +273,71 @@ fn bad_input_gets_the_same_error_on_both_backends_and_writes_nothing() {
     }
 }
 
+/// The 256-argument bound counts what the module's call holds: the ticket
+/// key once (QUEUE's value), META's word and hash when given. At 256 words
+/// the call is judged on (its repeated SHADOW refused), at 257 it is too
+/// long, on both backends alike, with or without META and QUEUE.
+#[test]
+fn the_argument_bound_counts_the_ticket_key_once_on_both_backends() {
+    let heads: [&[&str]; 3] = [
+        &["RL.ACQUIRE", "{n}", "QUEUE", "{n}:t"],
+        &["RL.ACQUIRE", "{n}", "META", "{n}:m", "QUEUE", "{n}:t"],
+        &["RL.ACQUIRE", "{n}", "META", "{n}:m"],
+    ];
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        for head in heads {
+            for (argc, want) in [
+                (256, "ERR SHADOW is given more than once"),
+                (257, "ERR too many arguments"),
+            ] {
+                let words = [head, &vec!["SHADOW"; argc - head.len()][..]].concat();
+                assert_eq!(words.len(), argc);
+                let got = backend.raw(&mut con, &words);
+                assert_eq!(
+                    error_text(&got).as_deref(),
+                    Some(want),
+                    "{backend:?} {head:?} + SHADOW to {argc} words"
+                );
+            }
+        }
+        let keys = cmd_raw(&mut con, &["DBSIZE"]);
+        assert_eq!(keys, Value::Int(0), "{backend:?} wrote");
+    }
+}
+
+/// With both a META hash and a ticket key (the library's three keys), the
+/// policy is the META hash's, on both backends.
+#[test]
+fn a_queued_acquire_reads_its_meta_hash() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        cmd_raw(&mut con, &split("HSET {m}:m max 1 ttl 60000"));
+        let acq = |con: &mut Connection, id: &str| {
+            reply(&call(
+                backend,
+                con,
+                &format!("RL.ACQUIRE {{m}} META {{m}}:m ID {id} QUEUE {{m}}:t"),
+            ))
+        };
+        let first = acq(&mut con, "a");
+        assert_eq!(
+            (first.0, first.1, first.2),
+            (1, 1, 1),
+            "{backend:?} {first:?}"
+        );
+        let second = acq(&mut con, "b");
+        assert_eq!(
+            (second.0, second.1, second.2, second.4.clone()),
+            (0, 1, 1, None),
+            "{backend:?} {second:?}"
+        );
+        assert!(second.3 > 59_000, "{backend:?} retry {second:?}");
+    }
+}
+
 #[test]
 fn module_only_wait_with_block_is_refused() {
     let server = Backend::Module.start();
