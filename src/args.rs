@@ -59,6 +59,10 @@ pub struct Options {
     pub reserve: Option<i64>,
     /// AT's at_ms (RL.REFUND: the cancel of a booking).
     pub at: Option<i64>,
+    /// Where QUEUE's ticket key is in the argument slice (RL.ACQUIRE).
+    pub queue: Option<usize>,
+    /// WAIT: a ticket's life after its holder's call (ms).
+    pub wait: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -153,7 +157,9 @@ impl Options {
             | Opt::Force
             | Opt::Reserve
             | Opt::At
-            | Opt::Horizon => false,
+            | Opt::Horizon
+            | Opt::Queue
+            | Opt::Wait => false,
         };
         match repeated {
             true => Err(Problem::Repeated),
@@ -161,8 +167,8 @@ impl Options {
         }
     }
 
-    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE, and FORCE,
-    /// RESERVE and AT (see `try_set`).
+    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE, FORCE, RESERVE
+    /// and AT (see `try_set`), and the lease tickets' QUEUE and WAIT.
     #[cold]
     #[inline(never)]
     fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
@@ -204,6 +210,13 @@ impl Options {
                     .filter(|&v| v >= opt.spec().min)
                     .ok_or(Problem::OutOfRange)?;
                 self.escalate.replace(ms).is_some()
+            }
+            Opt::Queue => self.queue.replace(at).is_some(),
+            Opt::Wait => {
+                let ms = parse_i64(value)
+                    .filter(|&v| v >= opt.spec().min)
+                    .ok_or(Problem::OutOfRange)?;
+                self.wait.replace(ms).is_some()
             }
             Opt::Calendar => {
                 let period = Period::parse(value).ok_or(Problem::OutOfRange)?;

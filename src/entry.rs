@@ -62,7 +62,8 @@ entry_point!(rl_reset => limiter::reset, AFTER_THE_KEY);
 entry_point!(rl_throttle => throttle::throttle, AFTER_THE_KEY);
 entry_point!(rl_acquire => lease::acquire, AFTER_THE_KEY,
     keys: |args, key| args::lease::acquire_keys(args, key));
-entry_point!(rl_release => lease::release, AFTER_THE_KEY);
+entry_point!(rl_release => lease::release, AFTER_THE_KEY,
+    keys: |args, key| args::lease::release_keys(args, key));
 entry_point!(rl_extend => lease::extend, AFTER_THE_KEY);
 entry_point!(rl_inflight => lease::in_flight, AFTER_THE_KEY);
 

@@ -59,11 +59,23 @@ pub enum RlError {
     NeedsBooking(&'static str),
     /// FORCE with COST 0.
     ForceNothing,
+    /// A lease tickets' error (docs/reference.md "tickets"), its text whole.
+    Ticket(&'static str),
 }
 
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
 pub const POSITIVE: &str = "an integer from 1 to 9223372036854775807";
 pub const NON_EMPTY: &str = "a non-empty string";
+// The lease tickets' errors (functions/ratelimit.lua spells them alike).
+pub const WAIT_NEEDS_QUEUE: &str = "ERR WAIT needs QUEUE: a ticket is kept in the ticket key";
+pub const WAIT_NEEDS_ID: &str = "ERR WAIT needs ID: a ticket is held under the caller's lease id";
+pub const WAIT_AND_SHADOW: &str =
+    "ERR WAIT cannot be combined with SHADOW: a shadow call never waits";
+pub const WAIT_AND_BLOCK: &str =
+    "ERR WAIT cannot be combined with BLOCK: BLOCK waits in the server, a ticket on the caller's side";
+pub const QUEUE_IS_LEASE: &str = "ERR QUEUE must name a key other than the lease key";
+pub const WAIT_TOO_LATE: &str = "ERR WAIT is too large: the ticket deadline passes 2^53 ms";
+pub const NOT_A_TICKET: &str = "ERR ticket key holds a score that is not a ticket";
 /// A flag's META field.
 pub const ZERO_OR_ONE: &str = "0 or 1";
 /// A leaky queue may be empty; a bucket must hold at least one request.
@@ -123,6 +135,7 @@ impl fmt::Display for RlError {
                 f,
                 "ERR a limit is set but no TTL: give TTL or set field 'ttl' in the META hash"
             ),
+            Ticket(text) => f.write_str(text),
             NotADeadline => write!(f, "ERR lease key holds a score that is not a deadline in ms"),
             QueueFull(max) => write!(
                 f,

@@ -47,7 +47,7 @@ use entry::{
 use ffi::{ERR, OK};
 use registry::{
     option_args, Arg, ArgKind, Command, COUNTERS_RW, COUNTER_RM, COUNTER_RO, COUNTER_RW,
-    LEASE_META_RO, METAS_RO, META_RO,
+    LEASE_META_RO, METAS_RO, META_RO, TICKETS_RW,
 };
 
 const COMMANDS: &[Command] = &[
@@ -223,26 +223,35 @@ const RL_THROTTLE: Command = Command {
     complexity: c"O(1)",
 };
 
-/// RL.ACQUIRE's arguments: the key, then its options (META is key-spec 1).
+/// RL.ACQUIRE's arguments: the key, then its options (META is key-spec 1,
+/// QUEUE's ticket key key-spec 2).
 const ACQUIRE_ARGS: [Arg; LEASE.len() + 1] = {
     let options: [Arg; LEASE.len()] = option_args(LEASE, 1);
     let mut args = [Arg::key(c"key", 0); LEASE.len() + 1];
     let mut i = 0;
     while i < options.len() {
-        args[i + 1] = options[i];
+        args[i + 1] = match LEASE[i] {
+            Opt::Queue => QUEUE_ARG,
+            _ => options[i],
+        };
         i += 1;
     }
     args
 };
+/// `[QUEUE ticketkey]`: the ticket key, key-spec 2 (RL.ACQUIRE, RL.RELEASE).
+const QUEUE_ARG: Arg = Arg::option(c"QUEUE", c"ticketkey", ArgKind::Key(2));
 const LEASE_ID: Arg = Arg::string(c"lease-id");
+/// RL.RELEASE's ticket key: key-spec 1 there.
+const QUEUE_RELEASE_ARG: Arg = Arg::option(c"QUEUE", c"ticketkey", ArgKind::Key(1));
 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [BLOCK timeout_ms]
+/// [QUEUE ticketkey] [WAIT ms]
 const RL_ACQUIRE: Command = Command {
     name: c"RL.ACQUIRE",
     handler: rl_acquire,
     flags: c"write deny-oom fast blocking",
     arity: -2,
-    keys: &[COUNTER_RW, LEASE_META_RO],
+    keys: &[COUNTER_RW, LEASE_META_RO, TICKETS_RW],
     key_range: (1, 1, 1),
     args: &ACQUIRE_ARGS,
     summary:
@@ -250,15 +259,15 @@ const RL_ACQUIRE: Command = Command {
     complexity: c"O(log(N)) where N is the number of leases the key holds, plus at most 128 expired leases reclaimed",
 };
 
-/// RL.RELEASE key lease-id
+/// RL.RELEASE key lease-id [QUEUE ticketkey]
 const RL_RELEASE: Command = Command {
     name: c"RL.RELEASE",
     handler: rl_release,
     flags: c"write fast",
-    arity: 3,
-    keys: &[COUNTER_RW],
+    arity: -3,
+    keys: &[COUNTER_RW, TICKETS_RW],
     key_range: (1, 1, 1),
-    args: &[Arg::key(c"key", 0), LEASE_ID],
+    args: &[Arg::key(c"key", 0), LEASE_ID, QUEUE_RELEASE_ARG],
     summary: c"Ends a live lease, freeing its slot; 0 when it is no longer live",
     complexity: c"O(log(N)) where N is the number of leases the key holds, plus at most 128 expired leases reclaimed",
 };

@@ -77,6 +77,13 @@ pub const LEASE_META_RO: KeySpec = KeySpec {
     access: Access::ReadOnly,
     incomplete: true,
 };
+/// A lease key's ticket key (QUEUE): a lease id may be the word `QUEUE`,
+/// so the command reports its keys itself.
+pub const TICKETS_RW: KeySpec = KeySpec {
+    at: KeyAt::AfterKeyword(c"QUEUE"),
+    access: Access::ReadWrite,
+    incomplete: true,
+};
 /// RL.ADMITALL may name several META hashes; the command reports them all.
 pub const METAS_RO: KeySpec = KeySpec {
     at: KeyAt::AfterKeyword(c"META"),

@@ -271,6 +271,52 @@ pub fn acquired_in_shadow(ctx: Ctx, a: &Acquired) {
     }
 }
 
+/// RL.ACQUIRE with QUEUE: the lease reply's five fields, then `ahead`
+/// and the wake-up `channel` (a bulk string); `shadow` answers a shadow
+/// refusal (acquired 1, the would-be id; a RESP3 map adds `shadow 1`).
+#[cold]
+pub fn acquired_queued(ctx: Ctx, a: &Acquired, ahead: i64, channel: &[u8], shadow: bool) {
+    let resp3 = speaks_resp3(ctx);
+    let values = [
+        i64::from(a.acquired || shadow),
+        a.limit,
+        a.in_flight,
+        a.retry_after_ms,
+    ];
+    let len = ACQUIRE_FIELDS.len() + 2 + usize::from(resp3 && shadow);
+    let name = |field: &CStr| {
+        if resp3 {
+            // SAFETY: the running call's context, a C string.
+            unsafe { api!(RedisModule_ReplyWithSimpleString)(ctx, field.as_ptr()) };
+        }
+    };
+    // SAFETY: the running call's context; `len` elements as announced
+    // (each after its name for RESP3), the buffers of their own lengths.
+    unsafe {
+        match resp3 {
+            true => api!(RedisModule_ReplyWithMap)(ctx, len as _),
+            false => api!(RedisModule_ReplyWithArray)(ctx, len as _),
+        };
+        for (field, v) in ACQUIRE_FIELDS.iter().zip(values) {
+            name(field);
+            api!(RedisModule_ReplyWithLongLong)(ctx, v as c_longlong);
+        }
+        name(ACQUIRE_FIELDS[4]);
+        match &a.lease_id {
+            Some(id) => api!(RedisModule_ReplyWithStringBuffer)(ctx, id.as_ptr().cast(), id.len()),
+            None => api!(RedisModule_ReplyWithNull)(ctx),
+        };
+        name(c"ahead");
+        api!(RedisModule_ReplyWithLongLong)(ctx, ahead as c_longlong);
+        name(c"channel");
+        api!(RedisModule_ReplyWithStringBuffer)(ctx, channel.as_ptr().cast(), channel.len());
+        if resp3 && shadow {
+            name(c"shadow");
+            api!(RedisModule_ReplyWithLongLong)(ctx, 1);
+        }
+    }
+}
+
 pub fn int(ctx: Ctx, value: i64) {
     // SAFETY: the running call's context.
     unsafe { api!(RedisModule_ReplyWithLongLong)(ctx, value as c_longlong) };

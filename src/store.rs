@@ -18,6 +18,7 @@ use crate::receipt::Event;
 
 mod leases;
 mod replicate;
+mod tickets;
 
 pub use leases::execute_leases;
 pub use replicate::{free_shared_strings, init_shared_strings};
@@ -25,6 +26,7 @@ use replicate::{
     replicate_delete, replicate_expiry, replicate_incrby, replicate_set, replicate_set_keep_ttl,
     shared, ONE,
 };
+pub use tickets::{drop_ticket, execute_tickets, holds_ticket, publish_wake_up};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyKind {

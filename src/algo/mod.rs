@@ -16,6 +16,7 @@ pub mod policy;
 pub mod sliding;
 pub mod state;
 pub mod throttle;
+pub mod tickets;
 pub mod token;
 
 pub use policy::{Algo, AlgoSpec, Charge, Policy, ALGORITHMS};

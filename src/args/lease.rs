@@ -3,11 +3,13 @@
 //! themselves are rows of the shared OPTIONS table.
 
 use super::table::{Opt, OptSet, LEASE_SET};
-use super::{limiter_keys, unknown, Options};
-use crate::error::{RlError, NON_EMPTY, POSITIVE};
+use super::{unknown, Options};
+use crate::error::{
+    RlError, NON_EMPTY, POSITIVE, WAIT_AND_BLOCK, WAIT_AND_SHADOW, WAIT_NEEDS_ID, WAIT_NEEDS_QUEUE,
+};
 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [SHADOW]
-/// [BLOCK timeout_ms] (SHADOW a flag: no value). A lease
+/// [BLOCK timeout_ms] [QUEUE ticketkey] [WAIT ms] (SHADOW a flag: no value). A lease
 /// LIMIT of 0 admits nobody, so it is refused: unlimited is said by
 /// leaving LIMIT out (or META 'max' 0).
 pub fn acquire(args: &[&[u8]]) -> Result<Options, RlError> {
@@ -26,14 +28,49 @@ pub fn acquire(args: &[&[u8]]) -> Result<Options, RlError> {
         }
         at += words;
     }
+    if opts.wait.is_some() {
+        check_wait(&opts)?;
+    }
     Ok(opts)
 }
 
-/// RL.RELEASE key lease-id: the registered arity (3) guarantees the words.
-pub fn release<'a>(args: &[&'a [u8]]) -> Result<&'a [u8], RlError> {
+/// WAIT's companions (docs/reference.md "tickets"): QUEUE and ID, and
+/// neither SHADOW nor BLOCK.
+#[cold]
+fn check_wait(opts: &Options) -> Result<(), RlError> {
+    let problem = match () {
+        _ if opts.queue.is_none() => WAIT_NEEDS_QUEUE,
+        _ if opts.id.is_none() => WAIT_NEEDS_ID,
+        _ if opts.shadow => WAIT_AND_SHADOW,
+        _ if opts.block.is_some() => WAIT_AND_BLOCK,
+        _ => return Ok(()),
+    };
+    Err(RlError::Ticket(problem))
+}
+
+/// RL.RELEASE key lease-id [QUEUE ticketkey]: the id, and where the
+/// ticket key is.
+pub fn release<'a>(args: &[&'a [u8]]) -> Result<(&'a [u8], Option<usize>), RlError> {
     match args {
-        [_, _, id] => lease_id(id),
+        [_, _, id] => Ok((lease_id(id)?, None)),
+        [_, _, id, keyword, _] => {
+            let id = lease_id(id)?;
+            match Opt::parse(keyword, OptSet::of(&[Opt::Queue])) {
+                Some(_) => Ok((id, Some(4))),
+                None => Err(unknown(keyword)),
+            }
+        }
         _ => Err(RlError::WrongArity("rl.release")),
+    }
+}
+
+/// getkeys for RL.RELEASE: the lease key and, after `QUEUE`, the ticket key.
+pub fn release_keys(args: &[&[u8]], mut key: impl FnMut(usize, bool)) {
+    if args.len() > 1 {
+        key(1, false);
+    }
+    if args.len() == 5 && Opt::parse(args[3], OptSet::of(&[Opt::Queue])).is_some() {
+        key(4, false);
     }
 }
 
@@ -58,9 +95,27 @@ fn lease_id(id: &[u8]) -> Result<&[u8], RlError> {
     }
 }
 
-/// getkeys for RL.ACQUIRE: the lease key (read-write) and the META hash.
-pub fn acquire_keys(args: &[&[u8]], key: impl FnMut(usize, bool)) {
-    limiter_keys(args, false, key)
+/// getkeys for RL.ACQUIRE: the lease key (read-write), the META hash
+/// (read-only) and the ticket key (QUEUE, read-write), scanning option by
+/// option so that an ID or QUEUE value that is a keyword is not taken
+/// for one.
+pub fn acquire_keys(args: &[&[u8]], mut key: impl FnMut(usize, bool)) {
+    if args.len() > 1 {
+        key(1, false);
+    }
+    let mut at = 2;
+    while at + 1 < args.len() {
+        let opt = Opt::parse(args[at], OptSet::ALL);
+        match opt {
+            Some(Opt::Meta) => key(at + 1, true),
+            Some(Opt::Queue) => key(at + 1, false),
+            _ => {}
+        }
+        at += match opt {
+            Some(opt) if opt.is_flag() => 1,
+            _ => 2,
+        };
+    }
 }
 
 #[cfg(test)]
@@ -128,7 +183,15 @@ mod tests {
             release(&empty),
             Err(RlError::BadValue("lease-id", NON_EMPTY))
         );
-        assert_eq!(release(&words("RL.RELEASE k job")), Ok(&b"job"[..]));
+        assert_eq!(release(&words("RL.RELEASE k job")), Ok((&b"job"[..], None)));
+        assert_eq!(
+            release(&words("RL.RELEASE k job queue q")),
+            Ok((&b"job"[..], Some(4)))
+        );
+        assert_eq!(
+            release(&words("RL.RELEASE k job TTL q")),
+            Err(RlError::UnknownOption("TTL".into()))
+        );
     }
 
     proptest! {

@@ -52,6 +52,11 @@ pub enum Opt {
     /// The booking horizon: no keyword any command takes, only its META
     /// field `max_reserve_ms` (the module's config otherwise).
     Horizon,
+    // Lease tickets (RL.ACQUIRE, docs/reference.md "tickets"):
+    /// The ticket key of a lease key's fair queue.
+    Queue,
+    /// How long a ticket lives after its holder's call (ms).
+    Wait,
 }
 
 /// What an option's value is.
@@ -117,7 +122,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 19] = [
+pub const OPTIONS: [OptSpec; 21] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -227,6 +232,19 @@ pub const OPTIONS: [OptSpec; 19] = [
         (c"ms", Value::Integer, 0, MAX_RESERVE_FORM),
         Some(c"max_reserve_ms"),
     ),
+    // Lease tickets.
+    row(
+        Opt::Queue,
+        c"QUEUE",
+        (c"ticketkey", Value::Key, 0, ""),
+        None,
+    ),
+    row(
+        Opt::Wait,
+        c"WAIT",
+        (c"ms", Value::Integer, 1, POSITIVE),
+        None,
+    ),
 ];
 
 impl Opt {
@@ -286,6 +304,8 @@ impl Opt {
         const RESERVE: (usize, u64) = key(Opt::Reserve);
         const AT: (usize, u64) = key(Opt::At);
         const HORIZON: (usize, u64) = key(Opt::Horizon);
+        const QUEUE: (usize, u64) = key(Opt::Queue);
+        const WAIT: (usize, u64) = key(Opt::Wait);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -306,6 +326,8 @@ impl Opt {
             RESERVE => Opt::Reserve,
             AT => Opt::At,
             HORIZON => Opt::Horizon,
+            QUEUE => Opt::Queue,
+            WAIT => Opt::Wait,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -410,6 +432,8 @@ pub const LEASE: &[Opt] = &[
     Opt::Id,
     Opt::Shadow,
     Opt::Block,
+    Opt::Queue,
+    Opt::Wait,
 ];
 /// `POLICY`, `LIMITER` and `LEASE` as sets, for parsing.
 pub const POLICY_SET: OptSet = OptSet::of(POLICY);

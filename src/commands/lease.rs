@@ -5,36 +5,21 @@
 //! out the plan (reclaiming the earliest expired leases first, at most
 //! `lease::RECLAIM_MAX` a call).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-
-use super::Call;
+pub use super::lease_shared::seed_nonces;
+use super::lease_shared::{next_nonce, record};
+use super::{tickets, Call};
 use crate::algo::lease::{self, Acquired, WantedId};
 use crate::args;
 use crate::block::{self, Mode, Waits};
-use crate::config;
-use crate::error::RlError;
-use crate::ffi::Str;
-use crate::receipt::{self, LeaseOutcome};
+use crate::error::{RlError, QUEUE_IS_LEASE};
+use crate::ffi::{str_bytes, Str};
+use crate::receipt::LeaseOutcome;
+use crate::reply;
 use crate::resolve::lease_policy;
 use crate::store::{self, Key};
-use crate::{reply, stats};
 
-/// The nonce of the next generated id: counted up in this process from a
-/// seed taken at load, so one process never repeats one, and the probe in
-/// `fresh_nonce` keeps ids unique against what a key holds.
-static NEXT_NONCE: AtomicU64 = AtomicU64::new(0);
-
-/// At load: seeds the nonces from the clock's µs, so that a restarted or
-/// promoted server does not count from where another began.
-pub fn seed_nonces(micros: u64) {
-    NEXT_NONCE.store(micros, Relaxed);
-}
-
-fn next_nonce() -> u64 {
-    NEXT_NONCE.fetch_add(1, Relaxed)
-}
-
-const DEADLINE_TOO_LATE: RlError = RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
+pub(super) const DEADLINE_TOO_LATE: RlError =
+    RlError::TooLarge("TTL", "the lease deadline passes 2^53 ms");
 
 /// RL.ACQUIRE key [LIMIT n] [TTL ms] [META metakey] [ID lease-id] [SHADOW] [BLOCK timeout_ms]
 /// (a shadow refusal is answered as acquired, so it never waits)
@@ -77,12 +62,25 @@ fn acquire_once(
 ) -> Result<Option<i64>, RlError> {
     let now = crate::clock::now().ms;
     let given = opts.id.map(|at| call.args[at]);
+    if let Some(at) = opts.queue {
+        if call.args[at] == str_bytes(&call.key()) {
+            return Err(RlError::Ticket(QUEUE_IS_LEASE));
+        }
+    }
     let Some(policy) = lease_policy(call.ctx, call.argv, opts)? else {
         let id = given.map_or_else(|| lease::generated_id(now, next_nonce()), <[u8]>::to_vec);
-        reply::acquired(call.ctx, &Acquired::unlimited(id));
+        match opts.queue {
+            None => reply::acquired(call.ctx, &Acquired::unlimited(id)),
+            Some(at) => {
+                reply::acquired_queued(call.ctx, &Acquired::unlimited(id), 0, call.args[at], false)
+            }
+        }
         return Ok(None);
     };
     let deadline = lease::deadline_after(now, policy.ttl_ms).ok_or(DEADLINE_TOO_LATE)?;
+    if let Some(at) = opts.queue {
+        return tickets::acquire_queued(call, opts, &policy, now, at, (fresh, timed_out));
+    }
     let name = call.argv[1];
     let shadow = policy.shadow;
     // BLOCK where the server allows blocking, and first come, first
@@ -206,16 +204,35 @@ fn shadow_refused(
     reply::acquired_in_shadow(call.ctx, &answer);
 }
 
-/// RL.RELEASE key lease-id
+/// RL.RELEASE key lease-id [QUEUE ticketkey]
 pub fn release(call: &Call) -> Result<(), RlError> {
-    let id = args::lease::release(call.args)?;
+    let (id, queue_at) = args::lease::release(call.args)?;
     let now = crate::clock::now().ms;
     let name = call.argv[1];
+    // With QUEUE: the caller's ticket, judged before anything is written.
+    let ticket = match queue_at {
+        Some(at) if call.args[at] == str_bytes(&call.key()) => {
+            return Err(RlError::Ticket(QUEUE_IS_LEASE))
+        }
+        Some(at) => Some((
+            call.argv[at],
+            store::holds_ticket(call.ctx, call.argv[at], id)?,
+        )),
+        None => None,
+    };
     let mut key = Key::write(call.ctx, name);
     let held = key.read_held(call.ctx, name, now, Some(call.argv[2]))?;
     let (released, plan) = lease::release(&held, now, id);
     store::execute_leases(call.ctx, &mut key, name, &plan, Some(call.argv[2]), false);
     drop(key);
+    if let Some((queue, held_ticket)) = ticket {
+        if held_ticket {
+            store::drop_ticket(call.ctx, queue, id);
+        }
+        if released || held_ticket {
+            store::publish_wake_up(call.ctx, queue, name);
+        }
+    }
     if released {
         // The head waiter is served in this same event-loop cycle.
         block::key_changed(call.ctx, name);
@@ -256,14 +273,4 @@ pub fn in_flight(call: &Call) -> Result<(), RlError> {
     let held = key.read_counts(call.ctx, call.argv[1], now)?;
     reply::int(call.ctx, lease::in_flight(&held));
     Ok(())
-}
-
-/// The receipt of a lease call: INFO counters and, for a refusal, `rl.hit`
-/// (`rl.shadow` for a shadow refusal).
-fn record(call: &Call, name: Str, outcome: LeaseOutcome, reclaimed: usize) {
-    let (tally, event) = receipt::of_lease(outcome, reclaimed, config::hit_events());
-    stats::lease(tally);
-    if let Some(event) = event {
-        store::notify(call.ctx, event, name);
-    }
 }

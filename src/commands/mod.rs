@@ -5,8 +5,10 @@
 
 pub mod admitall;
 pub mod lease;
+mod lease_shared;
 pub mod limiter;
 pub mod throttle;
+pub mod tickets;
 
 use crate::algo::penalty::{self, Plan, Read};
 use crate::algo::{state, Found};

@@ -18,7 +18,7 @@ use crate::ffi::{api, str_bytes, Ctx, Str, OK};
 impl Key {
     /// The open key when it is a sorted set (None for no key); an error for
     /// another type.
-    fn lease_set(&self) -> Result<Option<*mut raw::RedisModuleKey>, RlError> {
+    pub(super) fn lease_set(&self) -> Result<Option<*mut raw::RedisModuleKey>, RlError> {
         match self.kind() {
             KeyKind::Empty => Ok(None),
             KeyKind::Zset => Ok(self.live()),
@@ -237,24 +237,30 @@ fn count_expired(
 }
 
 /// Where a scan of a sorted set starts and which way it goes.
-enum Range {
+pub(super) enum Range {
     /// Upward over the scores from the first to the second, both included.
     From(f64, f64),
     /// Upward over the scores above this one.
     After(f64),
     /// Downward from the last element.
     Last,
+    /// Downward over the scores from the second to the first, both
+    /// included.
+    Down(f64, f64),
 }
 
 /// Visits the elements of `range` in order while `each(id, score)` answers
 /// `Ok(true)`; stops at its first `Ok(false)` or error, which it returns.
-fn scan(
+pub(super) fn scan(
     ctx: Ctx,
     key: *mut raw::RedisModuleKey,
     range: Range,
     mut each: impl FnMut(&[u8], f64) -> Result<bool, RlError>,
 ) -> Result<(), RlError> {
-    let (inf, up) = (f64::INFINITY, !matches!(range, Range::Last));
+    let (inf, up) = (
+        f64::INFINITY,
+        !matches!(range, Range::Last | Range::Down(..)),
+    );
     // SAFETY: an open sorted-set key; the iterator is stopped below, before
     // the key is read again, written or closed.
     let started = unsafe {
@@ -262,6 +268,7 @@ fn scan(
             Range::From(from, to) => api!(RedisModule_ZsetFirstInScoreRange)(key, from, to, 0, 0),
             Range::After(after) => api!(RedisModule_ZsetFirstInScoreRange)(key, after, inf, 1, 0),
             Range::Last => api!(RedisModule_ZsetLastInScoreRange)(key, -inf, inf, 0, 0),
+            Range::Down(from, to) => api!(RedisModule_ZsetLastInScoreRange)(key, from, to, 0, 0),
         }
     };
     let mut found = Ok(());
@@ -303,14 +310,14 @@ fn scan(
 
 /// A member id as a server string: the call's own argument when the id is
 /// the one it names (no copy), else a copy freed on drop.
-struct Member {
-    s: Str,
+pub(super) struct Member {
+    pub(super) s: Str,
     /// The context to free the copy with; None for a borrowed argument.
     owner: Option<Ctx>,
 }
 
 impl Member {
-    fn new(ctx: Ctx, bytes: &[u8], named: Option<(Str, &[u8])>) -> Option<Member> {
+    pub(super) fn new(ctx: Ctx, bytes: &[u8], named: Option<(Str, &[u8])>) -> Option<Member> {
         if let Some((s, _)) = named.filter(|&(_, named)| named == bytes) {
             return Some(Member { s, owner: None });
         }

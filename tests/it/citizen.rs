@@ -71,14 +71,14 @@ const TABLE: &[Row] = &[
         "rl.acquire",
         -2,
         &["write", "denyoom", "fast", "module"],
-        2,
+        3,
         &["@ratelimit", "@write", "@fast"],
     ),
     (
         "rl.release",
-        3,
+        -3,
         &["write", "fast", "module"],
-        1,
+        2,
         &["@ratelimit", "@write", "@fast"],
     ),
     (
@@ -1075,10 +1075,11 @@ fn valkey_cli_hints_show_every_commands_syntax() {
         ),
         (
             "RL.ACQUIRE k ",
-            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id] [SHADOW] [BLOCK timeout_ms]"
+            "[LIMIT max] [TTL ms] [META metakey] [ID lease-id] [SHADOW] [BLOCK timeout_ms] \
+             [QUEUE ticketkey] [WAIT ms]"
                 .to_string(),
         ),
-        ("RL.RELEASE k ", "lease-id".to_string()),
+        ("RL.RELEASE k ", "lease-id [QUEUE ticketkey]".to_string()),
         ("RL.EXTEND k job ", "TTL ms".to_string()),
         ("RL.INFLIGHT ", "key".to_string()),
     ];

@@ -1237,9 +1237,12 @@ fn module_only_command_docs_info_and_getkeys_describe_the_lease_commands() {
          [\"name\", \"metakey\", \"type\", \"key\", \"display_text\", \"metakey\", \"key_spec_index\", 1, \"token\", \"META\", \"flags\", [+optional]], \
          [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\", \"token\", \"ID\", \"flags\", [+optional]], \
          [\"name\", \"SHADOW\", \"type\", \"pure-token\", \"display_text\", \"SHADOW\", \"token\", \"SHADOW\", \"flags\", [+optional]], \
-         [\"name\", \"timeout_ms\", \"type\", \"integer\", \"display_text\", \"timeout_ms\", \"token\", \"BLOCK\", \"flags\", [+optional]]]]",
+         [\"name\", \"timeout_ms\", \"type\", \"integer\", \"display_text\", \"timeout_ms\", \"token\", \"BLOCK\", \"flags\", [+optional]], \
+         [\"name\", \"ticketkey\", \"type\", \"key\", \"display_text\", \"ticketkey\", \"key_spec_index\", 2, \"token\", \"QUEUE\", \"flags\", [+optional]], \
+         [\"name\", \"ms\", \"type\", \"integer\", \"display_text\", \"ms\", \"token\", \"WAIT\", \"flags\", [+optional]]]]",
         "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
-         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"]]]",
+         [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"], \
+         [\"name\", \"ticketkey\", \"type\", \"key\", \"display_text\", \"ticketkey\", \"key_spec_index\", 1, \"token\", \"QUEUE\", \"flags\", [+optional]]]]",
         "\"arguments\", [[\"name\", \"key\", \"type\", \"key\", \"display_text\", \"key\", \"key_spec_index\", 0], \
          [\"name\", \"lease-id\", \"type\", \"string\", \"display_text\", \"lease-id\"], \
          [\"name\", \"ms\", \"type\", \"integer\", \"display_text\", \"ms\", \"token\", \"TTL\"]]]",

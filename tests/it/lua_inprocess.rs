@@ -2557,7 +2557,7 @@ impl Run {
                 Ok((reply, OwnedPlan::of(&plan)))
             }
             "rl_release" => {
-                let id = args::lease::release(&argv).map_err(err)?;
+                let (id, _) = args::lease::release(&argv).map_err(err)?;
                 let held = held(&mut db, Some(id))?;
                 let (released, plan) = lease::release(&held, now, id);
                 Ok((Reply::Int(i64::from(released)), OwnedPlan::of(&plan)))

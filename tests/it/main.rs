@@ -23,6 +23,7 @@ mod fuzz_live;
 mod harness_selftest;
 mod instruction_budget;
 mod lease_bounds;
+mod lease_tickets;
 mod leases;
 mod load_functions;
 mod lua_inprocess;

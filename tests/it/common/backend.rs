@@ -176,19 +176,31 @@ pub fn fcall_form(call: &[&str]) -> Vec<String> {
                     }
                     i += 2;
                 }
+                // RL.ACQUIRE's ticket key (QUEUE) is the last key, and
+                // stays named in the options.
+                let queue = match function {
+                    "rl_acquire" => option_value(options, "QUEUE"),
+                    _ => None,
+                };
+                let mut keys: Vec<&str> = vec![key];
+                keys.extend(meta_at.map(|i| options[i + 1]));
+                keys.extend(queue);
+                out.push(keys.len().to_string());
+                out.extend(owned(&keys));
                 match meta_at {
                     Some(i) => {
-                        out.extend(owned(&["2", key, options[i + 1]]));
                         out.extend(owned(&options[..i]));
                         out.extend(owned(&options[i + 2..]));
                     }
-                    None => {
-                        out.extend(owned(&["1", key]));
-                        out.extend(owned(options));
-                    }
+                    None => out.extend(owned(options)),
                 }
             }
         },
+        // RL.RELEASE key id QUEUE tk: the ticket key second.
+        "rl_release" if args.len() == 4 && args[2].eq_ignore_ascii_case("QUEUE") => {
+            out.extend(owned(&["2", args[0], args[3]]));
+            out.extend(owned(&args[1..]));
+        }
         // RL.LIMIT, RL.RESET, RL.THROTTLE and the other lease commands
         // take one key, first.
         _ => match args.split_first() {
@@ -200,6 +212,23 @@ pub fn fcall_form(call: &[&str]) -> Vec<String> {
         },
     }
     out
+}
+
+/// The value of option `name` in `options` (name-value pairs but for the
+/// flags), if given.
+fn option_value<'a>(options: &[&'a str], name: &str) -> Option<&'a str> {
+    let mut i = 0;
+    while i < options.len() {
+        if FLAGS.iter().any(|f| options[i].eq_ignore_ascii_case(f)) {
+            i += 1;
+            continue;
+        }
+        if options[i].eq_ignore_ascii_case(name) {
+            return options.get(i + 1).copied();
+        }
+        i += 2;
+    }
+    None
 }
 
 /// RL.ADMITALL's arguments (after the name) in the library's form: the
