@@ -39,7 +39,8 @@ def test_one_call_per_wait_and_no_go_ahead_before_at_ms(sync: Any, expect: str) 
     assert first.admitted and first.delay_ms == 0, first
     second = limiter.wait("r:book", wait_ms=5000, **policy)
     woke = time_us(sync)
-    assert second.admitted and 50 < second.delay_ms <= 100, second
+    # at_ms rounds up, the call's own ms down: 101 at most.
+    assert second.admitted and 50 < second.delay_ms <= 101, second
     assert woke >= second.at_ms * 1000, (woke, second.at_ms)
     t = time.monotonic()
     refused = limiter.wait("r:book", wait_ms=20, **policy)
