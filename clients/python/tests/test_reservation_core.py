@@ -150,3 +150,39 @@ def test_an_interrupted_sync_sleep_gives_the_slot_back_once(monkeypatch: pytest.
     assert given == [1]
     SlotSleep.sleep(0, lambda: given.append(1))
     assert given == [1]
+
+
+def test_a_booking_cancelled_before_its_reply_gives_back_what_it_booked() -> None:
+    late: List[str] = []
+
+    async def main() -> None:
+        async def call() -> str:
+            await asyncio.sleep(0.05)
+            return "booked"
+
+        async def give_back_late(answer: str) -> None:
+            late.append(answer)
+
+        assert await AsyncSlotSleep.book(call, give_back_late) == "booked" and late == []
+        task = asyncio.ensure_future(AsyncSlotSleep.book(call, give_back_late))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.1)  # the call goes on, answers, and is given back
+        assert late == ["booked"]
+
+        async def failing() -> str:
+            await asyncio.sleep(0.02)
+            raise ConnectionError("down")
+
+        task = asyncio.ensure_future(AsyncSlotSleep.book(failing, give_back_late))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.sleep(0.05)
+        assert late == ["booked"], "a call that failed booked nothing"
+
+    asyncio.run(main())
+    assert SlotSleep.book(lambda: 7, lambda answer: late.append("never")) == 7

@@ -391,13 +391,7 @@ class AsyncLimiter:
             return _core.failed_decision(self.failure, policy.limit, policy.window_ms, e, name)
         seconds = _reservation.sleep_s(decision)
         if seconds > 0:
-            keys = [counter] + ([policy.meta] if policy.meta is not None else [])
-            give_back = _reservation.give_back_args(policy.args() + ["COST", str(cost)], decision)
-            backend = decision.backend
-            assert backend is not None  # a booked slot came from a server
-            await AsyncSlotSleep.sleep(
-                seconds, lambda: self._run(self._send, backend, "RL.REFUND", "rl_refund", False, keys, give_back)
-            )
+            await AsyncSlotSleep.sleep(seconds, lambda: self._give_back(counter, policy, cost, decision))
         return decision
 
     async def _wait_call(
@@ -405,19 +399,34 @@ class AsyncLimiter:
     ) -> Decision:
         """The server's part of ``wait``: BLOCK (asked for, on the module),
         RESERVE, or tries until admitted (a window, or a server that
-        cannot book)."""
+        cannot book). A RESERVE cancelled before its reply gives back what
+        it booked when the reply comes."""
         backend = await self._run(self._ensure_backend)
         mode = _reservation.wait_mode(policy.algorithm, policy.meta, backend, block)
         if mode == "block":
             return await self._run_waiting(wait_ms, self._admit, key, policy, cost, name, wait_ms)
         if mode != "retry":
+
+            async def late(decision: Decision) -> None:
+                if decision.admitted and not decision.shadow and cost > 0 and decision.limit > 0:
+                    await self._give_back(key, policy, cost, decision)
+
             try:
-                return await self._run(self._reserve, key, policy, cost, name, wait_ms)
+                return await AsyncSlotSleep.book(lambda: self._run(self._reserve, key, policy, cost, name, wait_ms), late)
             except Exception as e:
                 # A window's algorithm named by the META hash, or a server older than RESERVE.
                 if not _reservation.is_reserve_unsupported(e):
                     raise
         return await self._run_waiting(wait_ms, self._retrying, self._admit, wait_ms, key, policy, cost, name)
+
+    async def _give_back(self, key: Key, policy: Policy, cost: int, decision: Decision) -> None:
+        """Gives a waiter's grant back: ``RL.REFUND ... AT at_ms`` for a
+        booked slot, a plain refund for one granted now."""
+        keys = [key] + ([policy.meta] if policy.meta is not None else [])
+        args = _reservation.give_back_args(policy.args() + ["COST", str(cost)], decision)
+        backend = decision.backend
+        assert backend is not None  # a grant came from a server
+        await self._run(self._send, backend, "RL.REFUND", "rl_refund", False, keys, args)
 
     async def _reserve(self, key: Key, policy: Policy, cost: int, name: Optional[str], wait_ms: int) -> Decision:
         """One ``RL.ADMIT ... RESERVE wait_ms``: the decision with its

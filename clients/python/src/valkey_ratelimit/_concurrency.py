@@ -205,12 +205,28 @@ class Beats:
 
 
 class AsyncSlotSleep:
-    """The sleep of a waiter whose turn the server booked: ``seconds`` by
-    the monotonic clock (a timer that fires early sleeps again for what is
-    left). Cancelled while it sleeps, it gives the slot back once,
-    ``give_back()`` shielded from a second cancel, then re-raises the
-    CancelledError; a give-back that fails is logged, never raised in the
-    cancel's place."""
+    """The booking call and the sleep of a waiter whose turn the server
+    books. ``book``: cancelled before the reply arrives, the call goes on
+    (shielded: it may have booked) and what it answers is handed to
+    ``give_back_late`` once. ``sleep``: ``seconds`` by the monotonic clock
+    (a timer that fires early sleeps again for what is left); cancelled,
+    it gives the slot back once, ``give_back()`` shielded from a second
+    cancel, then re-raises the CancelledError. A give-back that fails is
+    logged, never raised in the cancel's place."""
+
+    @staticmethod
+    async def book(call: Callable[[], Awaitable[Any]], give_back_late: Callable[[Any], Awaitable[Any]]) -> Any:
+        task = asyncio.ensure_future(call())
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+
+            def answered(done: "asyncio.Future[Any]") -> None:
+                if not done.cancelled() and done.exception() is None:
+                    asyncio.ensure_future(give_back_late(done.result())).add_done_callback(_forget)
+
+            task.add_done_callback(answered)
+            raise
 
     @staticmethod
     async def sleep(seconds: float, give_back: Callable[[], Awaitable[Any]]) -> None:
@@ -232,10 +248,16 @@ class AsyncSlotSleep:
 
 
 class SlotSleep:
-    """The sleep of a waiter whose turn the server booked: ``seconds`` by
-    the monotonic clock. An exception raised into the sleep (Ctrl-C's
-    KeyboardInterrupt, a signal handler's) gives the slot back once,
-    ``give_back()``, then goes on; a give-back that fails is logged."""
+    """The booking call and the sleep of a waiter whose turn the server
+    books. ``book`` just calls: a thread is not cancelled mid-call.
+    ``sleep``: ``seconds`` by the monotonic clock; an exception raised into
+    it (Ctrl-C's KeyboardInterrupt, a signal handler's) gives the slot
+    back once, ``give_back()``, then goes on; a give-back that fails is
+    logged."""
+
+    @staticmethod
+    def book(call: Callable[[], Any], give_back_late: Callable[[Any], Any]) -> Any:
+        return call()
 
     @staticmethod
     def sleep(seconds: float, give_back: Callable[[], Any]) -> None:
