@@ -233,6 +233,8 @@ class Limiter {
         ? this.run(CALLS.admit, keys, args)
         : waiting.admitWaiting(this, { keys, args, waitMs, policy, block, signal }));
     } catch (e) {
+      // An abort between a window's tries is the caller's, never an outage.
+      if (signal && signal.aborted) throw signal.reason;
       if (failure === "throw" || core.errorKind(e) !== "unreachable") throw e;
       return core.unavailableDecision(policy, failure === "open", e);
     }

@@ -114,6 +114,12 @@ async function cancel(c, limiter, expect) {
   );
   const refunds = expect === "module" ? await calls(c, expect, "RL.REFUND") : (await calls(c, expect)) - 2;
   assert.equal(refunds, 1, "one RL.REFUND ... AT");
+  // A window cannot book: its wait retries, and an abort between tries
+  // rejects with the signal's reason (never the failure policy's answer).
+  assert.equal((await limiter.admit("r:window", { limit: 1, windowMs: 60000 })).admitted, true);
+  const between = new AbortController();
+  setTimeout(() => between.abort(new Error("gave up between tries")), 50);
+  await assert.rejects(limiter.wait("r:window", { limit: 1, windowMs: 60000, waitMs: 5000, signal: between.signal }), /between tries/);
   ok(`${expect}: an aborted waiter's slot is given back once: the next wait took it (${next.delayMs} ms)`);
 }
 
