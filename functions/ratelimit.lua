@@ -172,6 +172,9 @@ local ALGO_NAMES = 'one of fixed, sliding, token, gcra, leaky'
 local PERIOD_NAMES = 'one of day, week, month, year'
 local OFFSET_FORM = 'a fixed offset from UTC such as +05:30 or -08:00, or an IANA zone name such as Europe/Berlin'
 local ZERO_OR_ONE = '0 or 1'
+local MAX_RESERVE_FORM = 'an integer from 0 to 86400000'
+-- The booking horizon (ms): its most, and the module config's default.
+local MAX_RESERVE_MS, DEFAULT_RESERVE_MS = 86400000, 60000
 local PAST_THE_CLOCK = 'its times would pass the ns clock (the year 2262)'
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local NOT_A_COUNTER = 'ERR limiter key does not hold an integer counter'
@@ -1134,13 +1137,15 @@ local OPTIONS = {
   ESCALATE = function(v) return int_arg(v, 'ESCALATE', 1) end,
   CALENDAR = function(v) return PERIODS[string.lower(v)] or bad_value('CALENDAR', PERIOD_NAMES) end,
   TZ = function(v) return parse_zone(v) or bad_value('TZ', OFFSET_FORM) end,
+  RESERVE = function(v) return int_arg(v, 'RESERVE', 0) end,
+  AT = function(v) return int_arg(v, 'AT', 0) end,
   -- The library's own: replies as a map (see `named`).
   FORMAT = read_format,
 }
 
 -- The options that are a keyword alone, with no value (src/args.rs
 -- `Value::Flag`).
-local FLAGS = {SHADOW = true, ALIGN = true}
+local FLAGS = {SHADOW = true, ALIGN = true, FORCE = true}
 
 -- Option names in their usual spellings, to skip string.upper for them
 -- (spelled out: the standard libraries are not reachable while the library
@@ -1152,14 +1157,18 @@ local OPTION_NAMES = {
   SHADOW = 'SHADOW', shadow = 'SHADOW', PENALTY = 'PENALTY', penalty = 'PENALTY',
   ALIGN = 'ALIGN', align = 'ALIGN', CALENDAR = 'CALENDAR', calendar = 'CALENDAR', TZ = 'TZ', tz = 'TZ',
   ESCALATE = 'ESCALATE', escalate = 'ESCALATE',
+  FORCE = 'FORCE', force = 'FORCE', RESERVE = 'RESERVE', reserve = 'RESERVE', AT = 'AT', at = 'AT',
 }
 
 -- The options each function takes, beyond which an option is unknown.
 local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
                         PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true}
+local REFUND_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
+                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true,
+                        COST = true, FORMAT = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true,
-                       COST = true, FORMAT = true}
+                       COST = true, FORMAT = true, FORCE = true, RESERVE = true}
 
 local function unknown(word) fail('ERR unknown option \'' .. shown(word) .. '\'') end
 
@@ -1195,18 +1204,44 @@ local function set_option(opts, word, args, at, allowed, metakey, readers)
   return 2
 end
 
--- `blocks`: the module's command takes BLOCK (refused here, see above).
+-- FORCE and RESERVE against the other options (src/args.rs
+-- `check_charge`); `block`: BLOCK was given.
+local function check_charge(opts, block)
+  if opts.RESERVE == nil then
+    if opts.FORCE and opts.COST == 0 then fail('ERR FORCE needs a COST of at least 1') end
+    if opts.FORCE and block then
+      fail('ERR FORCE and BLOCK exclude each other: a forced charge never waits')
+    end
+    return
+  end
+  if opts.FORCE then
+    fail('ERR RESERVE and FORCE exclude each other: a forced charge is consumed now, a booking later')
+  end
+  if block then fail('ERR RESERVE and BLOCK exclude each other: a booking answers at once with its slot') end
+  if opts.SHADOW then fail('ERR RESERVE and SHADOW exclude each other: a trial must never make a caller wait') end
+end
+
+-- `blocks`: the module's command takes BLOCK (refused here, see above,
+-- once the options are read and judged as the module judges them).
 local function parse_options(args, allowed, metakey, readers, blocks)
   local opts = {}
-  local at = 1
+  local at, block = 1, false
   while at <= #args do
     local took = set_option(opts, args[at], args, at, allowed, metakey, readers)
     if not took then
-      if blocks and string.upper(args[at]) == 'BLOCK' then fail(BLOCK_NEEDS_THE_MODULE) end
-      unknown(args[at])
+      if blocks and string.upper(args[at]) == 'BLOCK' then
+        if args[at + 1] == nil then fail('ERR BLOCK needs a value') end
+        if block then fail('ERR BLOCK is given more than once') end
+        int_arg(args[at + 1], 'BLOCK', 0)
+        block, took = true, 2
+      else
+        unknown(args[at])
+      end
     end
     at = at + took
   end
+  if allowed.RESERVE then check_charge(opts, block) end
+  if block then fail(BLOCK_NEEDS_THE_MODULE) end
   return opts
 end
 
@@ -1219,12 +1254,12 @@ local NO_META = {}
 local function read_meta(metakey)
   if metakey == nil then return NO_META end
   local fields = server.pcall('HMGET', metakey, 'max', 'duration', 'algorithm', 'burst', 'shadow', 'penalty',
-                              'align', 'calendar', 'tz', 'escalate')
+                              'align', 'calendar', 'tz', 'escalate', 'max_reserve_ms')
   if fields.err then fail('WRONGTYPE META key does not hold a hash') end
   return {max = fields[1] or nil, duration = fields[2] or nil,
           algorithm = fields[3] or nil, burst = fields[4] or nil, shadow = fields[5] or nil,
           penalty = fields[6] or nil, align = fields[7] or nil, calendar = fields[8] or nil,
-          tz = fields[9] or nil, escalate = fields[10] or nil}
+          tz = fields[9] or nil, escalate = fields[10] or nil, max_reserve_ms = fields[11] or nil}
 end
 
 local function meta_int(meta, name, min, must)
@@ -1337,6 +1372,13 @@ local function resolve(opts, metakey)
     -- (nil without a window: then the checks name that error first)
     r.window_at = w and function(now) return w - now % w end
   end
+  -- The booking horizon: META field `max_reserve_ms`, or the module's
+  -- default for `ratelimit.max-reserve-ms` (the library has no config).
+  local horizon = meta_int(meta, 'max_reserve_ms', 0, MAX_RESERVE_FORM)
+  if horizon ~= nil and horizon > MAX_RESERVE_MS then
+    fail('ERR META hash field \'max_reserve_ms\' must be ' .. MAX_RESERVE_FORM)
+  end
+  r.horizon = (horizon or DEFAULT_RESERVE_MS) * NS_PER_MS
   return r
 end
 
@@ -1659,7 +1701,7 @@ end
 -- The decider of one fixed-window policy: a closure over its numbers (an
 -- upvalue is cheaper to read than a field).
 local function fixed_of(p)
-  local limit, window = p.limit, p.window
+  local limit, window, force = p.limit, p.window, p.force
   local decide = function(_, key, cost)
     local count, left, adopted = 0, nil, false
     local raw = server_pcall('GET', key)
@@ -1682,6 +1724,13 @@ local function fixed_of(p)
       if adopted then return 1, limit, limit - after, 0, left, SET_IN, after, left end
       if left then return 1, limit, limit - after, 0, left, ADD, cost end
       return 1, limit, limit - after, 0, window, SET_IN, after, window
+    end
+    if force then
+      -- Counted past the limit in its window (src/algo/fixed.rs `forced`).
+      if after > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      if adopted then return 0, limit, 0, left, left, SET_IN, after, left end
+      if left then return 0, limit, 0, left, left, ADD, cost end
+      return 0, limit, 0, window, window, SET_IN, after, window
     end
     local room = limit - count
     if room < 0 then room = 0 end
@@ -1860,6 +1909,13 @@ local function sliding_of(p)
       local a, l, r, t, s = sliding_refused(p, key, 0, now, start, left, cur, prev, false, false, w, nw)
       return a, l, r, t, s, kind, value, at
     end
+    if p.force then
+      -- Counted past the limit in the current window (src/algo/sliding.rs
+      -- `forced`): the reply is the refusal a request of cost 1 would get.
+      if (after + prev + limit) * longest > EXACT then return nil, STATE_BEYOND_DOUBLES end
+      local _, l, _, t, s = sliding_refused(p, key, 1, now, start, left, after, prev, false, false, w, nw)
+      return 0, l, 0, t, s, SET_AT, fmt(SLIDING_VALUE, start, after, prev), start + w + nw
+    end
     return sliding_refused(p, key, cost, now, start, left, cur, prev, future, raw, w, nw)
   end
 end
@@ -1898,6 +1954,44 @@ local function bucket_refused(p, key, cost, now_ms, now_sub, debt, x, had_state,
   return 0, p.burst, left, retry, reset
 end
 
+-- RESERVE's slot of the call's booking (`reserved` replies it): ms from
+-- now's ms, and its absolute ms.
+local SLOT_DELAY, SLOT_AT = 0, 0
+
+-- The slot `wait` ns after now (src/algo/mod.rs `Slot::after`): now for no
+-- wait, else its time rounded up to the ms.
+local function book_slot(wait, now_ms, now_sub)
+  if wait <= 0 then
+    SLOT_DELAY, SLOT_AT = 0, now_ms
+    return
+  end
+  local at = ms_at(now_ms, now_sub, wait)
+  SLOT_DELAY, SLOT_AT = at - now_ms, at
+end
+
+-- A call the plain rule refuses, under FORCE or RESERVE (src/algo/gcra.rs
+-- `charge`): the debt after it and the reply, or nil when the plain
+-- refusal stands. The state may run ahead by the capacity plus the
+-- horizon; FORCE is capped there, RESERVE books only within it and
+-- within its max_ms. `wait`: the plain refusal's (nil: never fits).
+local function bucket_charged(p, debt, cost, now_ms, now_sub, wait)
+  local capacity, interval = p.capacity, p.interval
+  local bound = capacity + p.horizon
+  if p.force then
+    local after = bound
+    if cost <= fdiv(bound - debt, interval) then after = debt + cost * interval end
+    return after, 0, p.burst, 0, ceil_ms(after + interval - capacity), ceil_ms(after)
+  end
+  if wait == nil or wait + capacity > bound then return nil end
+  -- The slot: when the queue ahead has drained (leaky), or when the debt
+  -- left fits the bucket again (gcra, token).
+  if p.leaky then book_slot(debt, now_ms, now_sub) else book_slot(wait, now_ms, now_sub) end
+  if SLOT_DELAY > p.reserve then return nil end
+  local retry = 0
+  if p.leaky then retry = ceil_ms(debt) end
+  return wait + capacity, 1, p.burst, 0, retry, ceil_ms(wait + capacity)
+end
+
 -- Token bucket (src/algo/token.rs): credit in ns, refilled continuously;
 -- stored with the time of the last refill, its ms and the ns into it.
 local TOKEN_STATE = '^token:(%d+):(%d+):(%d+)$'
@@ -1913,7 +2007,7 @@ local function read_token(raw)
     into = '0'
   end
   credit, last, into = parse_i64(credit), parse_i64(last), parse_i64(into)
-  if not (credit and last and into) or credit < 0 or into < 0 or into >= NS_PER_MS then
+  if not (credit and last and into) or into < 0 or into >= NS_PER_MS then
     return false, bad_state('token')
   end
   return credit, last, into
@@ -1926,12 +2020,14 @@ end
 
 -- The decider of one token-bucket policy, a closure over its numbers. It
 -- admits `cost` now; or, given `amount`, refunds it and answers as a peek
--- at the bucket after it.
+-- at the bucket after it. Credit below 0 is debt booked ahead (RESERVE,
+-- FORCE), at most the horizon; below that it is odd, read as empty.
 local function token_of(p)
   local capacity, interval, burst = p.capacity, p.interval, p.burst
+  local charges, reserve = p.force or p.reserve, p.reserve
   return function(_, key, cost, now_ms, now_sub, amount)
     local raw = server_pcall('GET', key)
-    local level, future = capacity, false
+    local level, future, odd = capacity, false, false
     if raw then
       if raw.err then return nil, WRONGTYPE end
       -- The usual state: fields below 2^53 (exact), no leading zeros, a
@@ -1952,7 +2048,7 @@ local function token_of(p)
       local elapsed = (now_ms - last) * NS_PER_MS + (now_sub - into)
       if elapsed < 0 then elapsed = 0 end
       level = credit + elapsed
-      if level > capacity then level = capacity end
+      if level > capacity then level = capacity elseif level < -p.horizon then level, odd = 0, true end
       -- A last refill after now: a clock that went back, a hand-written value.
       future = last > now_ms or (last == now_ms and into > now_sub)
     end
@@ -1987,6 +2083,7 @@ local function token_of(p)
           left = left + 1
         end
       end
+      if reserve and not amount then book_slot(0, now_ms, now_sub) end
       if cost == 0 then return 1, burst, left, 0, reset, kind, value, at end
       local into, ms = xns + now_sub, now_ms + xms -- split_at(now, x)
       if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
@@ -1998,7 +2095,12 @@ local function token_of(p)
       local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
       return a, l, r, t, s, kind, value, at
     end
-    if cost > 0 and future then
+    if charges then
+      local after, a, l, r, t, s = bucket_charged(p, debt, cost, now_ms, now_sub, x)
+      if after and cost == 0 then return a, l, r, t, s end
+      if after then return a, l, r, t, s, token_stored(capacity - after, p, now_ms, now_sub) end
+    end
+    if cost > 0 and (future or odd) then
       local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x)
       if level == capacity then return a, l, r, t, s, DELETE end
       return a, l, r, t, s, token_stored(level, p, now_ms, now_sub)
@@ -2044,6 +2146,8 @@ end
 local function schedule_of(p)
   local capacity, interval, burst, leaky = p.capacity, p.interval, p.burst, p.leaky
   local state, state_format, algo = p.state, p.state_format, p.algo
+  -- Debt beyond the bound is odd (see src/algo/gcra.rs `within`).
+  local bound, charges, reserve = capacity + p.horizon, p.force or p.reserve, p.reserve
   return function(_, key, cost, now_ms, now_sub, amount)
     local raw = server_pcall('GET', key)
     local ahead = nil
@@ -2065,7 +2169,7 @@ local function schedule_of(p)
       local before = 0
       if ahead then
         before = ahead
-        if before < 0 then before = 0 elseif before > capacity then before = capacity end
+        if before < 0 then before = 0 elseif before > bound then before = capacity end
       end
       ahead = forgive(p, before, amount)
       if raw and before > 0 then
@@ -2074,8 +2178,8 @@ local function schedule_of(p)
       raw = false
     end
     ahead = ahead or 0
-    local debt = ahead
-    if debt < 0 then debt = 0 elseif debt > capacity then debt = capacity end
+    local debt, odd = ahead, false
+    if debt < 0 then debt = 0 elseif debt > bound then debt, odd = capacity, true end
     local increment = cost * interval
     local x = debt + increment
     if increment <= capacity and x <= capacity then
@@ -2097,6 +2201,7 @@ local function schedule_of(p)
         end
         if left > burst then left = burst end
       end
+      if reserve and not amount then book_slot(leaky and debt or 0, now_ms, now_sub) end
       if cost == 0 then return 1, burst, left, retry, reset, kind, value, at end
       local into, ms = xns + now_sub, now_ms + xms
       if into >= NS_PER_MS then into, ms = into - NS_PER_MS, ms + 1 end
@@ -2109,8 +2214,13 @@ local function schedule_of(p)
       local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
       return a, l, r, t, s, kind, value, at
     end
-    -- Beyond a full bucket: written back clamped, so it drains.
-    if cost > 0 and ahead > capacity then
+    if charges then
+      local after, a, l, r, t, s = bucket_charged(p, debt, cost, now_ms, now_sub, x)
+      if after and cost == 0 then return a, l, r, t, s end
+      if after then return a, l, r, t, s, schedule_stored(p, after, now_ms, now_sub) end
+    end
+    -- Beyond the bound: written back as a full bucket, so it drains.
+    if cost > 0 and odd then
       local a, l, r, t, s = bucket_refused(p, key, 0, now_ms, now_sub, debt, x, false, true)
       return a, l, r, t, s, schedule_stored(p, debt, now_ms, now_sub)
     end
@@ -2266,14 +2376,16 @@ function penalised(decide, refund)
       -- In the penalty: refused, consuming nothing; a refund gives back to
       -- the state, but does not lift the penalty.
       a, l, r, t, s = boxed(a, l, t, s, left)
-      if refund and kind then
+      -- A forced charge is usage that happened: it lands in the state as
+      -- a refund does, and starts no penalty.
+      if (refund or q.force) and kind then
         local hold = cap and until_ + cap
         return a, l, r, t, s, wrap(until_, len, hold, after(kind, value, at, state, expiry, now_ms))
       end
       return a, l, r, t, s
     end
     local penalty = q.penalty
-    if not refund and a == 0 and cost > 0 and penalty then
+    if not refund and not q.force and a == 0 and cost > 0 and penalty then
       -- A refusal starts the penalty (on the ladder, twice the last, within
       -- [ms, cap]); the state as the refusal leaves it.
       local st, ex = after(kind, value, at, state, expiry, now_ms)
@@ -2328,6 +2440,9 @@ local SHADOW_FIELDS = {status('admitted'), status('limit'), status('remaining'),
                        status('retry_after_ms'), status('reset_after_ms'), status('shadow')}
 local THROTTLE_FIELDS = {status('limited'), status('limit'), status('remaining'),
                          status('retry_after'), status('reset_after')}
+local RESERVED_FIELDS = {status('admitted'), status('limit'), status('remaining'),
+                         status('retry_after_ms'), status('reset_after_ms'), status('delay_ms'),
+                         status('at_ms')}
 local ADMITALL_FIELDS = {status('admitted'), status('refused_by'), status('retry_after_ms'),
                          status('limiters')}
 
@@ -2389,16 +2504,41 @@ local function unlimited() return 1, 0, 0, 0, 0 end
 -- Remembered when it depends on the words alone (no META hash).
 local function limiter_policy(keys, args, command)
   local _, metakey = limiter_keys(keys, args, command)
-  local opts = parse_options(args, ADMIT_OPTIONS, metakey, nil, command == 'RL.ADMIT')
+  local admits = command == 'RL.ADMIT'
+  local opts = parse_options(args, admits and ADMIT_OPTIONS or REFUND_OPTIONS, metakey, nil, admits)
   local r = resolve(opts, metakey)
   local p, now_ms, now_sub = {admit = unlimited, refund = unlimited}, nil, nil
   if r ~= nil then
     if r.algo ~= 'fixed' then now_ms, now_sub = clock() end
+    r.force, r.reserve, r.at = opts.FORCE, opts.RESERVE, opts.AT
     p = policy_of(r, now_ms)
+    -- RESERVE and AT book, which the windows cannot (src/commands/limiter.rs
+    -- `charge_of`); a META hash in shadow mode refuses RESERVE as SHADOW does.
+    local booking = (opts.RESERVE ~= nil and 'RESERVE') or (opts.AT ~= nil and 'AT')
+    if booking and not USES_BURST[r.algo] then
+      fail('ERR ' .. booking .. ' needs ALGO gcra, token or leaky: a window\'s count cannot book a slot in a '
+           .. 'later window')
+    end
+    if opts.RESERVE ~= nil and not opts.FORCE and r.shadow then
+      fail('ERR RESERVE and META field \'shadow\' exclude each other: a trial must never make a caller wait')
+    end
   end
-  p.cost, p.format = opts.COST or 1, opts.FORMAT
-  if metakey == nil then remember(LIMITER_MEMO, args, p) end
+  p.cost, p.format, p.reserve = opts.COST or 1, opts.FORMAT, opts.RESERVE
+  -- The memo is shared by rl_admit and rl_refund, whose options differ here.
+  local plain = opts.FORCE == nil and opts.RESERVE == nil and opts.AT == nil
+  if metakey == nil and plain then remember(LIMITER_MEMO, args, p) end
   return p, now_ms, now_sub
+end
+
+-- RL.ADMIT with RESERVE: the five numbers, then the slot's delay_ms and
+-- at_ms (-1 and -1 for a refusal; now, for no limit).
+local function reserved(p, a, limit, remaining, retry, reset, now_ms)
+  local delay, at = -1, -1
+  if a == 1 then delay, at = SLOT_DELAY, SLOT_AT end
+  if p.algo == nil then delay, at = 0, now_ms or clock() end
+  local values = {a, limit, remaining, retry, reset, delay, at}
+  if p.format then return named(RESERVED_FIELDS, values, p.format) end
+  return values
 end
 
 -- rl_admit and rl_refund (`refunds`): the policy (remembered, or worked
@@ -2448,6 +2588,7 @@ local function limiter_function(command, refunds)
     elseif kind then
       store(key, kind, value, at)
     end
+    if p.reserve then return reserved(p, a, limit, remaining, retry, reset, now_ms) end
     if a == 0 and p.shadow then
       -- Shadow mode: the refusal, answered as an admission.
       a = 1

@@ -11,7 +11,7 @@ pub mod table;
 pub use admitall::{admit_all_keys, AdmitAll};
 pub use table::{
     Opt, OptSet, OptSpec, Value, ADMIT, ADMIT_SET, LEASE, LEASE_META_FIELDS, LEASE_SET, LIMITER,
-    LIMITER_SET, META_FIELDS, OPTIONS, POLICY, POLICY_SET,
+    LIMITER_SET, META_FIELDS, OPTIONS, POLICY, POLICY_SET, REFUND, REFUND_SET,
 };
 
 use crate::algo::calendar::Period;
@@ -51,6 +51,12 @@ pub struct Options {
     pub penalty: Option<i64>,
     /// ESCALATE's cap (ms).
     pub escalate: Option<i64>,
+    /// FORCE was given (RL.ADMIT).
+    pub force: bool,
+    /// RESERVE's max_ms (RL.ADMIT).
+    pub reserve: Option<i64>,
+    /// AT's at_ms (RL.REFUND: the cancel of a booking).
+    pub at: Option<i64>,
 }
 
 /// More arguments than any valid call has; refused before any parsing.
@@ -136,9 +142,16 @@ impl Options {
             Opt::Id => self.id.replace(at).is_some(),
             Opt::Block => self.block.replace(int()?).is_some(),
             // set_policy's
-            Opt::Shadow | Opt::Penalty | Opt::Align | Opt::Calendar | Opt::Tz | Opt::Escalate => {
-                false
-            }
+            Opt::Shadow
+            | Opt::Penalty
+            | Opt::Align
+            | Opt::Calendar
+            | Opt::Tz
+            | Opt::Escalate
+            | Opt::Force
+            | Opt::Reserve
+            | Opt::At
+            | Opt::Horizon => false,
         };
         match repeated {
             true => Err(Problem::Repeated),
@@ -146,7 +159,8 @@ impl Options {
         }
     }
 
-    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE (see `try_set`).
+    /// SHADOW, PENALTY, ALIGN, CALENDAR, TZ and ESCALATE, and FORCE,
+    /// RESERVE and AT (see `try_set`).
     #[cold]
     #[inline(never)]
     fn set_policy(&mut self, opt: Opt, args: &[&[u8]], at: usize) -> Result<usize, Problem> {
@@ -154,6 +168,7 @@ impl Options {
         let flag = match opt {
             Opt::Shadow => Some(&mut self.shadow),
             Opt::Align => Some(&mut self.align),
+            Opt::Force => Some(&mut self.force),
             _ => None,
         };
         if let Some(flag) = flag {
@@ -163,7 +178,14 @@ impl Options {
             };
         }
         let value = *args.get(at).ok_or(Problem::Missing)?;
+        let int = || {
+            parse_i64(value)
+                .filter(|&v| v >= opt.spec().min)
+                .ok_or(Problem::OutOfRange)
+        };
         let repeated = match opt {
+            Opt::Reserve => self.reserve.replace(int()?).is_some(),
+            Opt::At => self.at.replace(int()?).is_some(),
             Opt::Penalty => {
                 let ms = parse_i64(value)
                     .filter(|&v| v >= opt.spec().min)
@@ -190,6 +212,38 @@ impl Options {
             true => Err(Problem::Repeated),
             false => Ok(2),
         }
+    }
+}
+
+/// RL.ADMIT's FORCE and RESERVE as given, judged against the other
+/// options (before the policy is resolved).
+pub fn check_charge(opts: &Options) -> Result<(), RlError> {
+    let Some(_) = opts.reserve else {
+        return match (opts.force, opts.cost, opts.block) {
+            (true, Some(0), _) => Err(RlError::ForceNothing),
+            (true, _, Some(_)) => {
+                let why = "a forced charge never waits";
+                Err(RlError::Conflict(Opt::Force.name(), Opt::Block.name(), why))
+            }
+            _ => Ok(()),
+        };
+    };
+    let reserve = Opt::Reserve.name();
+    let conflict = if opts.force {
+        Some((
+            Opt::Force,
+            "a forced charge is consumed now, a booking later",
+        ))
+    } else if opts.block.is_some() {
+        Some((Opt::Block, "a booking answers at once with its slot"))
+    } else if opts.shadow {
+        Some((Opt::Shadow, "a trial must never make a caller wait"))
+    } else {
+        None
+    };
+    match conflict {
+        Some((opt, why)) => Err(RlError::Conflict(reserve, opt.name(), why)),
+        None => Ok(()),
     }
 }
 

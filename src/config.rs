@@ -21,6 +21,7 @@ use crate::algo::{Algo, ALGORITHMS};
 static DEFAULT_ALGO: AtomicU8 = AtomicU8::new(BUILT_IN.algo as u8);
 static HIT_EVENTS: AtomicBool = AtomicBool::new(BUILT_IN.hit_events);
 static MAX_WAITERS: AtomicI64 = AtomicI64::new(BUILT_IN.max_waiters);
+static MAX_RESERVE_MS: AtomicI64 = AtomicI64::new(BUILT_IN.max_reserve_ms);
 
 /// The algorithm used when neither ALGO nor the META hash names one.
 pub fn default_algo() -> Algo {
@@ -37,13 +38,27 @@ pub fn max_waiters() -> i64 {
     MAX_WAITERS.load(Relaxed)
 }
 
+/// The booking horizon (ms): how far past a full bucket a limiter's state
+/// may run ahead of now (RESERVE, FORCE), unless META says otherwise.
+pub fn max_reserve_ms() -> i64 {
+    MAX_RESERVE_MS.load(Relaxed)
+}
+
 /// The configs' names; a config's index is its bit in `APPLIED`.
-const CONFIGS: [&str; 3] = ["default-algorithm", "hit-events", "max-waiters"];
+const CONFIGS: [&str; 4] = [
+    "default-algorithm",
+    "hit-events",
+    "max-waiters",
+    "max-reserve-ms",
+];
 const ALGO_CONFIG: usize = 0;
 const HIT_EVENTS_CONFIG: usize = 1;
 const MAX_WAITERS_CONFIG: usize = 2;
+const MAX_RESERVE_CONFIG: usize = 3;
 /// `ratelimit.max-waiters`' range.
 const MAX_WAITERS_RANGE: (i64, i64) = (1, 1_000_000);
+/// `ratelimit.max-reserve-ms`' range: up to one day.
+pub const MAX_RESERVE_RANGE: (i64, i64) = (0, 86_400_000);
 
 /// Which configs the server has set since `register` began. The config
 /// layer drops the server's answer to each registration, but
@@ -129,6 +144,21 @@ impl ConfigurationValue<i64> for MaxWaiters {
     }
 }
 
+/// `ratelimit.max-reserve-ms` as the config layer holds it.
+struct MaxReserve;
+
+impl ConfigurationValue<i64> for MaxReserve {
+    fn get(&self, _: &ConfigurationContext) -> i64 {
+        max_reserve_ms()
+    }
+
+    fn set(&self, _: &ConfigurationContext, ms: i64) -> Result<(), RedisError> {
+        MAX_RESERVE_MS.store(ms, Relaxed);
+        applied(MAX_RESERVE_CONFIG);
+        Ok(())
+    }
+}
+
 /// Reads the `loadmodule` arguments (pairs of name and value) as defaults,
 /// registers the configs with them, then loads config-file values.
 pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), String> {
@@ -136,6 +166,7 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
     DEFAULT_ALGO.store(defaults.algo as u8, Relaxed);
     HIT_EVENTS.store(defaults.hit_events, Relaxed);
     MAX_WAITERS.store(defaults.max_waiters, Relaxed);
+    MAX_RESERVE_MS.store(defaults.max_reserve_ms, Relaxed);
     // The config layer unwraps these pointers: an older server must get an
     // error here, not a panic there.
     // SAFETY: read at load, after Init filled the API table.
@@ -177,6 +208,16 @@ pub fn register(ctx: *mut raw::RedisModuleCtx, args: &[&[u8]]) -> Result<(), Str
         ConfigurationFlags::DEFAULT,
         None,
     );
+    register_i64_configuration(
+        &module,
+        CONFIGS[MAX_RESERVE_CONFIG],
+        &MaxReserve,
+        defaults.max_reserve_ms,
+        MAX_RESERVE_RANGE.0,
+        MAX_RESERVE_RANGE.1,
+        ConfigurationFlags::DEFAULT,
+        None,
+    );
     // SAFETY: the load's context, once every config is registered.
     if unsafe { load(ctx) } != raw::REDISMODULE_OK as i32 {
         return Err("loading ratelimit.* configuration failed".into());
@@ -195,6 +236,7 @@ struct Defaults {
     algo: Algo,
     hit_events: bool,
     max_waiters: i64,
+    max_reserve_ms: i64,
 }
 
 /// The defaults when no module argument sets them.
@@ -202,6 +244,7 @@ const BUILT_IN: Defaults = Defaults {
     algo: Algo::Fixed,
     hit_events: true,
     max_waiters: 1000,
+    max_reserve_ms: 60_000,
 };
 
 impl Defaults {
@@ -228,6 +271,13 @@ impl Defaults {
                         .and_then(|v| v.parse().ok())
                         .filter(|v| (MAX_WAITERS_RANGE.0..=MAX_WAITERS_RANGE.1).contains(v))
                         .ok_or("max-waiters must be an integer from 1 to 1000000")?;
+                }
+                b"max-reserve-ms" => {
+                    defaults.max_reserve_ms = std::str::from_utf8(value)
+                        .ok()
+                        .and_then(|v| v.parse().ok())
+                        .filter(|v| (MAX_RESERVE_RANGE.0..=MAX_RESERVE_RANGE.1).contains(v))
+                        .ok_or("max-reserve-ms must be an integer from 0 to 86400000")?;
                 }
                 _ => {
                     return Err(format!(

@@ -55,6 +55,10 @@ pub enum RlError {
     NotADeadline,
     /// BLOCK: the key already has `ratelimit.max-waiters` callers waiting.
     QueueFull(i64),
+    /// RESERVE or AT (as given) under a window algorithm.
+    NeedsBooking(&'static str),
+    /// FORCE with COST 0.
+    ForceNothing,
 }
 
 pub const NON_NEGATIVE: &str = "an integer from 0 to 9223372036854775807";
@@ -64,6 +68,8 @@ pub const NON_EMPTY: &str = "a non-empty string";
 pub const ZERO_OR_ONE: &str = "0 or 1";
 /// A leaky queue may be empty; a bucket must hold at least one request.
 pub const BURST_RANGE: &str = "an integer from 1 (0 for ALGO leaky) to 9223372036854775807";
+/// The booking horizon (META field `max_reserve_ms`), up to one day.
+pub const MAX_RESERVE_FORM: &str = "an integer from 0 to 86400000";
 
 impl fmt::Display for RlError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -122,6 +128,11 @@ impl fmt::Display for RlError {
                 f,
                 "ERR too many callers wait on this key: ratelimit.max-waiters is {max}"
             ),
+            NeedsBooking(what) => write!(
+                f,
+                "ERR {what} needs ALGO gcra, token or leaky: a window's count cannot book a slot in a later window"
+            ),
+            ForceNothing => write!(f, "ERR FORCE needs a COST of at least 1"),
         }
     }
 }

@@ -89,19 +89,24 @@ const LIMITER_ARGS: [Arg; TTL_ARGS.len() + 1] = {
     args
 };
 
-/// RL.ADMIT's: RL.REFUND's, then BLOCK.
-const ADMIT_ARGS: [Arg; LIMITER_ARGS.len() + 1] = {
-    let block = option_args::<{ ADMIT.len() }>(ADMIT, 1)[ADMIT.len() - 1];
-    let mut args = [block; LIMITER_ARGS.len() + 1];
+/// RL.ADMIT's: the policy options and COST, then BLOCK, FORCE and RESERVE
+/// (ADMIT's words past the limiters').
+const ADMIT_ARGS: [Arg; TTL_ARGS.len() + ADMIT.len() - POLICY.len()] = {
+    let own = option_args::<{ ADMIT.len() }>(ADMIT, 1);
+    let mut args = [COST_ARG; TTL_ARGS.len() + ADMIT.len() - POLICY.len()];
     let mut i = 0;
-    while i < LIMITER_ARGS.len() {
-        args[i] = LIMITER_ARGS[i];
+    while i < TTL_ARGS.len() {
+        args[i] = TTL_ARGS[i];
+        i += 1;
+    }
+    while i < args.len() {
+        args[i] = own[i - TTL_ARGS.len() + POLICY.len()];
         i += 1;
     }
     args
 };
 
-/// RL.ADMIT key [policy options] [COST n] [BLOCK timeout_ms]
+/// RL.ADMIT key [policy options] [COST n] [BLOCK timeout_ms] [FORCE] [RESERVE max_ms]
 const RL_ADMIT: Command = Command {
     name: c"RL.ADMIT",
     handler: rl_admit,

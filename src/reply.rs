@@ -8,7 +8,7 @@ use redis_module::raw;
 
 use crate::algo::lease::Acquired;
 use crate::algo::throttle;
-use crate::algo::Decision;
+use crate::algo::{Decision, Slot};
 use crate::error::RlError;
 use crate::ffi::{api, Ctx};
 
@@ -26,6 +26,17 @@ const DECISION_FIELDS: [&CStr; 5] = [
     c"remaining",
     c"retry_after_ms",
     c"reset_after_ms",
+];
+
+/// Field names of a RESERVE's reply: the decision's, then the slot's.
+const RESERVED_FIELDS: [&CStr; 7] = [
+    c"admitted",
+    c"limit",
+    c"remaining",
+    c"retry_after_ms",
+    c"reset_after_ms",
+    c"delay_ms",
+    c"at_ms",
 ];
 
 /// Field names of RL.THROTTLE's reply, in order.
@@ -49,7 +60,7 @@ fn ints(ctx: Ctx, values: &[i64]) {
 }
 
 /// Integers as an array (RESP2) or as a map of `names` (RESP3).
-fn named_ints(ctx: Ctx, names: &[&CStr; 5], values: &[i64; 5]) {
+fn named_ints<const N: usize>(ctx: Ctx, names: &[&CStr; N], values: &[i64; N]) {
     if !speaks_resp3(ctx) {
         return ints(ctx, values);
     }
@@ -79,6 +90,22 @@ pub fn decision(ctx: Ctx, d: &Decision, shadow: bool) {
         d.reset_after_ms,
     ];
     named_ints(ctx, &DECISION_FIELDS, &values);
+}
+
+/// RL.ADMIT with RESERVE: the decision's five integers, then the slot's
+/// `delay_ms` and `at_ms` (-1 and -1 for a refusal).
+#[cold]
+pub fn reserved(ctx: Ctx, d: &Decision, slot: Slot) {
+    let values = [
+        i64::from(d.admitted),
+        d.limit,
+        d.remaining,
+        d.retry_after_ms,
+        d.reset_after_ms,
+        slot.delay_ms,
+        slot.at_ms,
+    ];
+    named_ints(ctx, &RESERVED_FIELDS, &values);
 }
 
 /// A shadow refusal: admitted, with the refusal's numbers (`decision`).

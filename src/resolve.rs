@@ -5,10 +5,10 @@ use std::ffi::CStr;
 
 use crate::algo::calendar::{self, Period, PERIOD_NAMES};
 use crate::algo::penalty::Penalty;
-use crate::algo::{Algo, Policy};
+use crate::algo::{Algo, Policy, NS_PER_MS};
 use crate::args::{Opt, Options, LEASE_META_FIELDS, META_FIELDS, OPTIONS};
 use crate::config;
-use crate::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
+use crate::error::{RlError, BURST_RANGE, MAX_RESERVE_FORM, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::ffi::{Ctx, Str};
 use crate::num::parse_i64;
 use crate::store::{Key, KeyKind};
@@ -35,6 +35,9 @@ pub struct Resolved {
     align: bool,
     /// CALENDAR's period and TZ's zone (UTC without TZ).
     calendar: Option<(Period, Zone)>,
+    /// The booking horizon from META field `max_reserve_ms` (ms; `None`:
+    /// the config's).
+    horizon_ms: Option<i64>,
 }
 
 impl Resolved {
@@ -57,7 +60,9 @@ impl Resolved {
             });
         }
         let burst = self.burst.map(|(b, _)| b);
-        let policy = Policy::new(self.algo, self.limit, window, burst, now)?;
+        let mut policy = Policy::new(self.algo, self.limit, window, burst, now)?;
+        let horizon_ms = self.horizon_ms.unwrap_or_else(config::max_reserve_ms);
+        policy.horizon_ns = i128::from(horizon_ms) * NS_PER_MS;
         Ok(match (self.align, self.algo, self.calendar) {
             // An aligned fixed window is, for this call, the window from
             // now to its next multiple (the sliding window's always are).
@@ -159,6 +164,7 @@ pub fn resolve(ctx: Ctx, argv: &[Str], opts: &Options) -> Result<Option<Resolved
             escalate: (0, false),
             align: false,
             calendar: None,
+            horizon_ms: None,
         }));
     }
     resolve_rest(opts, meta, algo, limit).map(Some)
@@ -198,8 +204,19 @@ fn resolve_rest(
         escalate: (0, false),
         align: false,
         calendar,
+        horizon_ms: None,
     };
     policies(&mut resolved, opts, meta)?;
+    let (_, most) = config::MAX_RESERVE_RANGE;
+    resolved.horizon_ms = match Meta::int_of(meta, Opt::Horizon, 0, MAX_RESERVE_FORM)? {
+        Some(ms) if ms > most => {
+            return Err(RlError::BadMetaField(
+                Opt::Horizon.meta_field(),
+                MAX_RESERVE_FORM,
+            ))
+        }
+        ms => ms,
+    };
     Ok(resolved)
 }
 

@@ -2,7 +2,7 @@
 //! the reset.
 
 use super::state::Layout;
-use super::{Algo, Decision, Now, Outcome, Policy, State, Write};
+use super::{Algo, Charge, Decision, Now, Outcome, Policy, Slot, State, Write};
 
 /// The stored state: the count alone, a bare integer that INCR and GET
 /// clients share.
@@ -66,6 +66,7 @@ pub fn admit(
             remaining: remaining_after(count),
             retry_after_ms: -1,
             reset_after_ms: left_ms(expires_at),
+            slot: Slot::NONE,
         };
         return (decision, adoption(adopted, cost, expires_at));
     }
@@ -83,6 +84,7 @@ pub fn admit(
                     (0, None) => 0,
                     _ => left_ms(Some(expires_at)),
                 },
+                slot: Slot::NONE,
             };
             let write = if cost == 0 {
                 Write::Nothing
@@ -102,6 +104,7 @@ pub fn admit(
                 remaining: remaining_after(count),
                 retry_after_ms: left,
                 reset_after_ms: left,
+                slot: Slot::NONE,
             };
             (decision, adoption(adopted, cost, expires_at))
         }
@@ -137,12 +140,49 @@ pub fn decide(
 }
 
 fn decide_counter(found: Option<Counter>, policy: &Policy, cost: i64, now_ms: i64) -> Outcome {
-    let (decision, write) = admit(found, policy.limit, policy.window_ms, cost, now_ms);
+    let (mut decision, mut write) = admit(found, policy.limit, policy.window_ms, cost, now_ms);
+    if policy.charge == Charge::Force && !decision.admitted {
+        (decision, write) = forced(found, policy, cost, now_ms).unwrap_or((decision, write));
+    }
     Outcome {
         decision,
         write,
         reset_at: now_ms.saturating_add(decision.reset_after_ms),
     }
+}
+
+/// FORCE over the limit: the counter grows past it, in its window; the
+/// reply is the refusal a request of cost 1 would get. `None` when the
+/// count would pass an i64 (then the plain refusal stands).
+fn forced(
+    found: Option<Counter>,
+    policy: &Policy,
+    cost: i64,
+    now_ms: i64,
+) -> Option<(Decision, Write)> {
+    let found = found.filter(|c| c.expires_at.is_none_or(|at| at > now_ms));
+    let (count, expires_at) = match found {
+        None => (0, now_ms.saturating_add(policy.window_ms)),
+        Some(c) => (
+            c.count,
+            window_expiry(c.expires_at, policy.window_ms, now_ms),
+        ),
+    };
+    let next = count.checked_add(cost)?;
+    let left = expires_at.saturating_sub(now_ms).max(0);
+    let decision = Decision {
+        admitted: false,
+        limit: policy.limit,
+        remaining: 0,
+        retry_after_ms: left,
+        reset_after_ms: left,
+        slot: Slot::NONE,
+    };
+    let write = Write::State {
+        state: Count(next).stored(),
+        expires_at,
+    };
+    Some((decision, write))
 }
 
 /// Takes `amount` off the counter (never below 0), keeping its window.

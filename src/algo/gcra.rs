@@ -4,7 +4,9 @@
 //! request is admitted while the debt it leaves fits the bucket.
 
 use super::state::{clamp, Layout};
-use super::{ceil_ms, div, ns_of_us, Algo, Decision, Outcome, Policy, State, Write};
+use super::{
+    ceil_ms, div, ns_of_us, Algo, Charge, Decision, Now, Outcome, Policy, Slot, State, Write,
+};
 
 /// The stored state, `gcra:<theoretical_arrival_time_ns>`; RL.THROTTLE
 /// keeps the same.
@@ -34,17 +36,31 @@ impl Layout for Tat {
 }
 
 /// The debt (ns) a stored TAT leaves at `now_ns`, never below 0 and never
-/// beyond `capacity`: a policy change applies to existing state at once.
+/// beyond `capacity`: RL.THROTTLE's reading (it has no horizon).
 pub fn debt(tat_ns: Option<i128>, now_ns: i128, capacity: i128) -> i128 {
     tat_ns.map_or(0, |tat| (tat - now_ns).clamp(0, capacity))
 }
 
 /// A stored time more than a full bucket ahead (a clock that went back, a
-/// shrunken policy, a hand-written value) is read as a full bucket; since a
-/// refusal otherwise writes nothing, a real call writes that back, so the
-/// limiter drains from there instead of staying full for ever.
+/// shrunken policy, a hand-written value) is read as a full bucket
+/// (RL.THROTTLE's rule; the limiters' is `within`).
 pub fn beyond(tat_ns: Option<i128>, now_ns: i128, capacity: i128) -> bool {
     tat_ns.is_some_and(|tat| tat - now_ns > capacity)
+}
+
+/// The debt (ns) state `ahead_ns` past now leaves (`None`: no state), and
+/// whether the state is odd. The state may run ahead by the capacity plus
+/// the horizon (bookings, forced charges): that debt is kept, so a plain
+/// call is told the wait the bookings imply and never erases them. Beyond
+/// it (a clock that went back, a shrunken policy, a hand-written value) it
+/// is odd: read as a full bucket, which a real call writes back so the
+/// limiter drains from there instead of staying full for ever.
+pub fn within(ahead_ns: Option<i128>, capacity: i128, horizon_ns: i128) -> (i128, bool) {
+    match ahead_ns {
+        Some(ahead) if ahead > capacity.saturating_add(horizon_ns) => (capacity, true),
+        Some(ahead) => (ahead.max(0), false),
+        None => (0, false),
+    }
 }
 
 /// The shared meter: `slots` requests of debt fit (the burst; one more for
@@ -99,6 +115,96 @@ impl Meter {
     }
 }
 
+/// A decision on a debt: what the reply says, the debt after the call (for
+/// the reset), and whether that debt is to be stored.
+pub struct Charged {
+    pub decision: Decision,
+    pub after: i128,
+    pub write: bool,
+}
+
+/// The buckets' one decision on a debt (ns; at most capacity + horizon):
+/// the plain admission, FORCE, or RESERVE (`policy.charge`). `tells_delay`:
+/// the leaky queue, whose admitted replies carry the wait for the queue
+/// ahead, and whose slot is when that queue has drained.
+pub fn charge(
+    meter: &Meter,
+    policy: &Policy,
+    debt: i128,
+    cost: i64,
+    now_us: i64,
+    tells_delay: bool,
+) -> Charged {
+    let bound = meter.capacity.saturating_add(policy.horizon_ns);
+    // Never more than the burst (the leaky queue's head is not waiting).
+    let room = |debt: i128| meter.room(debt).min(policy.burst);
+    let admit = |after: i128, slot: Slot| Charged {
+        decision: Decision {
+            admitted: true,
+            limit: policy.burst,
+            remaining: room(after),
+            retry_after_ms: if tells_delay { ceil_ms(debt) } else { 0 },
+            reset_after_ms: ceil_ms(after),
+            slot,
+        },
+        after,
+        write: cost > 0,
+    };
+    let refuse = |wait: Option<i128>| Charged {
+        decision: Decision {
+            admitted: false,
+            limit: policy.burst,
+            remaining: room(debt),
+            retry_after_ms: wait.map_or(-1, ceil_ms),
+            reset_after_ms: ceil_ms(debt),
+            slot: Slot::NONE,
+        },
+        after: debt,
+        write: false,
+    };
+    let verdict = meter.judge(debt, cost);
+    match (policy.charge, verdict) {
+        (Charge::Plain, Verdict::Admit { debt: after }) => admit(after, Slot::NONE),
+        (Charge::Plain, Verdict::Refuse { wait }) => refuse(wait),
+        (Charge::Force, Verdict::Admit { debt: after }) => admit(after, Slot::NONE),
+        (Charge::Force, Verdict::Refuse { .. }) => {
+            // Capped at the horizon: the part past it is dropped.
+            let increment = i128::from(cost).saturating_mul(meter.interval);
+            let after = debt.saturating_add(increment).min(bound);
+            Charged {
+                decision: Decision {
+                    admitted: false,
+                    limit: policy.burst,
+                    remaining: 0,
+                    retry_after_ms: ceil_ms(after + meter.interval - meter.capacity),
+                    reset_after_ms: ceil_ms(after),
+                    slot: Slot::NONE,
+                },
+                after,
+                write: true,
+            }
+        }
+        (Charge::Reserve { .. }, Verdict::Admit { debt: after }) => {
+            let now = Now::from_us(now_us);
+            let wait = if tells_delay { debt } else { 0 };
+            admit(after, Slot::after(wait, ns_of_us(now_us), now.ms))
+        }
+        (Charge::Reserve { .. }, Verdict::Refuse { wait: None }) => refuse(None),
+        (Charge::Reserve { max_ms }, Verdict::Refuse { wait: Some(wait) }) => {
+            // The slot: when the queue ahead has drained (leaky), or when
+            // the debt left fits the bucket again (gcra, token).
+            let now = Now::from_us(now_us);
+            let slot_wait = if tells_delay { debt } else { wait };
+            let slot = Slot::after(slot_wait, ns_of_us(now_us), now.ms);
+            let after = wait + meter.capacity; // the debt with the cost's increment
+            match after <= bound && slot.delay_ms <= max_ms {
+                true => admit(after, slot),
+                false => refuse(Some(wait)),
+            }
+        }
+    }
+}
+
 /// How a limiter built on a theoretical arrival time stores and reads it:
 /// GCRA meters (admit or refuse); the leaky queue also tells each admitted
 /// request how long to wait for the queue ahead of it.
@@ -118,44 +224,25 @@ impl Schedule {
     pub fn admit(&self, state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
         let meter = Meter::of(policy);
         let now_ns = ns_of_us(now_us);
-        let tat = (self.read)(state);
-        let debt = debt(tat, now_ns, meter.capacity);
-        let store = |debt: i128| Write::State {
-            state: (self.make)(now_ns + debt),
-            expires_at: ceil_ms(now_ns + debt),
+        let ahead = (self.read)(state).map(|tat| tat - now_ns);
+        let (debt, odd) = within(ahead, meter.capacity, policy.horizon_ns);
+        let charged = charge(&meter, policy, debt, cost, now_us, self.tells_delay);
+        let write = match charged.write {
+            true => charged.after,
+            // Odd state is written back by a real call, so it drains.
+            false if cost > 0 && odd => debt,
+            false => -1,
         };
-        // Never more than the burst (the leaky queue's head is not waiting).
-        let room = |debt: i128| meter.room(debt).min(policy.burst);
-        match meter.judge(debt, cost) {
-            Verdict::Admit { debt: after } => Outcome {
-                decision: Decision {
-                    admitted: true,
-                    limit: policy.burst,
-                    remaining: room(after),
-                    retry_after_ms: if self.tells_delay { ceil_ms(debt) } else { 0 },
-                    reset_after_ms: ceil_ms(after),
+        Outcome {
+            decision: charged.decision,
+            write: match write >= 0 {
+                true => Write::State {
+                    state: (self.make)(now_ns + write),
+                    expires_at: ceil_ms(now_ns + write),
                 },
-                write: if cost > 0 {
-                    store(after)
-                } else {
-                    Write::Nothing
-                },
-                reset_at: ceil_ms(now_ns + after),
+                false => Write::Nothing,
             },
-            Verdict::Refuse { wait } => Outcome {
-                decision: Decision {
-                    admitted: false,
-                    limit: policy.burst,
-                    remaining: room(debt),
-                    retry_after_ms: wait.map_or(-1, ceil_ms),
-                    reset_after_ms: ceil_ms(debt),
-                },
-                write: match cost > 0 && beyond(tat, now_ns, meter.capacity) {
-                    true => store(debt),
-                    false => Write::Nothing,
-                },
-                reset_at: ceil_ms(now_ns + debt),
-            },
+            reset_at: ceil_ms(now_ns + charged.after),
         }
     }
 
@@ -169,7 +256,7 @@ impl Schedule {
         let meter = Meter::of(policy);
         let now_ns = ns_of_us(now_us);
         let tat = (self.read)(state);
-        let before = debt(tat, now_ns, meter.capacity);
+        let (before, _) = within(tat.map(|t| t - now_ns), meter.capacity, policy.horizon_ns);
         let after = meter.forgive(before, amount);
         let write = match (tat, after) {
             // No debt to forgive: no write.
@@ -182,9 +269,13 @@ impl Schedule {
             },
         };
         let peek_state = (after > 0).then(|| (self.make)(now_ns + after));
+        let peek = Policy {
+            charge: Charge::Plain,
+            ..*policy
+        };
         Outcome {
             write,
-            ..self.admit(peek_state, policy, 0, now_us)
+            ..self.admit(peek_state, &peek, 0, now_us)
         }
     }
 }
@@ -342,5 +433,155 @@ mod tests {
         );
         assert_eq!(early.reset_at, 1_764_000_000_002);
         assert!(admit(Some(state), &p, 1, start + 250).decision.admitted);
+    }
+
+    /// `policy` with a horizon (ms) and a charge.
+    fn with(p: Policy, horizon_ms: i64, charge: Charge) -> Policy {
+        Policy {
+            horizon_ns: i128::from(horizon_ms) * NS_PER_MS,
+            charge,
+            ..p
+        }
+    }
+
+    #[test]
+    fn bookings_follow_each_other_one_interval_apart() {
+        for algo in [Algo::Gcra, Algo::Token, Algo::Leaky] {
+            let p = Policy::new(algo, 10, 1_000, Some(algo.min_burst()), 0).unwrap();
+            let reserve = with(p, 60_000, Charge::Reserve { max_ms: 5_000 });
+            let plain = with(p, 60_000, Charge::Plain);
+            let mut state = None;
+            let mut slots = vec![];
+            let now = 1_000_000 + 300; // µs, 0.3 ms into a ms
+            for call in 0..12 {
+                let out = crate::algo::admit(state, &reserve, 1, Now::from_us(now));
+                assert!(out.decision.admitted, "{algo:?} call {call}");
+                let Write::State {
+                    state: s,
+                    expires_at,
+                } = out.write
+                else {
+                    panic!("{algo:?}: {:?}", out.write)
+                };
+                state = Some((s, Some(expires_at)));
+                slots.push(out.decision.slot);
+                // A plain call between bookings is refused and erases none.
+                let between = crate::algo::admit(state, &plain, 1, Now::from_us(now));
+                assert!(!between.decision.admitted, "{algo:?}");
+                assert_eq!(between.write, Write::Nothing, "{algo:?}");
+                assert!(between.decision.retry_after_ms >= slots.last().unwrap().delay_ms);
+            }
+            // The first goes now (leaky: the queue is empty); the booked
+            // ones at their slots, rounded up to the ms.
+            assert_eq!(
+                slots[0],
+                Slot {
+                    delay_ms: 0,
+                    at_ms: 1_000
+                }
+            );
+            assert_eq!(slots[1].at_ms, 1_101, "{algo:?}");
+            for pair in slots[1..].windows(2) {
+                assert_eq!(pair[1].at_ms - pair[0].at_ms, 100, "{algo:?} {slots:?}");
+                assert_eq!(pair[1].delay_ms - pair[0].delay_ms, 100, "{algo:?}");
+            }
+            assert_eq!(slots[0].at_ms - 1_000, slots[0].delay_ms);
+        }
+    }
+
+    #[test]
+    fn beyond_max_ms_or_the_horizon_books_nothing() {
+        let p = policy(10, 1_000, 1);
+        let mut state = None;
+        let horizon = with(p, 250, Charge::Reserve { max_ms: 10_000 });
+        let mut booked = 0;
+        for _ in 0..10 {
+            let out = admit(state, &horizon, 1, ms(0));
+            match out.write {
+                Write::State { state: s, .. } => {
+                    booked += 1;
+                    state = Some(s)
+                }
+                other => {
+                    assert_eq!(other, Write::Nothing);
+                    assert_eq!(out.decision.slot, Slot::NONE);
+                }
+            }
+        }
+        // One now, then 100, 200 ms ahead: the debt is 300 ms, 100 + 250 at most.
+        assert_eq!(booked, 3);
+        let short = with(p, 60_000, Charge::Reserve { max_ms: 150 });
+        let out = admit(state, &short, 1, ms(0));
+        assert_eq!((out.decision.admitted, out.write), (false, Write::Nothing));
+    }
+
+    #[test]
+    fn force_consumes_and_stops_at_the_horizon() {
+        let p = policy(10, 1_000, 2);
+        let force = with(p, 1_000, Charge::Force);
+        let first = admit(None, &force, 5, ms(0));
+        // 500 ms of debt against a bucket of 200: refused, charged anyway.
+        assert_eq!(
+            (first.decision.admitted, first.decision.retry_after_ms),
+            (false, 400)
+        );
+        let Write::State { state, .. } = first.write else {
+            panic!()
+        };
+        assert_eq!(
+            state,
+            Tat {
+                tat_ns: 500 * NS_PER_MS
+            }
+            .stored()
+        );
+        let capped = admit(Some(state), &force, 100, ms(0));
+        let Write::State { state, .. } = capped.write else {
+            panic!()
+        };
+        assert_eq!(
+            state,
+            Tat {
+                tat_ns: 1_200 * NS_PER_MS
+            }
+            .stored(),
+            "200 + 1000"
+        );
+        assert_eq!(capped.decision.retry_after_ms, 1_100);
+        let within = admit(None, &force, 1, ms(0));
+        assert!(within.decision.admitted);
+    }
+
+    proptest::proptest! {
+        /// Any mix of plain calls, bookings and forced charges: the state
+        /// never runs past capacity + horizon, and bookings' slots never go
+        /// back in time.
+        #[test]
+        fn state_stays_within_the_horizon(
+            horizon_ms in 0i64..3_000,
+            calls in proptest::collection::vec((0i64..200_000, 0u8..3, 1i64..4), 1..80),
+        ) {
+            let p = policy(10, 1_000, 2);
+            let cap = p.capacity_ns().unwrap() + i128::from(horizon_ms) * NS_PER_MS;
+            let (mut now, mut state, mut last_at) = (ms(1_000), None, i64::MIN);
+            for (step, kind, cost) in calls {
+                now += step;
+                let charge = match kind {
+                    0 => Charge::Plain,
+                    1 => Charge::Force,
+                    _ => Charge::Reserve { max_ms: 10_000 },
+                };
+                let out = admit(state, &with(p, horizon_ms, charge), cost, now);
+                if let Write::State { state: s, .. } = out.write {
+                    let tat = Tat::of(s).unwrap().tat_ns;
+                    proptest::prop_assert!(tat - i128::from(now) * 1_000 <= cap);
+                    state = Some(s);
+                }
+                if kind == 2 && out.decision.admitted {
+                    proptest::prop_assert!(out.decision.slot.at_ms >= last_at);
+                    last_at = out.decision.slot.at_ms;
+                }
+            }
+        }
     }
 }

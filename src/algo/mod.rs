@@ -18,7 +18,7 @@ pub mod state;
 pub mod throttle;
 pub mod token;
 
-pub use policy::{Algo, AlgoSpec, Policy, ALGORITHMS};
+pub use policy::{Algo, AlgoSpec, Charge, Policy, ALGORITHMS};
 pub use state::State;
 
 /// What a call answers: the five integers of the RL.ADMIT reply.
@@ -34,6 +34,8 @@ pub struct Decision {
     pub retry_after_ms: i64,
     /// ms until the limiter is back to its full budget; 0 with no state.
     pub reset_after_ms: i64,
+    /// RESERVE's slot (`Slot::NONE` for any other call, and a refusal).
+    pub slot: Slot,
 }
 
 impl Decision {
@@ -44,7 +46,41 @@ impl Decision {
         remaining: 0,
         retry_after_ms: 0,
         reset_after_ms: 0,
+        slot: Slot::NONE,
     };
+}
+
+/// A booked slot (RESERVE): how long to wait from the call's ms, and the
+/// slot's absolute ms (`at_ms` = now's ms + `delay_ms`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    pub delay_ms: i64,
+    pub at_ms: i64,
+}
+
+impl Slot {
+    /// No slot: a refusal (or a call without RESERVE).
+    pub const NONE: Slot = Slot {
+        delay_ms: -1,
+        at_ms: -1,
+    };
+
+    /// The slot `wait_ns` after now (the ns clock `now_ns`, its ms
+    /// `now_ms`): now for no wait, else its time rounded up to the ms, so
+    /// that a caller going ahead then is never early.
+    pub fn after(wait_ns: i128, now_ns: i128, now_ms: i64) -> Slot {
+        if wait_ns <= 0 {
+            return Slot {
+                delay_ms: 0,
+                at_ms: now_ms,
+            };
+        }
+        let at_ms = ceil_ms(now_ns + wait_ns);
+        Slot {
+            delay_ms: at_ms.saturating_sub(now_ms),
+            at_ms,
+        }
+    }
 }
 
 /// What the store must do after a decision.

@@ -206,6 +206,7 @@ fn boxed(d: Decision, left: i64) -> Decision {
         remaining: 0,
         retry_after_ms: wait,
         reset_after_ms: d.reset_after_ms.max(left),
+        slot: super::Slot::NONE,
         ..d
     }
 }
@@ -239,11 +240,14 @@ pub fn decide(
     // The ladder's form is kept under ESCALATE (and dropped without it).
     let cap = penalty.cap;
     let len = read.len.filter(|_| cap > 0);
+    // A forced charge is usage that happened: it lands in the state even
+    // in a penalty, as a refund does, and it starts none.
+    let forced = policy.charge == super::Charge::Force;
     if left > 0 {
         // In the penalty: refused, consuming nothing; a refund gives back
         // to the state, but does not lift the penalty.
         let until = read.until.unwrap_or(now.ms);
-        let plan = match (refund, out.write) {
+        let plan = match (refund || forced, out.write) {
             (true, Write::Nothing) | (false, _) => Plan::Plain(Write::Nothing),
             (true, write) => Plan::Wrap {
                 until,
@@ -259,7 +263,7 @@ pub fn decide(
         return (boxed(out.decision, left), plan);
     }
     let d = out.decision;
-    if !refund && !d.admitted && cost > 0 && penalty.ms > 0 {
+    if !refund && !forced && !d.admitted && cost > 0 && penalty.ms > 0 {
         // A refusal starts the penalty (on the ladder, twice the last);
         // the state as the refusal leaves it.
         let ms = length(&read, penalty, now.ms);

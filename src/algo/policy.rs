@@ -133,6 +133,17 @@ impl Algo {
     }
 }
 
+/// What an RL.ADMIT asks beyond the plain decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Charge {
+    #[default]
+    Plain,
+    /// FORCE: consume the cost even over the limit (within the horizon).
+    Force,
+    /// RESERVE max_ms: book the earliest slot within `max_ms`.
+    Reserve { max_ms: i64 },
+}
+
 /// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Policy {
@@ -145,6 +156,12 @@ pub struct Policy {
     /// The sliding window over calendar periods: CALENDAR's period and
     /// TZ's zone; `window_ms` is then the current period's length.
     pub calendar: Option<(Period, Zone)>,
+    /// The booking horizon (ns): how far past a full bucket the buckets'
+    /// state may run ahead of now (0 from `new`; the call's resolution
+    /// sets it from META or the config).
+    pub horizon_ns: i128,
+    /// What the call asks (RL.ADMIT's FORCE or RESERVE); `Plain` else.
+    pub charge: Charge,
 }
 
 impl Policy {
@@ -164,6 +181,8 @@ impl Policy {
             window_ms,
             burst,
             calendar: None,
+            horizon_ns: 0,
+            charge: Charge::Plain,
         };
         if burst < algo.min_burst() {
             return Err(RlError::BadValue("BURST", crate::error::BURST_RANGE));

@@ -10,7 +10,7 @@
 
 use super::calendar::{self, Period};
 use super::state::Layout;
-use super::{div, Algo, Decision, Outcome, Policy, State, Write};
+use super::{div, Algo, Charge, Decision, Outcome, Policy, Slot, State, Write};
 use crate::time::zone::Zone;
 
 /// The stored state, `sliding:<window_start_ms>:<current_count>:<previous_count>`,
@@ -222,6 +222,11 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
     // What the cost takes, once it is known to be at most the limit.
     let taken = i128::from(cost) * v.window;
     let fits = cost <= policy.limit && taken <= spare;
+    if !fits && policy.charge == Charge::Force {
+        if let Some(after) = current.checked_add(cost) {
+            return forced(&f, &v, policy, after, previous, now_ms);
+        }
+    }
     if !fits {
         let retry = if cost > policy.limit {
             -1
@@ -236,6 +241,7 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
                 remaining: v.room(spare),
                 retry_after_ms: retry,
                 reset_after_ms: reset,
+                slot: Slot::NONE,
             },
             // Read as now's window, a future one is written back as such
             // by a real call, or it would be read so again next window.
@@ -255,6 +261,7 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
             remaining: v.room(spare - taken),
             retry_after_ms: 0,
             reset_after_ms: reset,
+            slot: Slot::NONE,
         },
         reset_at: now_ms + reset,
         write: match cost {
@@ -269,6 +276,39 @@ fn judge(state: Option<Windows>, policy: &Policy, cost: i64, now_ms: i64) -> Out
                 expires_at: f.start + f.window + f.next,
             },
         },
+    }
+}
+
+/// FORCE over the limit: the current window counts `current` (past the
+/// limit), and the reply is the refusal a request of cost 1 would get.
+fn forced(
+    f: &Frame,
+    v: &View,
+    policy: &Policy,
+    current: i64,
+    previous: i64,
+    now_ms: i64,
+) -> Outcome {
+    let reset = v.reset(current, previous);
+    Outcome {
+        decision: Decision {
+            admitted: false,
+            limit: policy.limit,
+            remaining: 0,
+            retry_after_ms: v.wait(current, previous, 1),
+            reset_after_ms: reset,
+            slot: Slot::NONE,
+        },
+        write: Write::State {
+            state: Windows {
+                window_start: f.start,
+                current,
+                previous,
+            }
+            .stored(),
+            expires_at: f.start + f.window + f.next,
+        },
+        reset_at: now_ms + reset,
     }
 }
 

@@ -291,7 +291,6 @@ mod tests {
             &b"sliding:1:2"[..],
             b"sliding:1:2:3:4",
             b"sliding:-1:2:3",
-            b"token:-5:1",
             b"token:5:1:1000000",
             b"token:5:1:-1",
             b"token:5:1:01",

@@ -4,18 +4,20 @@
 //! arithmetic and the decisions equal GCRA's on any timeline. The clock is
 //! read in µs, so a high rate refills every µs, not in 1 ms steps.
 
-use super::gcra::{Meter, Verdict};
+use super::gcra::{charge, within, Meter};
 use super::state::{clamp, Layout};
-use super::{ceil_ms, div, ns_of_us, Algo, Decision, Outcome, Policy, State, Write, NS_PER_MS};
+use super::{ceil_ms, div, ns_of_us, Algo, Charge, Outcome, Policy, State, Write, NS_PER_MS};
 
 /// The stored state, `token:<credit_ns>:<last_refill_ms>:<ns_into_that_ms>`:
 /// the last refill is a ms and the ns into it (0 to 999,999; the clock
 /// gives µs). Builds that read the clock in ms wrote the ms alone,
 /// `token:<credit_ns>:<last_refill_ms>`: that form still reads, as the
-/// start of that ms, and is written back in the new one.
+/// start of that ms, and is written back in the new one. Credit below 0
+/// (a leading `-`, which no earlier build wrote) is debt booked ahead
+/// (RESERVE, FORCE), at most the horizon.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {
-    /// Never negative.
+    /// Negative: booked ahead (see above).
     pub credit_ns: i128,
     /// The last refill, absolute ns.
     pub last_ns: i128,
@@ -32,7 +34,7 @@ impl Layout for Bucket {
             [credit, last_ms] => (credit, last_ms, 0),
             _ => return None,
         };
-        if credit < 0 || !(0..1_000_000).contains(&into_ms) {
+        if !(0..1_000_000).contains(&into_ms) {
             return None;
         }
         Some(Bucket {
@@ -58,11 +60,20 @@ impl Layout for Bucket {
 }
 
 /// Credit (ns) at `now_ns`: the stored level plus the refill since, capped
-/// at a full bucket. A clock that went backwards refills nothing.
-fn credit(state: Option<Bucket>, now_ns: i128, capacity: i128) -> Option<i128> {
+/// at a full bucket, and whether it is odd: below minus the horizon, where
+/// it reads as an empty bucket (see `gcra::within`). A clock that went
+/// backwards refills nothing.
+fn credit(
+    state: Option<Bucket>,
+    now_ns: i128,
+    policy: &Policy,
+    capacity: i128,
+) -> Option<(i128, bool)> {
     let Bucket { credit_ns, last_ns } = state?;
     let elapsed = (now_ns - last_ns).max(0);
-    Some(credit_ns.saturating_add(elapsed).clamp(0, capacity))
+    let level = credit_ns.saturating_add(elapsed).min(capacity);
+    let (debt, odd) = within(Some(capacity - level), capacity, policy.horizon_ns);
+    Some((capacity - debt, odd))
 }
 
 /// When a bucket holding `credit_ns` at `now_ns` is full again (absolute
@@ -95,50 +106,38 @@ pub fn admit(state: Option<State>, policy: &Policy, cost: i64, now_us: i64) -> O
 fn judge(state: Option<Bucket>, policy: &Policy, cost: i64, now_us: i64) -> Outcome {
     let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);
-    let level = credit(state, now_ns, meter.capacity).unwrap_or(meter.capacity);
+    let (level, odd) =
+        credit(state, now_ns, policy, meter.capacity).unwrap_or((meter.capacity, false));
     // A missing token is a unit of debt: the meter reasons in debt.
     let debt = meter.capacity - level;
-    match meter.judge(debt, cost) {
-        Verdict::Admit { debt: after } => Outcome {
-            decision: Decision {
-                admitted: true,
-                limit: policy.burst,
-                remaining: meter.room(after),
-                retry_after_ms: 0,
-                reset_after_ms: ceil_ms(after),
-            },
-            write: match cost {
-                0 => Write::Nothing,
-                _ => stored(meter.capacity - after, now_ns, meter.capacity),
-            },
-            reset_at: ceil_ms(now_ns + after),
-        },
-        Verdict::Refuse { wait } => Outcome {
-            decision: Decision {
-                admitted: false,
-                limit: policy.burst,
-                remaining: meter.room(debt),
-                retry_after_ms: wait.map_or(-1, ceil_ms),
-                reset_after_ms: ceil_ms(debt),
-            },
-            write: match (
-                cost > 0 && from_the_future(state, now_ns),
-                level == meter.capacity,
-            ) {
-                (false, _) => Write::Nothing,
-                // A full bucket is no state at all.
-                (true, true) => Write::Delete,
-                (true, false) => stored(level, now_ns, meter.capacity),
-            },
-            reset_at: full_at(level, now_ns, meter.capacity),
-        },
+    let charged = charge(&meter, policy, debt, cost, now_us, false);
+    let write = match (
+        charged.write,
+        cost > 0 && (odd || from_the_future(state, now_ns)),
+    ) {
+        (true, _) => stored(meter.capacity - charged.after, now_ns, meter.capacity),
+        (false, false) => Write::Nothing,
+        // A full bucket is no state at all.
+        (false, true) if level == meter.capacity => Write::Delete,
+        (false, true) => stored(level, now_ns, meter.capacity),
+    };
+    Outcome {
+        decision: charged.decision,
+        write,
+        reset_at: ceil_ms(now_ns + charged.after),
     }
 }
 
 pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -> Outcome {
     let now_ns = ns_of_us(now_us);
     let meter = Meter::of(policy);
-    let Some(level) = credit(state.and_then(Bucket::of), now_ns, meter.capacity) else {
+    let peek = Policy {
+        charge: Charge::Plain,
+        ..*policy
+    };
+    let policy = &peek;
+    let Some((level, _)) = credit(state.and_then(Bucket::of), now_ns, policy, meter.capacity)
+    else {
         return Outcome {
             write: Write::Nothing,
             ..judge(None, policy, 0, now_us)

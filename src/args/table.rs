@@ -9,7 +9,7 @@ use std::ffi::CStr;
 
 use crate::algo::calendar::PERIOD_NAMES;
 use crate::algo::Algo;
-use crate::error::{BURST_RANGE, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
+use crate::error::{BURST_RANGE, MAX_RESERVE_FORM, NON_EMPTY, NON_NEGATIVE, POSITIVE, ZERO_OR_ONE};
 use crate::keyword::{fold, text, Keyword};
 use crate::time::tz::OFFSET_FORM;
 
@@ -43,6 +43,15 @@ pub enum Opt {
     Tz,
     /// The penalty's escalation ladder: its cap in ms (with PENALTY).
     Escalate,
+    /// Consume COST even over the limit (RL.ADMIT; a flag).
+    Force,
+    /// Book the earliest slot within this many ms (RL.ADMIT).
+    Reserve,
+    /// Cancel the booking whose slot is at this absolute ms (RL.REFUND).
+    At,
+    /// The booking horizon: no keyword any command takes, only its META
+    /// field `max_reserve_ms` (the module's config otherwise).
+    Horizon,
 }
 
 /// What an option's value is.
@@ -108,7 +117,7 @@ const fn row(
 }
 
 /// Every option, in `Opt` order.
-pub const OPTIONS: [OptSpec; 15] = [
+pub const OPTIONS: [OptSpec; 19] = [
     row(
         Opt::Algo,
         c"ALGO",
@@ -194,6 +203,30 @@ pub const OPTIONS: [OptSpec; 15] = [
         (c"cap_ms", Value::Integer, 1, POSITIVE),
         Some(c"escalate"),
     ),
+    row(
+        Opt::Force,
+        c"FORCE",
+        (c"force", Value::Flag, 0, ZERO_OR_ONE),
+        None,
+    ),
+    row(
+        Opt::Reserve,
+        c"RESERVE",
+        (c"max_ms", Value::Integer, 0, NON_NEGATIVE),
+        None,
+    ),
+    row(
+        Opt::At,
+        c"AT",
+        (c"at_ms", Value::Integer, 0, NON_NEGATIVE),
+        None,
+    ),
+    row(
+        Opt::Horizon,
+        c"HORIZON",
+        (c"ms", Value::Integer, 0, MAX_RESERVE_FORM),
+        Some(c"max_reserve_ms"),
+    ),
 ];
 
 impl Opt {
@@ -249,6 +282,10 @@ impl Opt {
         const CALENDAR: (usize, u64) = key(Opt::Calendar);
         const TZ: (usize, u64) = key(Opt::Tz);
         const ESCALATE: (usize, u64) = key(Opt::Escalate);
+        const FORCE: (usize, u64) = key(Opt::Force);
+        const RESERVE: (usize, u64) = key(Opt::Reserve);
+        const AT: (usize, u64) = key(Opt::At);
+        const HORIZON: (usize, u64) = key(Opt::Horizon);
         let opt = match (word.len(), fold(word)?) {
             ALGO => Opt::Algo,
             LIMIT => Opt::Limit,
@@ -265,6 +302,10 @@ impl Opt {
             CALENDAR => Opt::Calendar,
             TZ => Opt::Tz,
             ESCALATE => Opt::Escalate,
+            FORCE => Opt::Force,
+            RESERVE => Opt::Reserve,
+            AT => Opt::At,
+            HORIZON => Opt::Horizon,
             _ => return None,
         };
         allowed.has(opt).then_some(opt)
@@ -273,16 +314,16 @@ impl Opt {
 
 /// A set of options, one bit each, for the options a command takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OptSet(u16);
+pub struct OptSet(u32);
 
 impl OptSet {
     pub const ALL: OptSet = OptSet::of(&Opt::ALL);
 
     pub const fn of(opts: &[Opt]) -> OptSet {
-        let mut bits = 0u16;
+        let mut bits = 0u32;
         let mut i = 0;
         while i < opts.len() {
-            bits |= 1 << opts[i] as u16;
+            bits |= 1 << opts[i] as u32;
             i += 1;
         }
         OptSet(bits)
@@ -290,7 +331,7 @@ impl OptSet {
 
     #[inline]
     pub fn has(self, opt: Opt) -> bool {
-        self.0 & (1 << opt as u16) != 0
+        self.0 & (1 << opt as u32) != 0
     }
 }
 
@@ -325,8 +366,9 @@ const fn meta_fields<const N: usize>(opts: &[Opt]) -> [(Opt, &'static CStr); N] 
     out
 }
 
-/// The META fields a limiter reads, for its policy options.
-pub const META_FIELDS: [(Opt, &CStr); 10] = meta_fields(POLICY);
+/// The META fields a limiter reads: its policy options', and the horizon.
+pub const META_FIELDS: [(Opt, &CStr); 11] =
+    meta_fields(&then::<{ POLICY.len() + 1 }>(POLICY, &[Opt::Horizon]));
 /// The META fields RL.ACQUIRE reads.
 pub const LEASE_META_FIELDS: [(Opt, &CStr); 3] = meta_fields(LEASE);
 
@@ -355,8 +397,11 @@ pub const POLICY: &[Opt] = &[
 ];
 /// RL.ADMIT's and RL.REFUND's: the policy and COST.
 pub const LIMITER: &[Opt] = &then::<{ POLICY.len() + 1 }>(POLICY, &[Opt::Cost]);
-/// RL.ADMIT's: RL.REFUND's and BLOCK.
-pub const ADMIT: &[Opt] = &then::<{ LIMITER.len() + 1 }>(LIMITER, &[Opt::Block]);
+/// RL.ADMIT's: the policy, COST, BLOCK, FORCE and RESERVE.
+pub const ADMIT: &[Opt] =
+    &then::<{ LIMITER.len() + 3 }>(LIMITER, &[Opt::Block, Opt::Force, Opt::Reserve]);
+/// RL.REFUND's: the policy, COST and AT (the cancel of a booking).
+pub const REFUND: &[Opt] = &then::<{ LIMITER.len() + 1 }>(LIMITER, &[Opt::At]);
 /// RL.ACQUIRE's options.
 pub const LEASE: &[Opt] = &[
     Opt::Limit,
@@ -370,4 +415,5 @@ pub const LEASE: &[Opt] = &[
 pub const POLICY_SET: OptSet = OptSet::of(POLICY);
 pub const LIMITER_SET: OptSet = OptSet::of(LIMITER);
 pub const ADMIT_SET: OptSet = OptSet::of(ADMIT);
+pub const REFUND_SET: OptSet = OptSet::of(REFUND);
 pub const LEASE_SET: OptSet = OptSet::of(LEASE);

@@ -5,12 +5,14 @@
 use super::Call;
 use crate::algo::penalty::{self, Penalty, Plan};
 use crate::algo::Now;
-use crate::algo::{self, fixed, Algo, Decide, Decision, Found, Outcome, Policy, Write};
-use crate::args::{self, read_options, OptSet, Options, POLICY_SET};
+use crate::algo::{
+    self, fixed, Algo, Charge, Decide, Decision, Found, Outcome, Policy, Slot, Write,
+};
+use crate::args::{self, read_options, Opt, OptSet, Options, POLICY_SET};
 use crate::block::{self, Mode, Ticket, Waits};
 use crate::error::RlError;
 use crate::receipt::{Event, Source, Tally};
-use crate::resolve::{meta_limit, resolve};
+use crate::resolve::{meta_limit, resolve, Resolved};
 use crate::store::{self, Key, KeyKind};
 use crate::{clock, reply, stats};
 
@@ -24,6 +26,16 @@ const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
 pub fn admit(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, ADMIT_OPTIONS, &mut opts)?;
+    if opts.extended {
+        args::check_charge(&opts)?;
+        if opts.reserve.is_some() {
+            return admit_reserve(call, &opts);
+        }
+        if opts.force {
+            // Usage that already happened: it lands whoever waits.
+            return answer(call, update(call, &opts, clock::now(), algo::admit, false)?);
+        }
+    }
     // Anyone waiting anywhere: out of line, so that the usual call keeps
     // its cost.
     if block::anyone_waits() {
@@ -44,6 +56,47 @@ pub fn admit(call: &Call) -> Result<(), RlError> {
         }
     }
     answer(call, updated)
+}
+
+/// RL.ADMIT with RESERVE: booked at once or refused, never waiting. Behind
+/// callers waiting on the key (BLOCK) it books nothing, so that it never
+/// overtakes them.
+#[cold]
+#[inline(never)]
+fn admit_reserve(call: &Call, opts: &Options) -> Result<(), RlError> {
+    let now = clock::now();
+    let behind = block::anyone_waits() && block::queued(call.ctx, call.key(), now.ms).is_some();
+    let decide: Decide = if behind { peek } else { algo::admit };
+    match update(call, opts, now, decide, behind)? {
+        None => {
+            stats::count(Tally::Admitted(Source::Unlimited));
+            let slot = Slot {
+                delay_ms: 0,
+                at_ms: now.ms,
+            };
+            reply::reserved(call.ctx, &Decision::UNLIMITED, slot);
+        }
+        Some(Updated {
+            algo,
+            cost,
+            decision: d,
+            ..
+        }) => {
+            let source = Source::Algo(algo);
+            let admitted = (d.admitted, false);
+            super::record(
+                call.ctx,
+                call.key(),
+                source,
+                admitted,
+                d.retry_after_ms,
+                cost,
+            );
+            let slot = if d.admitted { d.slot } else { Slot::NONE };
+            reply::reserved(call.ctx, &d, slot);
+        }
+    }
+    Ok(())
 }
 
 /// A refused RL.ADMIT given BLOCK, with nobody waiting: it waits.
@@ -222,8 +275,11 @@ fn update(
     let Some(resolved) = resolve(call.ctx, call.argv, opts)? else {
         return Ok(None);
     };
-    let policy = resolved.policy(now.ms)?;
+    let mut policy = resolved.policy(now.ms)?;
     let penalty = resolved.penalty(now.ms)?;
+    if opts.extended {
+        policy.charge = charge_of(opts, &resolved, policy.algo)?;
+    }
     let name = call.key();
     let mut key = Key::write(call.ctx, name);
     let cost = opts.cost.unwrap_or(1);
@@ -252,6 +308,35 @@ fn update(
         wrote: !matches!(outcome.write, Write::Nothing),
         shadow: resolved.shadow,
     }))
+}
+
+/// What the call asks beyond the plain decision (FORCE, RESERVE), judged
+/// against the resolved policy: RESERVE and AT book, which the windows
+/// cannot, and a META hash in shadow mode refuses RESERVE as SHADOW does.
+#[cold]
+#[inline(never)]
+fn charge_of(opts: &Options, resolved: &Resolved, algo: Algo) -> Result<Charge, RlError> {
+    let booking = match (opts.reserve, opts.at) {
+        (Some(_), _) => Some(Opt::Reserve),
+        (None, Some(_)) => Some(Opt::At),
+        (None, None) => None,
+    };
+    if let Some(opt) = booking.filter(|_| algo.is_window()) {
+        return Err(RlError::NeedsBooking(opt.name()));
+    }
+    Ok(match (opts.force, opts.reserve) {
+        (true, _) => Charge::Force,
+        (false, Some(_)) if resolved.shadow => {
+            let why = "a trial must never make a caller wait";
+            return Err(RlError::Conflict(
+                Opt::Reserve.name(),
+                "META field 'shadow'",
+                why,
+            ));
+        }
+        (false, Some(max_ms)) => Charge::Reserve { max_ms },
+        (false, None) => Charge::Plain,
+    })
 }
 
 /// `update`'s path for a limiter that holds or may start a penalty, out

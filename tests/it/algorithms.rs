@@ -140,6 +140,9 @@ fn sliding_expect(
 // Token bucket, GCRA and leaky bucket: one meter of debt in ns
 // ---------------------------------------------------------------------------
 
+/// The booking horizon's default (`ratelimit.max-reserve-ms`), in ns.
+const HORIZON: i128 = 60_000 * NS_PER_MS;
+
 #[derive(Debug, Clone, Copy)]
 struct Meter {
     interval: i128,
@@ -172,9 +175,14 @@ impl Meter {
     }
 
     /// The debt (ns) a bucket whose debt runs out at `tat` holds at
-    /// `now_us`.
+    /// `now_us`: kept up to the capacity plus the booking horizon (the
+    /// default 60 s), read as a full bucket beyond it.
     fn debt(&self, tat: Option<i128>, now_us: i64) -> i128 {
-        tat.map_or(0, |t| (t - ns(now_us)).clamp(0, self.capacity))
+        match tat.map(|t| t - ns(now_us)) {
+            Some(ahead) if ahead > self.capacity + HORIZON => self.capacity,
+            Some(ahead) => ahead.max(0),
+            None => 0,
+        }
     }
 
     /// The reply to `cost` with `debt` in the bucket, and the debt after.
@@ -915,14 +923,16 @@ fn gcra_stores_one_arrival_time_and_refunds_against_it() {
     assert_eq!(ints(&r[10]), [1, 3, 3, 0, 0]);
     assert_eq!(int(&r[11]), 0, "empty: deleted");
 
-    // A state far in the future blocks for one bucket at most.
+    // A state far in the future (past the bucket and the booking
+    // horizon) blocks for one bucket at most.
     let _: () = con.set("g", "gcra:9223372036854775807").unwrap();
     let refused = cmd_ints_strs(&mut con, &admit);
     assert_eq!(refused, [0, 3, 0, 1000, 3000]);
-    // A lower burst clamps the debt at once: 3 s of debt, burst 1 = 1 s.
+    // A lower burst keeps the debt within the horizon: 3 s of debt, burst
+    // 1 (1 s) waits the 2 s past it and 1 s for the request.
     let one = bucket_opts(Kind::Gcra, 10, 10_000, 1);
     let (_, r) = timed(&mut con, &[with(c!["RL.ADMIT", "g"], &one)]);
-    assert_eq!(ints(&r[0]), [0, 1, 0, 1000, 1000]);
+    assert_eq!(ints(&r[0]), [0, 1, 0, 3000, 3000]);
 
     common::subscribe!(pubsub = server, "__keyevent@*__:rl.*");
     cmd_ints_strs(&mut con, &with(c!["RL.REFUND", "g"], &opts));
@@ -1068,7 +1078,11 @@ fn buckets_match_the_model_on_crafted_states() {
             (Some(s), Kind::Token) => {
                 let (credit, last) = token_parts(s);
                 let refill = (ns(now) - last).max(0);
-                meter.capacity - (credit + refill).min(meter.capacity)
+                let level = (credit + refill).min(meter.capacity);
+                match level < -HORIZON {
+                    true => meter.capacity,
+                    false => meter.capacity - level,
+                }
             }
             (Some(s), _) => meter.debt(Some(s.split(':').nth(1).unwrap().parse().unwrap()), now),
         };
@@ -1076,10 +1090,14 @@ fn buckets_match_the_model_on_crafted_states() {
         // the future (token) is written back by the first real refusal.
         let beyond_at_start = match (&stored, kind) {
             (None, _) => false,
-            (Some(s), Kind::Token) => token_parts(s).1 > ns(now),
+            (Some(s), Kind::Token) => {
+                let (credit, last) = token_parts(s);
+                let level = (credit + (ns(now) - last).max(0)).min(meter.capacity);
+                last > ns(now) || level < -HORIZON
+            }
             (Some(s), _) => {
                 let tat: i128 = s.split(':').nth(1).unwrap().parse().unwrap();
-                tat - ns(now) > meter.capacity
+                tat - ns(now) > meter.capacity + HORIZON
             }
         };
         let what = format!(
@@ -1476,7 +1494,13 @@ fn another_algorithms_state_is_an_error_and_left_alone() {
     }
     assert_eq!(raw_state(&mut con, &key_refs), before);
     // Corrupt states of the right prefix are errors too.
-    for bad in ["sliding:1:2", "token:-5:1", "gcra:", "leaky:x", "gcra:1:2"] {
+    for bad in [
+        "sliding:1:2",
+        "token:-5:1:x",
+        "gcra:",
+        "leaky:x",
+        "gcra:1:2",
+    ] {
         let algo = bad.split(':').next().unwrap();
         let _: () = con.set("bad", bad).unwrap();
         let err = cmd_err(

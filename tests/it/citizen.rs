@@ -198,7 +198,7 @@ fn command_docs_describe_every_command() {
         tokens,
         [
             "ALGO", "LIMIT", "WINDOW", "BURST", "META", "SHADOW", "PENALTY", "ALIGN", "CALENDAR",
-            "TZ", "ESCALATE", "COST", "BLOCK"
+            "TZ", "ESCALATE", "COST", "BLOCK", "FORCE", "RESERVE"
         ]
     );
     assert!(args[1..].iter().all(|a| items(&pairs(a)["flags"])
@@ -452,6 +452,7 @@ fn configuration_is_validated_and_applied() {
         [
             "ratelimit.default-algorithm=gcra",
             "ratelimit.hit-events=yes",
+            "ratelimit.max-reserve-ms=60000",
             "ratelimit.max-waiters=1000"
         ]
     );
@@ -516,6 +517,7 @@ fn configuration_is_validated_and_applied() {
         [
             "ratelimit.default-algorithm=leaky",
             "ratelimit.hit-events=no",
+            "ratelimit.max-reserve-ms=60000",
             "ratelimit.max-waiters=1000"
         ]
     );
@@ -547,6 +549,7 @@ fn configuration_is_validated_and_applied() {
         [
             "ratelimit.default-algorithm=token",
             "ratelimit.hit-events=yes",
+            "ratelimit.max-reserve-ms=60000",
             "ratelimit.max-waiters=1000"
         ]
     );
@@ -1047,12 +1050,12 @@ fn valkey_cli_hints_show_every_commands_syntax() {
     let cases = [
         (
             "RL.ADMIT k ",
-            format!("{policy} [COST n] [BLOCK timeout_ms]"),
+            format!("{policy} [COST n] [BLOCK timeout_ms] [FORCE] [RESERVE max_ms]"),
         ),
         (
             "rl.admit k LIMIT 5 ",
             format!(
-                "{} [COST n] [BLOCK timeout_ms]",
+                "{} [COST n] [BLOCK timeout_ms] [FORCE] [RESERVE max_ms]",
                 policy.replace(" [LIMIT max]", "")
             ),
         ),
@@ -1153,6 +1156,7 @@ fn refused_loads_say_why_and_leave_nothing_behind() {
         [
             "ratelimit.default-algorithm=fixed",
             "ratelimit.hit-events=yes",
+            "ratelimit.max-reserve-ms=60000",
             "ratelimit.max-waiters=1000"
         ]
     );
@@ -1234,6 +1238,7 @@ fn config_rewrite_round_trips_with_module_argument_defaults() {
         [
             "ratelimit.default-algorithm=sliding",
             "ratelimit.hit-events=no",
+            "ratelimit.max-reserve-ms=60000",
             "ratelimit.max-waiters=1000"
         ]
     );
@@ -1259,6 +1264,7 @@ fn config_rewrite_round_trips_with_module_argument_defaults() {
         [
             "ratelimit.default-algorithm=fixed",
             "ratelimit.hit-events=no",
+            "ratelimit.max-reserve-ms=60000",
             "ratelimit.max-waiters=1000"
         ]
     );

@@ -669,7 +669,7 @@ fn foreign_and_malformed_stored_values_agree() {
         "token:abc:1",
         "token:1:{ms+0}:1000000",
         "token:1:{ms+0}:0:9",
-        "token:-5:{ms-10}",
+        "token:-99999999999:{ms+0}",
         "gcra:",
         "gcra:-1",
         "gcra:12x",

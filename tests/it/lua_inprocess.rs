@@ -982,6 +982,7 @@ impl Resolved {
                 false => RlError::BadValue("BURST", BURST_RANGE),
             });
         }
+        // The booking horizon: the library's default, the module config's.
         Policy::new(
             self.algo,
             self.limit,
@@ -989,6 +990,10 @@ impl Resolved {
             self.burst.map(|b| b.0),
             now_ms,
         )
+        .map(|p| Policy {
+            horizon_ns: 60_000 * 1_000_000,
+            ..p
+        })
     }
 
     /// Whether any quantity of this policy at `now_ms` is beyond the

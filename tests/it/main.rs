@@ -32,6 +32,7 @@ mod policies;
 mod python_package;
 mod reliability;
 mod replication;
+mod reserve;
 mod setup_script;
 mod throttle;
 mod version_matrix;

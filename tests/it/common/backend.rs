@@ -135,7 +135,7 @@ const FUNCTIONS: &[(&str, &str, bool)] = &[
 ];
 
 /// The options that are a keyword alone (src/args.rs `Value::Flag`).
-pub const FLAGS: &[&str] = &["SHADOW", "ALIGN"];
+pub const FLAGS: &[&str] = &["SHADOW", "ALIGN", "FORCE"];
 
 /// A module call as the library takes it: every key a key, so the META hash
 /// of RL.ADMIT/TTL/REFUND moves from its option into KEYS[2], and RL.TTL and
