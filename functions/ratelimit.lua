@@ -1165,7 +1165,7 @@ local POLICY_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, 
                         PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true}
 local REFUND_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
                         PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true,
-                        COST = true, FORMAT = true}
+                        COST = true, FORMAT = true, AT = true}
 local ADMIT_OPTIONS = {ALGO = true, LIMIT = true, WINDOW = true, BURST = true, SHADOW = true,
                        PENALTY = true, ALIGN = true, CALENDAR = true, TZ = true, ESCALATE = true,
                        COST = true, FORMAT = true, FORCE = true, RESERVE = true}
@@ -1939,6 +1939,28 @@ local function forgive(p, debt, amount)
   return left
 end
 
+-- What cancelling a booking of `amount` whose slot is at `p.at` (ms)
+-- gives back (ns) on a debt `debt` (src/algo/gcra.rs `cancel_credit`): what
+-- later bookings have not overtaken; nothing once the slot is reached. The
+-- slot is taken at the earliest ns that rounds up to `p.at`.
+local function cancel_credit(p, debt, amount, now_ms, now_sub)
+  if p.at <= now_ms then return 0 end
+  local capacity, interval = p.capacity, p.interval
+  -- the booking's end, as ns after now
+  local ending = (p.at - 1 - now_ms) * NS_PER_MS + 1 - now_sub
+  -- A count whose requests pass twice the bound gives back all the debt
+  -- (and keeps the product below 2^53).
+  if amount >= fdiv(2 * (capacity + p.horizon) + 2 * NS_PER_MS, interval) + 1 then return debt end
+  local increment = amount * interval
+  if p.leaky then ending = ending + increment else ending = ending + capacity end
+  local overtaken = debt - ending
+  if overtaken < 0 then overtaken = 0 end
+  local back = increment - overtaken
+  if back < 0 then return 0 end
+  if back > debt then return debt end
+  return back
+end
+
 -- A refusal of the buckets: debt `debt` stays, `x` is the wait (nil:
 -- never). The reply's five numbers and the repair. `capped`: the room
 -- replied is at most the burst (GCRA, leaky).
@@ -2056,9 +2078,10 @@ local function token_of(p)
     if amount then
       if raw then
         local after = capacity - forgive(p, capacity - level, amount)
+        if p.at then after = level + cancel_credit(p, capacity - level, amount, now_ms, now_sub) end
         if after == capacity then
           if level ~= capacity then kind = DELETE end
-        else
+        elseif after ~= level then
           kind, value, at = token_stored(after, p, now_ms, now_sub)
         end
         level = after
@@ -2172,7 +2195,8 @@ local function schedule_of(p)
         if before < 0 then before = 0 elseif before > bound then before = capacity end
       end
       ahead = forgive(p, before, amount)
-      if raw and before > 0 then
+      if p.at then ahead = before - cancel_credit(p, before, amount, now_ms, now_sub) end
+      if raw and before > 0 and ahead ~= before then
         if ahead == 0 then kind = DELETE else kind, value, at = schedule_stored(p, ahead, now_ms, now_sub) end
       end
       raw = false

@@ -89,6 +89,18 @@ const LIMITER_ARGS: [Arg; TTL_ARGS.len() + 1] = {
     args
 };
 
+/// RL.REFUND's: RL.TTL's, then COST and AT.
+const REFUND_ARGS: [Arg; TTL_ARGS.len() + 2] = {
+    let at = option_args::<1>(&[Opt::At], 1)[0];
+    let mut args = [at; TTL_ARGS.len() + 2];
+    let mut i = 0;
+    while i < LIMITER_ARGS.len() {
+        args[i] = LIMITER_ARGS[i];
+        i += 1;
+    }
+    args
+};
+
 /// RL.ADMIT's: the policy options and COST, then BLOCK, FORCE and RESERVE
 /// (ADMIT's words past the limiters').
 const ADMIT_ARGS: [Arg; TTL_ARGS.len() + ADMIT.len() - POLICY.len()] = {
@@ -173,7 +185,7 @@ const RL_REFUND: Command = Command {
     arity: -2,
     keys: &[COUNTER_RW, META_RO],
     key_range: (1, 1, 1),
-    args: &LIMITER_ARGS,
+    args: &REFUND_ARGS,
     summary: c"Gives back consumption to a limiter, never below empty",
     complexity: c"O(1)",
 };

@@ -6,6 +6,7 @@
 use super::state::{clamp, Layout};
 use super::{
     ceil_ms, div, ns_of_us, Algo, Charge, Decision, Now, Outcome, Policy, Slot, State, Write,
+    NS_PER_MS,
 };
 
 /// The stored state, `gcra:<theoretical_arrival_time_ns>`; RL.THROTTLE
@@ -164,8 +165,10 @@ pub fn charge(
     };
     let verdict = meter.judge(debt, cost);
     match (policy.charge, verdict) {
-        (Charge::Plain, Verdict::Admit { debt: after }) => admit(after, Slot::NONE),
-        (Charge::Plain, Verdict::Refuse { wait }) => refuse(wait),
+        (Charge::Plain | Charge::Cancel { .. }, Verdict::Admit { debt: after }) => {
+            admit(after, Slot::NONE)
+        }
+        (Charge::Plain | Charge::Cancel { .. }, Verdict::Refuse { wait }) => refuse(wait),
         (Charge::Force, Verdict::Admit { debt: after }) => admit(after, Slot::NONE),
         (Charge::Force, Verdict::Refuse { .. }) => {
             // Capped at the horizon: the part past it is dropped.
@@ -203,6 +206,35 @@ pub fn charge(
             }
         }
     }
+}
+
+/// What cancelling a booking of `amount` requests whose slot is at `at_ms`
+/// gives back (ns), on a debt `debt` at `now`: what later bookings have not
+/// overtaken (x/time/rate's CancelAt). A slot reached gives back nothing.
+/// The booking ended (in the state's time) its requests after its slot
+/// (leaky) or a full bucket after it (gcra, token); `at_ms` is its slot
+/// rounded up, so the slot is taken at the earliest ns that rounds there,
+/// which gives back less, never more. Never more than `debt`.
+pub fn cancel_credit(
+    meter: &Meter,
+    debt: i128,
+    amount: i64,
+    at_ms: i64,
+    now: Now,
+    tells_delay: bool,
+) -> i128 {
+    if at_ms <= now.ms {
+        return 0;
+    }
+    let increment = i128::from(amount).saturating_mul(meter.interval);
+    let slot = (i128::from(at_ms) - 1) * NS_PER_MS + 1;
+    let end = slot.saturating_add(if tells_delay {
+        increment
+    } else {
+        meter.capacity
+    });
+    let overtaken = (ns_of_us(now.us) + debt - end).max(0);
+    increment.saturating_sub(overtaken).clamp(0, debt)
 }
 
 /// How a limiter built on a theoretical arrival time stores and reads it:
@@ -257,11 +289,17 @@ impl Schedule {
         let now_ns = ns_of_us(now_us);
         let tat = (self.read)(state);
         let (before, _) = within(tat.map(|t| t - now_ns), meter.capacity, policy.horizon_ns);
-        let after = meter.forgive(before, amount);
+        let after = match policy.charge {
+            Charge::Cancel { at_ms } => {
+                let now = Now::from_us(now_us);
+                before - cancel_credit(&meter, before, amount, at_ms, now, self.tells_delay)
+            }
+            _ => meter.forgive(before, amount),
+        };
         let write = match (tat, after) {
-            // No debt to forgive: no write.
+            // No debt to forgive (or nothing a cancel may give back): no write.
             (None, _) => Write::Nothing,
-            (Some(_), _) if before == 0 => Write::Nothing,
+            (Some(_), _) if before == 0 || after == before => Write::Nothing,
             (Some(_), 0) => Write::Delete,
             (Some(_), _) => Write::State {
                 state: (self.make)(now_ns + after),
@@ -550,6 +588,33 @@ mod tests {
         assert_eq!(capped.decision.retry_after_ms, 1_100);
         let within = admit(None, &force, 1, ms(0));
         assert!(within.decision.admitted);
+    }
+
+    #[test]
+    fn a_cancel_gives_back_the_tail_only() {
+        let p = policy(10, 1_000, 1);
+        let meter = Meter::of(&p);
+        let now = Now::from_ms(1_000);
+        let interval = 100 * NS_PER_MS;
+        // Booked: slots at 1100 (TAT 1200) and 1200 (TAT 1300): debt 300.
+        let debt = 300 * NS_PER_MS;
+        let last = cancel_credit(&meter, debt, 1, 1_200, now, false);
+        assert!(last <= interval && last > interval - NS_PER_MS, "{last}");
+        assert_eq!(
+            cancel_credit(&meter, debt, 1, 1_100, now, false),
+            0,
+            "overtaken"
+        );
+        assert_eq!(
+            cancel_credit(&meter, debt, 1, 1_000, now, false),
+            0,
+            "reached"
+        );
+        assert_eq!(
+            cancel_credit(&meter, 10, 5, 1_200, now, false),
+            10,
+            "never below 0"
+        );
     }
 
     proptest::proptest! {

@@ -142,6 +142,8 @@ pub enum Charge {
     Force,
     /// RESERVE max_ms: book the earliest slot within `max_ms`.
     Reserve { max_ms: i64 },
+    /// RL.REFUND AT at_ms: cancel the booking whose slot is at `at_ms`.
+    Cancel { at_ms: i64 },
 }
 
 /// A validated policy. `limit` >= 1 and `window_ms` >= 1 always.

@@ -4,9 +4,9 @@
 //! arithmetic and the decisions equal GCRA's on any timeline. The clock is
 //! read in µs, so a high rate refills every µs, not in 1 ms steps.
 
-use super::gcra::{charge, within, Meter};
+use super::gcra::{cancel_credit, charge, within, Meter};
 use super::state::{clamp, Layout};
-use super::{ceil_ms, div, ns_of_us, Algo, Charge, Outcome, Policy, State, Write, NS_PER_MS};
+use super::{ceil_ms, div, ns_of_us, Algo, Charge, Now, Outcome, Policy, State, Write, NS_PER_MS};
 
 /// The stored state, `token:<credit_ns>:<last_refill_ms>:<ns_into_that_ms>`:
 /// the last refill is a ms and the ns into it (0 to 999,999; the clock
@@ -135,17 +135,28 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -
         charge: Charge::Plain,
         ..*policy
     };
-    let policy = &peek;
     let Some((level, _)) = credit(state.and_then(Bucket::of), now_ns, policy, meter.capacity)
     else {
         return Outcome {
             write: Write::Nothing,
-            ..judge(None, policy, 0, now_us)
+            ..judge(None, &peek, 0, now_us)
         };
     };
-    let after = meter.capacity - meter.forgive(meter.capacity - level, amount);
-    let write = match (level == meter.capacity, after == meter.capacity) {
-        // A full bucket has nothing to take back: no write.
+    let debt = meter.capacity - level;
+    let left = match policy.charge {
+        Charge::Cancel { at_ms } => {
+            let now = Now::from_us(now_us);
+            debt - cancel_credit(&meter, debt, amount, at_ms, now, false)
+        }
+        _ => meter.forgive(debt, amount),
+    };
+    let after = meter.capacity - left;
+    let write = match (
+        level == meter.capacity || after == level,
+        after == meter.capacity,
+    ) {
+        // A full bucket has nothing to take back (nor a cancel that gives
+        // back nothing): no write.
         (true, _) => Write::Nothing,
         (false, true) => Write::Delete,
         (false, false) => stored(after, now_ns, meter.capacity),
@@ -156,7 +167,7 @@ pub fn refund(state: Option<State>, policy: &Policy, amount: i64, now_us: i64) -
     };
     Outcome {
         write,
-        ..judge(Some(peek_state), policy, 0, now_us)
+        ..judge(Some(peek_state), &peek, 0, now_us)
     }
 }
 

@@ -18,7 +18,7 @@ use crate::{clock, reply, stats};
 
 /// RL.ADMIT takes every option; RL.REFUND all but BLOCK.
 const ADMIT_OPTIONS: OptSet = args::ADMIT_SET;
-const REFUND_OPTIONS: OptSet = args::LIMITER_SET;
+const REFUND_OPTIONS: OptSet = args::REFUND_SET;
 
 /// RL.ADMIT key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms] [ESCALATE cap_ms]
 /// [ALIGN] [CALENDAR period] [TZ offset] [COST n] [BLOCK timeout_ms]
@@ -231,7 +231,7 @@ fn peek(found: Found, policy: &Policy, cost: i64, now: Now) -> Outcome {
 }
 
 /// RL.REFUND key [ALGO name] [LIMIT max] [WINDOW ms] [BURST n] [META metakey] [SHADOW] [PENALTY ms] [ESCALATE cap_ms]
-/// [ALIGN] [CALENDAR period] [TZ offset] [COST n]
+/// [ALIGN] [CALENDAR period] [TZ offset] [COST n] [AT at_ms]
 pub fn refund(call: &Call) -> Result<(), RlError> {
     let mut opts = Options::default();
     read_options(call.args, 2, REFUND_OPTIONS, &mut opts)?;
@@ -325,6 +325,9 @@ fn charge_of(opts: &Options, resolved: &Resolved, algo: Algo) -> Result<Charge, 
         return Err(RlError::NeedsBooking(opt.name()));
     }
     Ok(match (opts.force, opts.reserve) {
+        (_, None) if opts.at.is_some() => Charge::Cancel {
+            at_ms: opts.at.unwrap_or(0),
+        },
         (true, _) => Charge::Force,
         (false, Some(_)) if resolved.shadow => {
             let why = "a trial must never make a caller wait";

@@ -1060,7 +1060,7 @@ fn valkey_cli_hints_show_every_commands_syntax() {
             ),
         ),
         ("RL.TTL k ", policy.to_string()),
-        ("RL.REFUND k ", format!("{policy} [COST n]")),
+        ("RL.REFUND k ", format!("{policy} [COST n] [AT at_ms]")),
         (
             "RL.ADMITALL 2 a b ",
             format!("[key ...] [COST n] POLICY {policy} [POLICY {policy} ...]"),

@@ -23,7 +23,9 @@ use std::rc::Rc;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use valkey_ratelimit::algo::lease::{self, Held, WantedId};
-use valkey_ratelimit::algo::{self, fixed, throttle, Algo, Decision, Now, Policy, State, Write};
+use valkey_ratelimit::algo::{
+    self, fixed, throttle, Algo, Charge, Decision, Now, Policy, Slot, State, Write,
+};
 use valkey_ratelimit::args::{self, read_options, AdmitAll, OptSet, Options};
 use valkey_ratelimit::error::{RlError, BURST_RANGE, NON_NEGATIVE, POSITIVE};
 use valkey_ratelimit::num::parse_i64;
@@ -888,6 +890,15 @@ const DECISION_FIELDS: [&str; 5] = [
     "retry_after_ms",
     "reset_after_ms",
 ];
+const RESERVED_FIELDS: [&str; 7] = [
+    "admitted",
+    "limit",
+    "remaining",
+    "retry_after_ms",
+    "reset_after_ms",
+    "delay_ms",
+    "at_ms",
+];
 const THROTTLE_FIELDS: [&str; 5] = [
     "limited",
     "limit",
@@ -1463,6 +1474,8 @@ struct Run {
     seen: BTreeMap<&'static str, usize>,
     /// How often each error (its start) was the answer.
     errors: BTreeMap<String, usize>,
+    /// The cost of the limiter call being checked.
+    last_cost: i64,
 }
 
 impl Run {
@@ -1476,6 +1489,7 @@ impl Run {
             cases: 0,
             seen: BTreeMap::new(),
             errors: BTreeMap::new(),
+            last_cost: 0,
         }
     }
 
@@ -1623,9 +1637,27 @@ impl Run {
     /// rl_admit, rl_refund or rl_ttl with a random policy.
     fn limiter_case(&mut self, function: &'static str) {
         let with_cost = function != "rl_ttl";
-        let p = gen_policy(&mut self.rng, &self.pool, with_cost);
+        let mut p = gen_policy(&mut self.rng, &self.pool, with_cost);
         let hint = rng_algo_of(&p.words);
         self.step(hint);
+        // Issue 38: FORCE, RESERVE max_ms and AT at_ms (near now).
+        // (Not past 2^53 ms, where the library's clock is not exact.)
+        let now_ms = self.db.borrow().now_ms();
+        if with_cost && i128::from(now_ms) < EXACT && self.rng.pct(15) {
+            let rng = &mut self.rng;
+            let extra = match rng.below(4) {
+                0 => vec![gen_case(rng, "FORCE")],
+                1 | 2 => vec![
+                    gen_case(rng, "RESERVE"),
+                    rng.below(3_000).to_string().into(),
+                ],
+                _ => {
+                    let at = now_ms + rng.below(3_000) as i64 - 500;
+                    vec![gen_case(rng, "AT"), at.to_string().into()]
+                }
+            };
+            p.words.extend(extra);
+        }
         let meta_given = p.meta.is_some();
         self.set_meta(&p.meta);
         let mut keys = vec![KEY.to_vec()];
@@ -1645,15 +1677,21 @@ impl Run {
     ) -> (Expect, BTreeMap<Vec<u8>, Entry>, bool) {
         let before = self.db.borrow().keys.clone();
         let same = |e: Expect| (e, before.clone(), false);
-        let allowed = if function == "rl_ttl" {
-            args::POLICY_SET
-        } else {
-            args::LIMITER_SET
+        let allowed = match function {
+            "rl_ttl" => args::POLICY_SET,
+            "rl_admit" => args::ADMIT_SET,
+            _ => args::REFUND_SET,
         };
         let opts = match module_options(&p.words, allowed) {
             Ok(o) => o,
             Err(e) => return same(Expect::Reply(err(e))),
         };
+        if function == "rl_admit" {
+            if let Err(e) = args::check_charge(&opts) {
+                return same(Expect::Reply(err(e)));
+            }
+        }
+        let reserve = opts.reserve.is_some();
         let now_us = self.db.borrow().now_us;
         let now = Now::from_us(now_us);
         let meta = match self.read_meta(meta_given) {
@@ -1665,12 +1703,32 @@ impl Run {
             Err(e) => return same(Expect::Reply(err(e))),
         };
         let format = |reply: Reply| match p.format {
+            Some("map") if reserve => as_map(&RESERVED_FIELDS, reply),
             Some("map") if function != "rl_ttl" => as_map(&DECISION_FIELDS, reply),
             _ => reply,
+        };
+        // RESERVE's reply: the slot after the decision (none when refused).
+        let booked = |d: &Decision, slot: Slot| {
+            let slot = if d.admitted { slot } else { Slot::NONE };
+            ints(&[
+                i64::from(d.admitted),
+                d.limit,
+                d.remaining,
+                d.retry_after_ms,
+                d.reset_after_ms,
+                slot.delay_ms,
+                slot.at_ms,
+            ])
         };
         let Some(resolved) = resolved else {
             let reply = if function == "rl_ttl" {
                 Reply::Int(0)
+            } else if reserve {
+                let now = Slot {
+                    delay_ms: 0,
+                    at_ms: now.ms,
+                };
+                format(booked(&Decision::UNLIMITED, now))
             } else {
                 format(decision_reply(&Decision::UNLIMITED))
             };
@@ -1696,15 +1754,31 @@ impl Run {
             }
             return same(Expect::Reply(Reply::Int(wait)));
         }
-        let policy = match expect_policy(&resolved, now.ms) {
+        let mut policy = match expect_policy(&resolved, now.ms) {
             Ok(policy) => policy,
             Err(e) => return same(e),
+        };
+        // As src/commands/limiter.rs `charge_of` (no SHADOW drawn here).
+        let booking = match (opts.reserve, opts.at) {
+            (Some(_), _) => Some("RESERVE"),
+            (None, Some(_)) => Some("AT"),
+            (None, None) => None,
+        };
+        if let Some(what) = booking.filter(|_| policy.algo.is_window()) {
+            return same(Expect::Reply(err(RlError::NeedsBooking(what))));
+        }
+        policy.charge = match (opts.force, opts.reserve, opts.at) {
+            (_, None, Some(at_ms)) => Charge::Cancel { at_ms },
+            (true, _, _) => Charge::Force,
+            (false, Some(max_ms), _) => Charge::Reserve { max_ms },
+            _ => Charge::Plain,
         };
         let found = match read_state(&mut self.db.borrow_mut(), KEY, policy.algo) {
             Ok(f) => f,
             Err(e) => return same(Expect::Reply(err(e))),
         };
         let cost = opts.cost.unwrap_or(1);
+        self.last_cost = cost;
         let outcome = match function {
             "rl_admit" => {
                 let outcome = algo::admit(found, &policy, cost, now);
@@ -1730,7 +1804,10 @@ impl Run {
         };
         let mut after = self.db.borrow().clone_keys();
         apply_to(&mut after, self.db.borrow().now_ms(), KEY, outcome.write);
-        let reply = format(decision_reply(&outcome.decision));
+        let reply = match reserve {
+            true => format(booked(&outcome.decision, outcome.decision.slot)),
+            false => format(decision_reply(&outcome.decision)),
+        };
         self.maybe_beyond(
             &found,
             &policy,
@@ -1745,7 +1822,13 @@ impl Run {
         policy: &Policy,
         (expect, after, writes): (Expect, BTreeMap<Vec<u8>, Entry>, bool),
     ) -> (Expect, BTreeMap<Vec<u8>, Entry>, bool) {
-        match (state_beyond(found, policy), expect) {
+        // A forced count that passes 2^53 (or, for the sliding window, its
+        // counts times the window): the library refuses it too.
+        let cost = self.last_cost;
+        let forced = policy.charge == Charge::Force
+            && policy.algo.is_window()
+            && i128::from(cost).saturating_mul(i128::from(policy.window_ms)) * 2 > EXACT;
+        match (state_beyond(found, policy) || forced, expect) {
             (true, Expect::Reply(r)) => (
                 Expect::OneOf(vec![STATE_BEYOND_DOUBLES.into()], Some(r)),
                 after,

@@ -946,6 +946,8 @@ fn random_calls_agree() {
         "penalty:1/0:0:",
         "penalty:1:1:3",
     ];
+    // The last slot booked (RESERVE), for a cancel to name.
+    let mut last_at = 1i64;
     for step in 0..5_200usize {
         let k = rng.below(4);
         let key = PLACEHOLDERS[k];
@@ -964,6 +966,13 @@ fn random_calls_agree() {
                 let mut m = words(&["RL.ADMIT", key]);
                 m.extend(random_policy(&mut rng, algo));
                 m.extend(words(&["COST", &cost.to_string()]));
+                // Issue 38: bookings (a window's refusal, an error) and
+                // forced charges.
+                match rng.below(10) {
+                    0..=1 => m.extend(words(&["RESERVE", &rng.below(3_000).to_string()])),
+                    2 => m.push("FORCE".into()),
+                    _ => {}
+                }
                 m
             }
             55..=66 => {
@@ -971,6 +980,11 @@ fn random_calls_agree() {
                 m.extend(random_policy(&mut rng, algo));
                 if rng.pct(80) {
                     m.extend(words(&["COST", &cost.to_string()]));
+                }
+                // Issue 38: a cancel of a booked slot (or one reached).
+                if rng.pct(25) {
+                    let at = if rng.pct(80) { last_at } else { 1 };
+                    m.extend(words(&["AT", &at.to_string()]));
                 }
                 m
             }
@@ -1039,6 +1053,11 @@ fn random_calls_agree() {
             continue;
         }
         let reply = oracle.call(&format!("step {step}"), &module, cost);
+        if let Reply::Ints(ints) = &reply {
+            if ints.len() == 7 && ints[6] > 0 {
+                last_at = ints[6];
+            }
+        }
         // Another algorithm's state blocks a key until it expires: mostly,
         // clear it.
         if matches!(&reply, Reply::Error(e) if e.contains("does not hold")) && rng.pct(60) {

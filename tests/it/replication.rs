@@ -131,6 +131,26 @@ fn refusals_peeks_and_reads_propagate_nothing() {
                 "RL.ADMIT", "new", "ALGO", "token", "LIMIT", "1", "WINDOW", "60000", "COST", "5",
             ],
             vec!["RL.ADMIT", "free"],
+            // Issue 38: a booking beyond max_ms, an error, a cancel of a
+            // slot reached.
+            vec![
+                "RL.ADMIT", "g", "ALGO", "gcra", "LIMIT", "1", "WINDOW", "60000", "RESERVE", "10",
+            ],
+            vec![
+                "RL.ADMIT", "f", "LIMIT", "1", "WINDOW", "60000", "RESERVE", "10",
+            ],
+            vec![
+                "RL.REFUND",
+                "g",
+                "ALGO",
+                "gcra",
+                "LIMIT",
+                "1",
+                "WINDOW",
+                "60000",
+                "AT",
+                "1",
+            ],
             vec!["RL.THROTTLE", "t", "0", "1", "60"],
             vec!["RL.THROTTLE", "t", "0", "1", "60", "0"],
             vec!["RL.TTL", "f", "LIMIT", "1", "WINDOW", "60000"],
@@ -428,19 +448,40 @@ fn random_call(rng: &mut Rng) -> Vec<String> {
         0..=39 => [words(&["RL.ADMIT", key]), policy(rng, algo)].concat(),
         40..=49 => {
             let cost = rng.below(4).to_string();
+            // Issue 38: bookings (the buckets) and forced charges (all).
+            let charge = match rng.below(4) {
+                0 if matches!(algo, "token" | "gcra" | "leaky") => {
+                    words(&["RESERVE", &(rng.below(3) * 1_000).to_string()])
+                }
+                1 if cost != "0" => words(&["FORCE"]),
+                _ => vec![],
+            };
             [
                 words(&["RL.ADMIT", key]),
                 policy(rng, algo),
                 words(&["COST", &cost]),
+                charge,
             ]
             .concat()
         }
         50..=59 => {
             let cost = rng.below(3).to_string();
+            // Issue 38: a cancel of a slot up to 2 s ahead (the test's
+            // clock is the server's, near enough for a workload).
+            let cancel = match rng.pct(30) && matches!(algo, "token" | "gcra" | "leaky") {
+                true => {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as i64);
+                    words(&["AT", &(now + rng.below(2_000) as i64).to_string()])
+                }
+                false => vec![],
+            };
             [
                 words(&["RL.REFUND", key]),
                 policy(rng, algo),
                 words(&["COST", &cost]),
+                cancel,
             ]
             .concat()
         }

@@ -316,3 +316,115 @@ fn malformed_bookings_get_one_error_and_write_nothing() {
         }
     }
 }
+
+/// Books `n` slots behind an exhausted limiter; their at_ms.
+fn book(backend: Backend, con: &mut Connection, key: &str, policy: &str, n: usize) -> Vec<i64> {
+    admit(backend, con, &format!("RL.ADMIT {key} {policy}"));
+    (0..n)
+        .map(|_| {
+            let reply = admit(
+                backend,
+                con,
+                &format!("RL.ADMIT {key} {policy} RESERVE 5000"),
+            );
+            assert_eq!(reply[0], 1, "{backend:?} {policy}: {reply:?}");
+            reply[6]
+        })
+        .collect()
+}
+
+#[test]
+fn cancelling_gives_back_only_what_later_bookings_do_not_hold() {
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        for policy in [
+            "ALGO gcra LIMIT 10 WINDOW 1000 BURST 1",
+            "ALGO token LIMIT 10 WINDOW 1000 BURST 1",
+            "ALGO leaky LIMIT 10 WINDOW 1000 BURST 0",
+        ] {
+            // The last booking cancelled: the next one takes its slot.
+            let key = format!("last:{policy}").replace(' ', ":");
+            let slots = book(backend, &mut con, &key, policy, 3);
+            let last = slots[2];
+            let refund = admit(
+                backend,
+                &mut con,
+                &format!("RL.REFUND {key} {policy} AT {last}"),
+            );
+            assert_eq!(refund.len(), 5, "{backend:?} {policy}: {refund:?}");
+            let again = admit(
+                backend,
+                &mut con,
+                &format!("RL.ADMIT {key} {policy} RESERVE 5000"),
+            );
+            assert!(
+                (last..=last + 1).contains(&again[6]),
+                "{backend:?} {policy}: {slots:?} {again:?}"
+            );
+            // A middle one cancelled: nothing a later booking holds comes
+            // back, so the next booking still goes after the last.
+            let key = format!("middle:{policy}").replace(' ', ":");
+            let slots = book(backend, &mut con, &key, policy, 4);
+            let before = state(&mut con, &key);
+            admit(
+                backend,
+                &mut con,
+                &format!("RL.REFUND {key} {policy} AT {}", slots[1]),
+            );
+            assert_eq!(
+                state(&mut con, &key),
+                before,
+                "{backend:?} {policy}: gave back"
+            );
+            let next = admit(
+                backend,
+                &mut con,
+                &format!("RL.ADMIT {key} {policy} RESERVE 5000"),
+            );
+            assert!(
+                next[6] - slots[3] >= 99,
+                "{backend:?} {policy}: {slots:?} {next:?}"
+            );
+            // A slot already reached gives back nothing.
+            admit(backend, &mut con, &format!("RL.REFUND {key} {policy} AT 1"));
+            assert_ne!(
+                state(&mut con, &key),
+                before,
+                "{backend:?}: the booking above"
+            );
+            let after = state(&mut con, &key);
+            admit(backend, &mut con, &format!("RL.REFUND {key} {policy} AT 1"));
+            assert_eq!(state(&mut con, &key), after, "{backend:?} {policy}");
+        }
+    }
+}
+
+#[test]
+fn malformed_cancels_get_one_error_and_write_nothing() {
+    let cases: &[(&str, &str)] = &[
+        ("RL.REFUND k ALGO gcra LIMIT 5 WINDOW 1000 AT", "ERR AT needs a value"),
+        ("RL.REFUND k ALGO gcra LIMIT 5 WINDOW 1000 AT -1", "ERR AT must be an integer from 0 to 9223372036854775807"),
+        ("RL.REFUND k ALGO gcra LIMIT 5 WINDOW 1000 AT soon", "ERR AT must be an integer from 0 to 9223372036854775807"),
+        ("RL.REFUND k ALGO gcra LIMIT 5 WINDOW 1000 AT 1 AT 2", "ERR AT is given more than once"),
+        ("RL.REFUND k ALGO fixed LIMIT 5 WINDOW 1000 AT 10", "ERR AT needs ALGO gcra, token or leaky: a window's count cannot book a slot in a later window"),
+        ("RL.REFUND k ALGO sliding LIMIT 5 WINDOW 1000 AT 10", "ERR AT needs ALGO gcra, token or leaky: a window's count cannot book a slot in a later window"),
+        ("RL.ADMIT k ALGO gcra LIMIT 5 WINDOW 1000 AT 10", "ERR unknown option 'AT'"),
+    ];
+    for backend in BOTH {
+        let server = backend.start();
+        let mut con = server.client();
+        let _: () = redis::cmd("SET").arg("k").arg("7").query(&mut con).unwrap();
+        for (call, want) in cases {
+            let reply = backend.raw(&mut con, &split(call));
+            assert_eq!(
+                error_text(&reply).as_deref(),
+                Some(*want),
+                "{backend:?} {call}: {}",
+                show(&reply)
+            );
+            let got: Option<String> = redis::cmd("GET").arg("k").query(&mut con).unwrap();
+            assert_eq!(got.as_deref(), Some("7"), "{backend:?} {call}");
+        }
+    }
+}
