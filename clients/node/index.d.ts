@@ -98,6 +98,29 @@ export interface Decision {
   readonly error?: unknown;
   /** With waitReplicas: the replicas that confirmed, when fewer than asked. */
   readonly unconfirmed?: number;
+  /**
+   * A wait that booked its turn (RESERVE): ms the caller slept before going
+   * ahead (0: admitted at once), and the slot's time by the server's clock
+   * (ms since the epoch); both -1 when it could not be booked within waitMs.
+   */
+  readonly delayMs?: number;
+  readonly atMs?: number;
+}
+
+export interface WaitOptions extends AdmitOptions {
+  /** Wait up to this many ms (at least 1) to be admitted. */
+  waitMs: number;
+  /**
+   * Fired while the caller sleeps on its booked slot: the slot is given back
+   * (RL.REFUND ... AT atMs, once) and the call rejects with the signal's reason.
+   */
+  signal?: AbortSignal;
+  /**
+   * RL.ADMIT ... BLOCK where the module is loaded (it holds the connection
+   * until admitted: give this limiter a connection of its own). Default
+   * false: RESERVE, then a local sleep, on both backends.
+   */
+  block?: boolean;
 }
 
 export interface AcquireOptions {
@@ -116,8 +139,9 @@ export interface AcquireOptions {
   shadow?: boolean;
   /**
    * Wait up to this many ms for a slot: RL.ACQUIRE ... BLOCK on the module
-   * (first come, first served; give it a connection of its own), sleeping
-   * retryAfterMs with jitter on the library (not fair).
+   * (first come, first served; it holds the connection while it waits),
+   * sleeping retryAfterMs with jitter on the library (a later caller may
+   * take a freed slot first).
    */
   waitMs?: number;
 }
@@ -164,13 +188,15 @@ export class Limiter {
   readonly prefix: string;
   /** The backend in use; detected on first use and cached per sendCommand. */
   backend(): Promise<"module" | "functions">;
-  admit(key: string, options?: AdmitOptions & { waitMs?: number }): Promise<Decision>;
+  admit(key: string, options?: AdmitOptions & Partial<WaitOptions>): Promise<Decision>;
   /**
-   * `admit` that waits up to `waitMs` to be admitted: RL.ADMIT ... BLOCK on
-   * the module (first come, first served; give it a connection of its own),
-   * sleeping retryAfterMs with jitter on the library (not fair).
+   * `admit` that waits up to `waitMs` to be admitted, first come first
+   * served on both backends with no connection held: one RL.ADMIT ...
+   * RESERVE books the turn (gcra, token, leaky), the caller sleeps until it;
+   * refused at once when it cannot be booked within waitMs. A window
+   * (fixed, sliding) sleeps retryAfterMs and tries again.
    */
-  wait(key: string, options: AdmitOptions & { waitMs: number }): Promise<Decision>;
+  wait(key: string, options: WaitOptions): Promise<Decision>;
   refund(key: string, options?: AdmitOptions): Promise<Decision>;
   ttl(key: string, policy?: Policy): Promise<number>;
   reset(key: string): Promise<boolean>;

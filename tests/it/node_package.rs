@@ -453,3 +453,262 @@ fn node_policies_shadow_penalty_align_calendar() {
         );
     }
 }
+
+/// Issue 38 through the Node package (test/reserve.test.js): `wait` books
+/// its turn in one call and wakes no sooner than `at_ms` by the server's
+/// clock; a turn beyond `waitMs` is refused at once; a PING on the same
+/// iovalkey client answers during a 2 s wait as fast as before it (no
+/// connection held); an AbortSignal fired during the sleep gives the slot
+/// back with one RL.REFUND ... AT, and the next wait takes it.
+#[test]
+fn node_wait_books_its_turn_and_holds_no_connection() {
+    for backend in BOTH {
+        let server = backend.start();
+        let n = name(backend);
+        let Some(cmd) = program("test/reserve.test.js", "live", &server, backend) else {
+            return;
+        };
+        run_expecting(
+            cmd,
+            &[
+                format!("ok {n}: one call per wait; woke "),
+                format!("ok {n}: PING during a "),
+                format!("ok {n}: an aborted waiter's slot is given back once"),
+            ],
+            "PASS node reserve live",
+        );
+    }
+}
+
+/// The MONITOR stream of a server, read by a thread until `stop`: every
+/// line, in the order the server executed the commands.
+struct Monitor {
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    reader: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Monitor {
+    fn start(port: u16) -> Monitor {
+        use std::io::{BufRead, BufReader, Write};
+        use std::sync::atomic::Ordering;
+        let mut stream =
+            std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect for MONITOR");
+        stream.write_all(b"MONITOR\r\n").expect("send MONITOR");
+        stream
+            .set_read_timeout(Some(Duration::from_millis(200)))
+            .expect("read timeout");
+        let mut reader = BufReader::new(stream);
+        let mut first = String::new();
+        reader.read_line(&mut first).expect("MONITOR's +OK");
+        assert_eq!(first.trim_end(), "+OK");
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (into, stopped) = (lines.clone(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let mut line = String::new();
+            loop {
+                match reader.read_line(&mut line) {
+                    Ok(0) => return,
+                    Ok(_) if line.ends_with('\n') => {
+                        into.lock()
+                            .expect("monitor lines")
+                            .push(line.trim_end().to_string());
+                        line.clear();
+                    }
+                    // A timeout: a partial line stays in `line` for the next read.
+                    _ if stopped.load(Ordering::Relaxed) => return,
+                    _ => {}
+                }
+            }
+        });
+        Monitor {
+            lines,
+            stop,
+            reader: Some(handle),
+        }
+    }
+
+    fn finish(mut self) -> Vec<String> {
+        std::thread::sleep(Duration::from_millis(300));
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(handle) = self.reader.take() {
+            handle.join().expect("monitor reader");
+        }
+        std::mem::take(&mut *self.lines.lock().expect("monitor lines"))
+    }
+}
+
+/// One admission a worker printed: `slot <addr> <admitted> <at_ms> <delay_ms> <TIME µs after waking>`.
+struct Slot {
+    addr: String,
+    admitted: bool,
+    at_ms: i64,
+    woke_us: i64,
+}
+
+fn slots(out: &str) -> Vec<Slot> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("slot "))
+        .map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            assert_eq!(f.len(), 5, "slot line {l}");
+            let int = |s: &str| s.parse::<i64>().unwrap_or_else(|_| panic!("{s} in {l}"));
+            Slot {
+                addr: f[0].to_string(),
+                admitted: f[1] == "1",
+                at_ms: int(f[2]),
+                woke_us: int(f[4]),
+            }
+        })
+        .collect()
+}
+
+/// Issue 38's package test: four processes, two Node (iovalkey) and two
+/// Python (the sync Limiter and the AsyncLimiter), each on one connection
+/// of its own, share one gcra limiter (40/s, BURST 1: a slot every 25 ms)
+/// through `wait`, 8 admissions each. MONITOR gives the order in which the
+/// server received their calls (a worker waits out each turn before its
+/// next call, so its k-th call is its k-th slot): the booked `at_ms`
+/// values follow it with 0 inversions; every process read the server's
+/// TIME after waking no sooner than its `at_ms`; and the server counted
+/// one call per admission (INFO commandstats).
+fn four_processes_share_one_limiter(backend: Backend) {
+    let Some(_) = node() else {
+        return;
+    };
+    let Some(python) = crate::python_package::python_path() else {
+        return;
+    };
+    const PER_PROCESS: usize = 8;
+    let server = backend.start();
+    let mut con = server.client();
+    let key = "fair:{shared}";
+    let start_ms = common::server_time_ms(&mut con) + 4000;
+    let node_policy = r#"{"algorithm":"gcra","limit":40,"windowMs":1000,"burst":1}"#;
+    let python_policy = r#"{"algorithm":"gcra","limit":40,"window_ms":1000,"burst":1}"#;
+    let share_env = |cmd: &mut Command, policy: &str| {
+        cmd.env("VALKEY_HOST", "127.0.0.1")
+            .env("VALKEY_PORT", server.port.to_string())
+            .env("RL_EXPECT_BACKEND", name(backend))
+            .env("RL_SHARE_KEY", key)
+            .env("RL_SHARE_N", PER_PROCESS.to_string())
+            .env("RL_SHARE_START", start_ms.to_string())
+            .env("RL_SHARE_POLICY", policy);
+    };
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let mut cmd = node().expect("checked above");
+        cmd.args(["test/reserve.test.js", "share"]);
+        share_env(&mut cmd, node_policy);
+        workers.push((cmd, "PASS node reserve share"));
+    }
+    for flavour in ["sync", "async"] {
+        let mut cmd = Command::new(&python);
+        cmd.current_dir(Path::new(REPO).join("clients/python"))
+            .env("PYTHONPATH", Path::new(REPO).join("clients/python/src"))
+            .args(["tests/reserve_worker.py", flavour]);
+        share_env(&mut cmd, python_policy);
+        workers.push((cmd, "PASS python reserve share"));
+    }
+    common::cmd_raw(&mut con, &["CONFIG", "RESETSTAT"]);
+    let monitor = Monitor::start(server.port);
+    let outputs: Vec<String> = std::thread::scope(|scope| {
+        let running: Vec<_> = workers
+            .into_iter()
+            .map(|(cmd, pass)| scope.spawn(move || run_expecting(cmd, &[], pass)))
+            .collect();
+        running
+            .into_iter()
+            .map(|h| h.join().expect("worker"))
+            .collect()
+    });
+    let seen = monitor.finish();
+    let all: Vec<Slot> = outputs.iter().flat_map(|o| slots(o)).collect();
+    assert_eq!(all.len(), 4 * PER_PROCESS, "{outputs:?}");
+    for s in &all {
+        assert!(s.admitted, "every wait admitted: {outputs:?}");
+        assert!(
+            s.woke_us >= s.at_ms * 1000,
+            "{} went ahead at {} µs, before its at_ms {}",
+            s.addr,
+            s.woke_us,
+            s.at_ms
+        );
+    }
+    // The server's arrival order of the booking calls, by client address.
+    let call = match backend {
+        Backend::Module => "\"RL.ADMIT\" \"fair:{shared}\"",
+        Backend::Functions => "\"FCALL\" \"rl_admit\"",
+    };
+    let arrivals: Vec<String> = seen
+        .iter()
+        .filter(|l| l.contains(call) && l.contains("\"RESERVE\""))
+        .filter_map(|l| {
+            let addr = l.split_once('[')?.1.split_once(']')?.0.split_once(' ')?.1;
+            (addr != "lua").then(|| addr.to_string())
+        })
+        .collect();
+    assert_eq!(
+        arrivals.len(),
+        all.len(),
+        "MONITOR saw every booking call once"
+    );
+    let mut next: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
+    let booked: Vec<i64> = arrivals
+        .iter()
+        .map(|addr| {
+            let k = next.entry(addr.as_str()).or_insert(0);
+            let mine: Vec<&Slot> = all.iter().filter(|s| s.addr == *addr).collect();
+            let slot = mine
+                .get(*k)
+                .unwrap_or_else(|| panic!("{addr} made more calls than it printed"));
+            *k += 1;
+            slot.at_ms
+        })
+        .collect();
+    let mut inversions = 0;
+    for i in 0..booked.len() {
+        for j in i + 1..booked.len() {
+            if booked[i] > booked[j] {
+                inversions += 1;
+            }
+        }
+    }
+    assert_eq!(
+        inversions, 0,
+        "at_ms in the server's arrival order: {booked:?}"
+    );
+    let stat = match backend {
+        Backend::Module => "cmdstat_RL.ADMIT",
+        Backend::Functions => "cmdstat_fcall",
+    };
+    let calls: usize = common::info_field(&mut con, "commandstats", stat)
+        .and_then(|v| {
+            v.split(',')
+                .find_map(|f| f.strip_prefix("calls=")?.parse().ok())
+        })
+        .unwrap_or(0);
+    assert_eq!(
+        calls,
+        all.len(),
+        "server calls per admission must be 1.0 ({calls} calls for {} admissions)",
+        all.len()
+    );
+    let spread = booked.last().copied().unwrap_or(0) - booked.first().copied().unwrap_or(0);
+    eprintln!(
+        "{}: 4 processes, {} admissions, 0 inversions, 1.0 calls per admission, at_ms spread {spread} ms",
+        name(backend),
+        all.len()
+    );
+}
+
+#[test]
+fn four_processes_wait_their_booked_turns_in_arrival_order_on_the_module() {
+    four_processes_share_one_limiter(Backend::Module);
+}
+
+#[test]
+fn four_processes_wait_their_booked_turns_in_arrival_order_on_the_function_library() {
+    four_processes_share_one_limiter(Backend::Functions);
+}

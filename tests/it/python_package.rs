@@ -32,7 +32,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// The venv's python (`$RL_CLIENTS_PYTHON`, else `.deps/clients-venv`), if
 /// it has what the suites import; else a skip (a failure under CI).
-fn python_path() -> Option<PathBuf> {
+pub(crate) fn python_path() -> Option<PathBuf> {
     let python = match std::env::var_os("RL_CLIENTS_PYTHON") {
         Some(p) if !p.is_empty() => PathBuf::from(p),
         _ => Path::new(REPO).join(".deps/clients-venv/bin/python"),
@@ -125,12 +125,18 @@ fn on(server: &Server, backend: Backend) -> Vec<(&'static str, String)> {
 
 #[test]
 fn python_pure_core() {
-    pytest(&["tests/test_core.py"], &[], 55);
+    pytest(
+        &["tests/test_core.py", "tests/test_reservation_core.py"],
+        &[],
+        70,
+    );
 }
 
 /// The limiters on every client library, real HTTP (FastAPI and Starlette
-/// under uvicorn), the leases, and issue 27's options (shadow over HTTP,
-/// the penalty, aligned and calendar windows, bad values).
+/// under uvicorn), the leases, issue 27's options (shadow over HTTP, the
+/// penalty, aligned and calendar windows, bad values), and issue 38's fair
+/// waiting (one call per wait, no go-ahead before `at_ms`, a cancelled
+/// waiter's slot given back).
 fn package_on(backend: Backend) {
     let server = backend.start();
     pytest(
@@ -139,9 +145,10 @@ fn package_on(backend: Backend) {
             "tests/test_http.py",
             "tests/test_leases.py",
             "tests/test_policies.py",
+            "tests/test_reserve.py",
         ],
         &on(&server, backend),
-        51,
+        54,
     );
 }
 

@@ -511,6 +511,7 @@ module.exports = {
   policyArgs,
   callWords,
   toInt,
+  badReply,
   parseDecision,
   isShadowRefusal,
   unavailableDecision,

@@ -11,6 +11,8 @@ const core = require("./core");
 const { bundledLibrary } = require("./library");
 const { Link } = require("./link");
 const { BackendMissingError, LeaseRefusedError, LeaseLostError } = require("./errors");
+const { giveBackArgs } = require("./reservation");
+const waiting = require("./waiting");
 
 const { CALLS } = core;
 
@@ -213,6 +215,7 @@ class Limiter {
    * Counts a request of `cost` (default 1) against `key`: a Decision.
    * `cost: 0` is a peek. An unreachable Valkey gets the failure policy's
    * answer (`failure`, also per call: "open", "closed", or "throw").
+   * With `waitMs`, waits as `wait` does.
    */
   async admit(key, options = {}) {
     const policy = this.policyOf(options);
@@ -221,58 +224,61 @@ class Limiter {
     const args = [...core.policyArgs(policy), "COST", String(cost)];
     const keys = this.keysOf(key, policy.meta);
     const waitMs = waitOption(options);
+    const signal = waiting.signalOption(options.signal);
+    const block = options.block === undefined || options.block === null ? false : core.bool("block", options.block);
+    if (signal && signal.aborted) throw signal.reason;
     let answer;
     try {
-      answer = await (waitMs === undefined ? this.run(CALLS.admit, keys, args) : this.waiting(CALLS.admit, keys, args, waitMs));
+      answer = await (waitMs === undefined
+        ? this.run(CALLS.admit, keys, args)
+        : waiting.admitWaiting(this, { keys, args, waitMs, policy, block, signal }));
     } catch (e) {
+      // An abort between a window's tries is the caller's, never an outage.
+      if (signal && signal.aborted) throw signal.reason;
       if (failure === "throw" || core.errorKind(e) !== "unreachable") throw e;
       return core.unavailableDecision(policy, failure === "open", e);
     }
-    const decision = core.parseDecision(answer.reply, answer.backend, policy);
+    let decision = answer.decision ?? core.parseDecision(answer.reply, answer.backend, policy);
+    const giveBack = (granted) => this.run(CALLS.refund, keys, giveBackArgs(policy, cost, granted));
     // A shadow refusal consumed nothing: no grant to confirm or give back.
-    if (!decision.admitted || decision.shadow || cost === 0 || decision.limit === 0 || this.waitReplicas === undefined) {
-      return decision;
+    const granted = decision.admitted && !decision.shadow && cost > 0 && decision.limit > 0;
+    if (granted && this.waitReplicas !== undefined) {
+      const acks = await this.confirmed();
+      if (acks < this.waitReplicas) {
+        if (this.unconfirmed === "keep") decision = Object.freeze({ ...decision, unconfirmed: acks });
+        else {
+          await giveBack(decision).catch(() => {});
+          return core.unconfirmedDecision(decision, acks);
+        }
+      }
     }
-    const acks = await this.confirmed();
-    if (acks >= this.waitReplicas) return decision;
-    if (this.unconfirmed === "keep") return Object.freeze({ ...decision, unconfirmed: acks });
-    await this.run(CALLS.refund, keys, args).catch(() => {});
-    return core.unconfirmedDecision(decision, acks);
+    if (waitMs !== undefined) {
+      const held = decision;
+      await waiting.sleepOnSlot(decision, signal, () => (granted ? giveBack(held) : Promise.resolve()));
+    }
+    return decision;
   }
 
   /**
-   * `admit` that waits up to `waitMs` (required, at least 1) to be admitted.
-   * Where the module is loaded: RL.ADMIT ... BLOCK, answered when admitted,
-   * first come first served per key (give the waiting limiter a connection
-   * of its own: a client that sends everything down one connection, as
-   * iovalkey does, holds its other calls behind the wait). On the FUNCTION
-   * library, which cannot block: sleeps retryAfterMs with jitter and tries
-   * again until waitMs has passed, which is not fair (a later caller may
-   * be admitted first).
+   * `admit` that waits up to `waitMs` (required, at least 1) to be admitted,
+   * first come first served on both backends, with no connection held: one
+   * RL.ADMIT ... RESERVE waitMs books the caller's turn (gcra, token, leaky),
+   * and the caller sleeps here until it (`delayMs`, `atMs` by the server's
+   * clock); one that cannot be booked within waitMs is refused at once,
+   * with its retryAfterMs. `signal`: an AbortSignal that, fired while the
+   * caller sleeps, gives the booked slot back (RL.REFUND ... AT atMs, once)
+   * and rejects with its reason. `block: true` sends RL.ADMIT ... BLOCK
+   * instead where the module is loaded (it holds the connection while it
+   * waits: give it one of its own). A window (fixed, the default, and
+   * sliding) cannot book a later window's slot: it sleeps retryAfterMs with
+   * jitter and tries again until waitMs has passed. The deadline
+   * (timeoutMs) covers the call, not the sleep.
    */
   async wait(key, options = {}) {
     if (options === null || typeof options !== "object" || options.waitMs === undefined) {
       throw new core.ConfigError("waitMs", "an integer from 1", options && options.waitMs);
     }
     return this.admit(key, options);
-  }
-
-  // One admit or acquire that waits up to waitMs: BLOCK on the module,
-  // sleeping retry_after_ms with jitter on the library.
-  async waiting(call, keys, args, waitMs) {
-    const backend = await this.backend();
-    if (backend === "module") {
-      return this.link.run(() => this.call(call, keys, [...args, "BLOCK", String(waitMs)]), waitMs);
-    }
-    const deadline = Date.now() + waitMs;
-    for (;;) {
-      const answer = await this.run(call, keys, args);
-      const granted = Number(String(answer.reply[0]));
-      const retryAfterMs = Number(String(answer.reply[3]));
-      const left = deadline - Date.now();
-      if (granted === 1 || retryAfterMs < 0 || left <= 0) return answer;
-      await sleep(Math.min(Math.max(retryAfterMs, 1) * (1 + Math.random() / 2), left));
-    }
   }
 
   // WAIT for the durability option: how many replicas have the grant. An
@@ -333,7 +339,7 @@ class Limiter {
     const waitMs = waitOption(options);
     const keys = this.keysOf(key, meta);
     const { reply, backend } =
-      waitMs === undefined ? await this.run(CALLS.acquire, keys, args) : await this.waiting(CALLS.acquire, keys, args, waitMs);
+      waitMs === undefined ? await this.run(CALLS.acquire, keys, args) : await waiting.acquireWaiting(this, { keys, args, waitMs });
     const lease = core.parseLease(reply, backend);
     // A shadow refusal took no lease: nothing to confirm.
     if (!lease.acquired || lease.shadow || lease.limit === 0 || this.waitReplicas === undefined) return lease;
@@ -443,8 +449,6 @@ function waitOption(options) {
   if (options.waitMs === undefined || options.waitMs === null) return undefined;
   return core.safeInteger("waitMs", options.waitMs, 1);
 }
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const POLICY_OPTIONS = [
   "limit",

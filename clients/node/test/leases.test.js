@@ -239,10 +239,12 @@ async function crowd(c, limiter, expect) {
   ok(`${expect}: 20 holders x 8 leases, LIMIT 3: ${samples.length} samples, max in flight ${max}, ${refusals} refusals`);
 }
 
-// waitMs (issue 28): BLOCK on the module, answered at the release; on the
-// library, sleeping retryAfterMs with jitter, answered at the next try.
+// waitMs (issue 28): acquire BLOCKs on the module, answered at the release;
+// on the library it sleeps retryAfterMs with jitter, answered at the next
+// try. wait on a fixed window (which cannot book a later window's slot,
+// issue 38) sleeps and retries on both.
 async function waitChecks(c, expect) {
-  const own = client(); // a waiting limiter has a connection of its own
+  const own = client(); // a lease's BLOCK holds its connection: one of its own
   try {
     const waiter = new Limiter({ sendCommand: (...args) => own.call(...args), timeoutMs: 5000, prefix: "lease:" });
     const holder = new Limiter({ sendCommand: (...args) => c.call(...args), timeoutMs: 5000, prefix: "lease:" });

@@ -65,6 +65,10 @@ async function plain(): Promise<string> {
   const viaDefaults: Decision = await defaults.admit("k");
   const shadowed: boolean = (await limiter.admit("k", { limit: 3, windowMs: 1000, shadow: true, align: true })).shadow;
   await limiter.admit("k", { limit: 3, calendar: "month", tz: "+05:30", penalty: 1000 });
+  const waited: Decision = await limiter.wait("k", { algorithm: "gcra", limit: 10, windowMs: 1000, waitMs: 2000, signal: AbortSignal.timeout(500) });
+  const slot: number | undefined = waited.atMs;
+  const slept: number | undefined = waited.delayMs;
+  await limiter.wait("k", { algorithm: "gcra", limit: 10, windowMs: 1000, waitMs: 2000, block: true });
   void shadowed;
   const unconfirmed: number | undefined = viaDefaults.unconfirmed;
   const lib = bundledLibrary();

@@ -40,6 +40,7 @@ SUBSTITUTIONS = [
     (r"\bAsyncGlideTransport\b", "GlideTransport"),
     (r"\bAsyncCaller\b", "Caller"),
     (r"\bAsyncBeats\b", "Beats"),
+    (r"\bAsyncSlotSleep\b", "SlotSleep"),
     (r"\basynchronous=True\b", "asynchronous=False"),
     # The language.
     (r"\basync def\b", "def"),

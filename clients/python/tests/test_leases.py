@@ -343,8 +343,10 @@ async def async_checks(port: int, expect: str) -> None:
 
 
 # -- waiting (issue 28) -----------------------------------------------------------
-# wait_ms: BLOCK on the module, answered at the release; on the library,
-# sleeping retry_after_ms with jitter, answered at the next try.
+# wait_ms: acquire BLOCKs on the module, answered at the release; on the
+# library it sleeps retry_after_ms with jitter, answered at the next try.
+# wait on a fixed window (which cannot book a later window's slot, issue
+# 38) sleeps and retries on both.
 
 
 def test_acquire_and_wait_with_wait_ms(sync: Any, expect: str, port: int) -> None:

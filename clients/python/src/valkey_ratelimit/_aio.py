@@ -15,9 +15,9 @@ import random
 import time
 from typing import Any, Callable, List, Optional, Sequence, Tuple, Union
 
-from . import _core, _library, _options
+from . import _core, _library, _options, _reservation
 from ._health import Health
-from ._concurrency import AsyncBeats, AsyncCaller
+from ._concurrency import AsyncBeats, AsyncCaller, AsyncSlotSleep
 from ._core import Decision, Decisions, Lease, LeaseLost, LeaseRefused
 from ._options import Key, Policy
 
@@ -348,6 +348,7 @@ class AsyncLimiter:
         meta: Optional[Key] = None,
         *,
         wait_ms: int,
+        block: bool = False,
         name: Optional[str] = None,
         shadow: bool = False,
         penalty: Optional[int] = None,
@@ -356,35 +357,102 @@ class AsyncLimiter:
         tz: Optional[str] = None,
         escalate: Optional[int] = None,
     ) -> Decision:
-        """``admit`` that waits up to ``wait_ms`` (at least 1) to be admitted.
-        Where the module is loaded: ``RL.ADMIT ... BLOCK wait_ms``, answered
-        when admitted, first come first served per key (the client's
-        ``socket_timeout`` must outlast the wait; a client that multiplexes
-        one connection, as valkey-glide does, holds its other calls behind
-        it). On the FUNCTION library, which cannot block: sleeps
-        ``retry_after_ms`` with jitter and tries again until ``wait_ms`` has
-        passed, which is not fair (a later caller may be admitted first)."""
+        """``admit`` that waits up to ``wait_ms`` (at least 1) to be
+        admitted, first come first served on both backends, with no
+        connection held: one ``RL.ADMIT ... RESERVE wait_ms`` books the
+        caller's turn (gcra, token, leaky) and the caller sleeps here until
+        it (``delay_ms``; ``at_ms`` by the server's clock). One that cannot
+        be booked within ``wait_ms`` is refused at once, with its
+        ``retry_after_ms``. Cancelled while it sleeps (an asyncio task's
+        cancel; Ctrl-C in the synchronous limiter), the slot is given back
+        once (``RL.REFUND ... AT at_ms``) and the cancel goes on. The
+        deadline (``timeout``) covers the call, not the sleep.
+        ``block=True`` sends ``RL.ADMIT ... BLOCK wait_ms`` instead where
+        the module is loaded: it holds its connection until admitted (the
+        client's ``socket_timeout`` must outlast the wait; valkey-glide's
+        one connection holds every other call behind it). A window (fixed,
+        the default, and sliding) cannot book a later window's slot: it
+        sleeps ``retry_after_ms`` with jitter and tries again until
+        ``wait_ms`` has passed."""
         policy = Policy(limit, window_ms, algorithm, burst, meta, shadow, penalty, align, calendar, tz, escalate)
         cost = _options.integer("cost", cost, 0)
         wait_ms = _options.integer("wait_ms", wait_ms, 1, 2**31 - 1)
+        block = _options.flag("block", block)
         if name is not None:
             _options.policy_name(name)
         if policy.refuses_all:
             return _core.refused_by_zero(policy.window_ms, name, policy.shadow)
+        counter = self._key(key)
         try:
-            return await self._run_waiting(wait_ms, self._waiting, self._admit, wait_ms, self._key(key), policy, cost, name)
+            decision = await self._wait_call(counter, policy, cost, name, wait_ms, block)
         except Exception as e:
             if not _core.is_unreachable(e):
                 raise
             return _core.failed_decision(self.failure, policy.limit, policy.window_ms, e, name)
+        seconds = _reservation.sleep_s(decision)
+        if seconds > 0:
+            await AsyncSlotSleep.sleep(seconds, lambda: self._give_back(counter, policy, cost, decision))
+        return decision
+
+    async def _wait_call(
+        self, key: Key, policy: Policy, cost: int, name: Optional[str], wait_ms: int, block: bool
+    ) -> Decision:
+        """The server's part of ``wait``: BLOCK (asked for, on the module),
+        RESERVE, or tries until admitted (a window, or a server that
+        cannot book). A RESERVE cancelled before its reply gives back what
+        it booked when the reply comes."""
+        backend = await self._run(self._ensure_backend)
+        mode = _reservation.wait_mode(policy.algorithm, policy.meta, backend, block)
+        if mode == "block":
+            return await self._run_waiting(wait_ms, self._admit, key, policy, cost, name, wait_ms)
+        if mode != "retry":
+
+            async def late(decision: Decision) -> None:
+                if decision.admitted and not decision.shadow and cost > 0 and decision.limit > 0:
+                    await self._give_back(key, policy, cost, decision)
+
+            try:
+                return await AsyncSlotSleep.book(lambda: self._run(self._reserve, key, policy, cost, name, wait_ms), late)
+            except Exception as e:
+                # A window's algorithm named by the META hash, or a server older than RESERVE.
+                if not _reservation.is_reserve_unsupported(e):
+                    raise
+        return await self._run_waiting(wait_ms, self._retrying, self._admit, wait_ms, key, policy, cost, name)
+
+    async def _give_back(self, key: Key, policy: Policy, cost: int, decision: Decision) -> None:
+        """Gives a waiter's grant back: ``RL.REFUND ... AT at_ms`` for a
+        booked slot, a plain refund for one granted now."""
+        keys = [key] + ([policy.meta] if policy.meta is not None else [])
+        args = _reservation.give_back_args(policy.args() + ["COST", str(cost)], decision)
+        backend = decision.backend
+        assert backend is not None  # a grant came from a server
+        await self._run(self._send, backend, "RL.REFUND", "rl_refund", False, keys, args)
+
+    async def _reserve(self, key: Key, policy: Policy, cost: int, name: Optional[str], wait_ms: int) -> Decision:
+        """One ``RL.ADMIT ... RESERVE wait_ms``: the decision with its
+        ``delay_ms`` and ``at_ms``. A grant fewer replicas confirm than
+        asked is given back (``AT at_ms`` for a booked slot)."""
+        keys = [key] + ([policy.meta] if policy.meta is not None else [])
+        args = policy.args() + ["COST", str(cost)]
+        words = _reservation.reserve_args(args, wait_ms)
+        reply, acks, backend = await self._request("RL.ADMIT", "rl_admit", False, keys, words, wait=cost > 0)
+        decision = _reservation.parse_reservation(reply, backend, policy.window_ms, name, policy.algorithm)
+        if decision.admitted and not decision.shadow and cost > 0 and not self._confirmed(acks):
+            await self._send(backend, "RL.REFUND", "rl_refund", False, keys, _reservation.give_back_args(args, decision))
+            return _core.unconfirmed_decision(decision, acks, self.wait_replicas)
+        return decision
 
     async def _waiting(self, once: Callable[..., Any], wait_ms: int, *args: Any) -> Any:
-        """``once(*args, block_ms)`` waiting up to ``wait_ms``: one BLOCK call
-        on the module; on the library, tries until admitted (acquired), never
-        admissible (retry_after_ms -1) or out of time, sleeping
-        retry_after_ms times a random factor in [1, 1.5) between tries."""
+        """``once(*args, block_ms)`` waiting up to ``wait_ms`` (a lease):
+        one BLOCK call on the module, tries on the library."""
         if await self._ensure_backend() == "module":
             return await once(*args, wait_ms)
+        return await self._retrying(once, wait_ms, *args)
+
+    async def _retrying(self, once: Callable[..., Any], wait_ms: int, *args: Any) -> Any:
+        """``once(*args)`` until admitted (acquired), never admissible
+        (retry_after_ms -1) or out of time, sleeping retry_after_ms times a
+        random factor in [1, 1.5) between tries."""
         deadline = time.monotonic() + wait_ms / 1000
         while True:
             answer = await once(*args)
@@ -529,9 +597,10 @@ class AsyncLimiter:
         shadow: bool = False,
     ) -> Lease:
         """Takes one of ``limit`` slots on ``key`` for ``ttl_ms`` (RL.ACQUIRE).
-        ``wait_ms``: wait up to that long for a slot, as ``wait`` does
-        (BLOCK on the module, first come first served; sleeping with
-        jitter on the library, not fair).
+        ``wait_ms``: wait up to that long for a slot: BLOCK on the module
+        (first come first served; it holds its connection while it waits),
+        sleeping ``retry_after_ms`` with jitter and trying again on the
+        library (a later caller may take a freed slot first).
         ``lease_id`` names the lease (a job id, say; re-acquiring it renews
         it); else the server makes one. Refused, ``acquired`` is False and
         ``retry_after_ms`` says when the earliest lease ends by itself. No

@@ -1,6 +1,7 @@
 """What asyncio and threads do differently, each written twice and nothing
-else: a call bounded by a deadline (``AsyncCaller`` / ``Caller``) and the
-heartbeat of a held lease (``AsyncBeats`` / ``Beats``). _aio.py uses the
+else: a call bounded by a deadline (``AsyncCaller`` / ``Caller``), the
+heartbeat of a held lease (``AsyncBeats`` / ``Beats``) and the sleep on a
+booked slot (``AsyncSlotSleep`` / ``SlotSleep``). _aio.py uses the
 Async names; scripts/unasync.py renames them for _sync.py, as httpcore's
 _synchronization.py does."""
 
@@ -8,11 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import queue
 import threading
+import time
 from typing import Any, Awaitable, Callable, Optional
 
 from ._core import LimiterTimeout
+
+log = logging.getLogger("valkey_ratelimit")
 
 
 def _timed_out(seconds: float) -> LimiterTimeout:
@@ -197,3 +202,75 @@ class Beats:
         self._stop.set()
         self._thread.join()
         return False
+
+
+class AsyncSlotSleep:
+    """The booking call and the sleep of a waiter whose turn the server
+    books. ``book``: cancelled before the reply arrives, the call goes on
+    (shielded: it may have booked) and what it answers is handed to
+    ``give_back_late`` once. ``sleep``: ``seconds`` by the monotonic clock
+    (a timer that fires early sleeps again for what is left); cancelled,
+    it gives the slot back once, ``give_back()`` shielded from a second
+    cancel, then re-raises the CancelledError. A give-back that fails is
+    logged, never raised in the cancel's place."""
+
+    @staticmethod
+    async def book(call: Callable[[], Awaitable[Any]], give_back_late: Callable[[Any], Awaitable[Any]]) -> Any:
+        task = asyncio.ensure_future(call())
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+
+            def answered(done: "asyncio.Future[Any]") -> None:
+                if not done.cancelled() and done.exception() is None:
+                    asyncio.ensure_future(give_back_late(done.result())).add_done_callback(_forget)
+
+            task.add_done_callback(answered)
+            raise
+
+    @staticmethod
+    async def sleep(seconds: float, give_back: Callable[[], Awaitable[Any]]) -> None:
+        end = time.monotonic() + seconds
+        try:
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                await asyncio.sleep(left)
+        except asyncio.CancelledError:
+            refund = asyncio.ensure_future(give_back())
+            refund.add_done_callback(_forget)
+            try:
+                await asyncio.shield(refund)
+            except Exception as e:
+                log.warning("valkey_ratelimit: a cancelled waiter's slot was not given back: %s", e)
+            raise
+
+
+class SlotSleep:
+    """The booking call and the sleep of a waiter whose turn the server
+    books. ``book`` just calls: a thread is not cancelled mid-call.
+    ``sleep``: ``seconds`` by the monotonic clock; an exception raised into
+    it (Ctrl-C's KeyboardInterrupt, a signal handler's) gives the slot
+    back once, ``give_back()``, then goes on; a give-back that fails is
+    logged."""
+
+    @staticmethod
+    def book(call: Callable[[], Any], give_back_late: Callable[[Any], Any]) -> Any:
+        return call()
+
+    @staticmethod
+    def sleep(seconds: float, give_back: Callable[[], Any]) -> None:
+        end = time.monotonic() + seconds
+        try:
+            while True:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return
+                time.sleep(left)
+        except BaseException:
+            try:
+                give_back()
+            except Exception as e:
+                log.warning("valkey_ratelimit: an interrupted waiter's slot was not given back: %s", e)
+            raise

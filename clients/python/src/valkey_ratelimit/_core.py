@@ -76,6 +76,12 @@ class Decision:
     #: admitted, though the limit would have refused it; ``retry_after_ms``
     #: is the would-be wait. See ``is_shadow_refusal``.
     shadow: bool = False
+    #: A wait that booked its turn (RESERVE): ms the caller slept before
+    #: going ahead (0: admitted at once), and the slot's time by the
+    #: server's clock, ms since the epoch; both -1 when it could not be
+    #: booked within ``wait_ms``; None when no booking was asked.
+    delay_ms: Optional[int] = None
+    at_ms: Optional[int] = None
 
     @property
     def policy_name(self) -> str:
